@@ -1,0 +1,129 @@
+"""The error tree every Corral component and client shares.
+
+Domain code raises these; the gRPC layer maps them to status codes in one table
+(``control/api/status.py``) and the client maps status codes back in one wrapper
+(``corral/client.py``), so the same failure is the same exception on both sides::
+
+    CorralError
+     +-- InvalidArgument      (field, rule)     -> INVALID_ARGUMENT / 400
+     +-- NotFound                               -> NOT_FOUND / 404
+     +-- AlreadyExists                          -> ALREADY_EXISTS / 409
+     +-- FailedPrecondition                     -> FAILED_PRECONDITION / 400
+     |    +-- StaleAttempt   (job_id, attempt)  a result or heartbeat from an attempt that lost its lease
+     +-- RateLimited          (retry_after)     -> RESOURCE_EXHAUSTED / 429 + retry-after
+     +-- Unauthenticated                        -> UNAUTHENTICATED / 401
+     +-- PermissionDenied                       -> PERMISSION_DENIED / 403
+     +-- Unavailable                            -> UNAVAILABLE / 503
+     +-- DeadlineExceeded                       -> DEADLINE_EXCEEDED / 504
+     +-- Internal                               -> INTERNAL / 500
+
+This module imports nothing from grpc: ``code`` is the name of the status code.
+"""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """Base of every error Corral raises on purpose."""
+
+    code: str = "UNKNOWN"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(CorralError):
+    """Raised when a request breaks a rule; ``field`` names the offending field (dotted path)."""
+
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}" if field else rule)
+        self.field = field
+        self.rule = rule
+
+
+class NotFound(CorralError):
+    """Raised when the job or worker named by a request does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class AlreadyExists(CorralError):
+    """Raised when an idempotency key is reused with a different request."""
+
+    code = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(CorralError):
+    """Raised when the target is in a state that does not allow the operation (retry a running job)."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class StaleAttempt(FailedPrecondition):
+    """Raised when a result or heartbeat comes from an attempt that no longer holds the job's lease."""
+
+    def __init__(self, job_id: str, attempt: int, reason: str) -> None:
+        super().__init__(f"stale attempt {job_id}#{attempt}: {reason}")
+        self.job_id = job_id
+        self.attempt = attempt
+
+
+class RateLimited(CorralError):
+    """Raised when a caller is over its rate limit; ``retry_after`` is in seconds."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Unauthenticated(CorralError):
+    """Raised when a call carries no valid credentials."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(CorralError):
+    """Raised when the caller may not do what it asked."""
+
+    code = "PERMISSION_DENIED"
+
+
+class Unavailable(CorralError):
+    """Raised when the service cannot take the call now (shutting down, store not writable)."""
+
+    code = "UNAVAILABLE"
+
+
+class DeadlineExceeded(CorralError):
+    """Raised when a call ran out of time."""
+
+    code = "DEADLINE_EXCEEDED"
+
+
+class Internal(CorralError):
+    """Raised for a bug or an unexpected failure; the message says what was being done."""
+
+    code = "INTERNAL"
+
+
+ERRORS_BY_CODE: dict[str, type[CorralError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        AlreadyExists,
+        FailedPrecondition,
+        RateLimited,
+        Unauthenticated,
+        PermissionDenied,
+        Unavailable,
+        DeadlineExceeded,
+        Internal,
+    )
+}
+"""Status-code name -> the exception a client raises for it."""

@@ -1,0 +1,39 @@
+"""Builds the Cython kernels of runner/ next to the pure-Python twins they accelerate.
+
+Everything else about the package lives in pyproject.toml.  Set CORRAL_NO_EXTENSIONS=1 to build
+without a C compiler; the runner then falls back to its pure-Python kernels.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from setuptools import setup
+
+
+def _extensions() -> list[object]:
+    if os.environ.get("CORRAL_NO_EXTENSIONS") == "1":
+        return []
+    pyx = sorted(Path("runner").rglob("*.pyx"))
+    if not pyx:
+        return []
+    import numpy
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    exts = [
+        Extension(
+            ".".join(p.with_suffix("").parts),
+            [str(p)],
+            include_dirs=[numpy.get_include()],
+            extra_compile_args=["-O3", "-fopenmp"],
+            extra_link_args=["-fopenmp"],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        )
+        for p in pyx
+    ]
+    return list(cythonize(exts, language_level=3, compiler_directives={"embedsignature": True}))
+
+
+setup(ext_modules=_extensions())
