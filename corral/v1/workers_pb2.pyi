@@ -119,6 +119,7 @@ class Register(_message.Message):
     RUNNING_FIELD_NUMBER: _builtins.int
     JOB_TYPES_FIELD_NUMBER: _builtins.int
     RUNNING_THREADS_FIELD_NUMBER: _builtins.int
+    FINISHED_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Stable across reconnects of one agent process."""
     threads: _builtins.int
@@ -142,6 +143,12 @@ class Register(_message.Message):
     def running_threads(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The threads each running attempt holds, parallel to `running`."""
 
+    @_builtins.property
+    def finished(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttemptRef]:
+        """Attempts that finished while disconnected, whose results follow right after Registered.
+        An attempt leased to this worker that is in neither list is lost (requeued as WORKER_LOST).
+        """
+
     def __init__(
         self,
         *,
@@ -155,10 +162,11 @@ class Register(_message.Message):
         running: _abc.Iterable[Global___AttemptRef] | None = ...,
         job_types: _abc.Iterable[Global___JobTypeInfo] | None = ...,
         running_threads: _abc.Iterable[_builtins.int] | None = ...,
+        finished: _abc.Iterable[Global___AttemptRef] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hostname", b"hostname", "job_types", b"job_types", "labels", b"labels", "pid", b"pid", "running", b"running", "running_threads", b"running_threads", "slots", b"slots", "threads", b"threads", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "hostname", b"hostname", "job_types", b"job_types", "labels", b"labels", "pid", b"pid", "running", b"running", "running_threads", b"running_threads", "slots", b"slots", "threads", b"threads", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
