@@ -1,0 +1,14 @@
+"""The Corral control plane.
+
+Domain (no grpc imports): ``jobs`` (record + state machine), ``scheduler`` (live jobs, queues,
+dispatch), ``sessions`` (worker protocol), ``reaper`` (lost workers, expired leases), ``queue``,
+``registry``, ``dispatch`` (selection policies), ``backoff``, ``clock``, ``watch``, ``admission``
+(validation, idempotency), ``store`` (durable state), ``config``.
+Edges: ``api`` (gRPC servicers, health, error mapping), ``app`` (composition root), ``__main__``.
+"""
+
+from control.app import ControlPlane
+from control.config import ConfigError, ControlConfig
+from control.jobs import JobRecord, JobState
+
+__all__ = ["ConfigError", "ControlConfig", "ControlPlane", "JobRecord", "JobState"]

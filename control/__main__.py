@@ -1,0 +1,64 @@
+"""``python -m control``: run one control plane until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from control.app import ControlPlane
+from control.config import ConfigError, ControlConfig
+from corral import logs
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m control", description="Run the Corral control plane.")
+    p.add_argument("--host", help="bind address (CORRAL_HOST, default 127.0.0.1)")
+    p.add_argument("--grpc-port", type=int, help="gRPC port, 0 = any free port (CORRAL_GRPC_PORT, default 50051)")
+    p.add_argument("--http-port", type=int, help="HTTP port (CORRAL_HTTP_PORT, default 8080)")
+    p.add_argument("--db", help="SQLite file (CORRAL_DB, default corral.db)")
+    p.add_argument("--port-file", type=Path, help="write the bound gRPC port here once serving")
+    p.add_argument("--log-level", help="debug|info|warning|error (CORRAL_LOG_LEVEL)")
+    p.add_argument("--log-format", help="json|logfmt (CORRAL_LOG_FORMAT)")
+    return p.parse_args(argv)
+
+
+async def serve(config: ControlConfig, port_file: Path | None) -> None:
+    cp = ControlPlane(config)
+    await cp.start()
+    if port_file is not None:
+        tmp = port_file.with_suffix(port_file.suffix + ".tmp")
+        tmp.write_text(str(cp.grpc_port))
+        os.replace(tmp, port_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await cp.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = ControlConfig.from_env(
+            host=args.host,
+            grpc_port=args.grpc_port,
+            http_port=args.http_port,
+            db=args.db,
+            log_level=args.log_level,
+            log_format=args.log_format,
+        )
+    except ConfigError as exc:
+        print(f"corral control: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(config.log_level, config.log_format)
+    asyncio.run(serve(config, args.port_file))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Submission rules: field ranges, sizes, and each job type's payload schema.
+
+Every rule names the field it checks, so a client learns exactly what to fix:
+``payload.a: 'x' is not of type 'integer'``. Nothing is stored for a request that breaks a rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from control.store.base import JobTypeEntry
+from corral.errors import InvalidArgument
+from corral.jobtypes import BUILTIN_SCHEMAS
+
+MAX_PRIORITY = 100
+MAX_THREADS = 1024
+MAX_ATTEMPTS = 100
+MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
+MAX_NAME = 256
+MAX_TYPE = 128
+MAX_KEY = 256
+MAX_LABELS = 64
+MAX_LABEL_KEY = 63
+MAX_LABEL_VALUE = 256
+
+
+@dataclass(slots=True)
+class Submission:
+    """A job as a client asked for it, before defaults are applied (None = not given)."""
+
+    type: str
+    payload: dict[str, Any]
+    name: str = ""
+    priority: int = 0
+    thread_demand: int | None = None
+    timeout_sec: float | None = None
+    max_attempts: int | None = None
+    scheduled_at: float | None = None
+    idempotency_key: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    payload_json: str = ""
+
+    def request_hash(self) -> str:
+        """A digest of everything that defines the job: equal requests have equal hashes."""
+        canon = json.dumps(
+            [
+                self.type,
+                self.payload,
+                self.name,
+                self.priority,
+                self.thread_demand,
+                self.timeout_sec,
+                self.max_attempts,
+                self.scheduled_at,
+                sorted(self.labels.items()),
+            ],
+            sort_keys=True,
+            separators=(",", ":"),
+            default=str,
+        )
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+
+class JobTypeCatalog:
+    """Known job types and their compiled payload validators: the built-ins plus what workers advertise."""
+
+    def __init__(self, extra: Iterable[JobTypeEntry] = ()) -> None:
+        self._schemas: dict[str, str] = {}
+        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        for name, schema in BUILTIN_SCHEMAS.items():
+            self._install(name, schema)
+        for entry in extra:
+            self.add(entry)
+
+    def _install(self, name: str, schema: dict[str, Any]) -> None:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+        self._validators[name] = cls(schema)
+        self._schemas[name] = json.dumps(schema, sort_keys=True)
+
+    def add(self, entry: JobTypeEntry) -> bool:
+        """Learn or update a type; True when something changed. A bad schema raises InvalidArgument."""
+        if entry.name in BUILTIN_SCHEMAS:
+            return False
+        try:
+            schema = json.loads(entry.schema_json) if entry.schema_json else {"type": "object"}
+            canon = json.dumps(schema, sort_keys=True)
+            if self._schemas.get(entry.name) == canon:
+                return False
+            self._install(entry.name, schema)
+        except (ValueError, jsonschema.SchemaError) as exc:
+            raise InvalidArgument(
+                f"job_types[{entry.name}].payload_schema_json", f"not a valid JSON Schema: {exc}"
+            ) from exc
+        return True
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._validators
+
+    def names(self) -> list[str]:
+        return sorted(self._validators)
+
+    def validate(self, name: str, payload: dict[str, Any], field_prefix: str) -> None:
+        """Raise InvalidArgument naming the first payload field that breaks the type's schema."""
+        validator = self._validators[name]
+        error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+        if error is not None:
+            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+            raise InvalidArgument(f"{field_prefix}payload{path}", error.message)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The configured bounds a submission is checked against."""
+
+    max_payload_bytes: int
+    max_batch: int
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not (low <= value <= high):
+        raise InvalidArgument(name, f"must be between {low:g} and {high:g}, got {value:g}")
+
+
+def _check_text(name: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidArgument(name, f"must be at most {limit} characters, got {len(value)}")
+    if "\x00" in value:
+        raise InvalidArgument(name, "must not contain NUL characters")
+
+
+def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: str = "") -> None:
+    """Check one submission; fills ``sub.payload_json``. Raises InvalidArgument naming the field."""
+    if not sub.type:
+        raise InvalidArgument(f"{prefix}type", "is required")
+    _check_text(f"{prefix}type", sub.type, MAX_TYPE)
+    if sub.type not in catalog:
+        known = ", ".join(catalog.names())
+        raise InvalidArgument(f"{prefix}type", f"unknown job type {sub.type!r}; known types: {known}")
+    _check_text(f"{prefix}name", sub.name, MAX_NAME)
+    _check_text(f"{prefix}idempotency_key", sub.idempotency_key, MAX_KEY)
+    _check_range(f"{prefix}priority", sub.priority, 0, MAX_PRIORITY)
+    if sub.thread_demand is not None:
+        _check_range(f"{prefix}thread_demand", sub.thread_demand, 1, MAX_THREADS)
+    if sub.max_attempts is not None:
+        _check_range(f"{prefix}max_attempts", sub.max_attempts, 1, MAX_ATTEMPTS)
+    if sub.timeout_sec is not None:
+        if not math.isfinite(sub.timeout_sec) or sub.timeout_sec <= 0:
+            raise InvalidArgument(f"{prefix}timeout_sec", f"must be > 0 seconds, got {sub.timeout_sec:g}")
+        _check_range(f"{prefix}timeout_sec", sub.timeout_sec, 0, MAX_TIMEOUT_SEC)
+    if len(sub.labels) > MAX_LABELS:
+        raise InvalidArgument(f"{prefix}labels", f"at most {MAX_LABELS} labels, got {len(sub.labels)}")
+    for key, value in sub.labels.items():
+        if not key:
+            raise InvalidArgument(f"{prefix}labels", "label keys must not be empty")
+        _check_text(f"{prefix}labels[{key}]", key, MAX_LABEL_KEY)
+        _check_text(f"{prefix}labels[{key}]", value, MAX_LABEL_VALUE)
+    payload_json = json.dumps(sub.payload, separators=(",", ":"), ensure_ascii=False)
+    size = len(payload_json.encode())
+    if size > limits.max_payload_bytes:
+        raise InvalidArgument(f"{prefix}payload", f"is {size} bytes; the limit is {limits.max_payload_bytes} bytes")
+    catalog.validate(sub.type, sub.payload, prefix)
+    sub.payload_json = payload_json
+
+
+def validate_batch(subs: list[Submission], catalog: JobTypeCatalog, limits: Limits) -> None:
+    """Check a batch: its size, then every job (fields named ``jobs[i].…``)."""
+    if not subs:
+        raise InvalidArgument("jobs", "must hold at least one job")
+    if len(subs) > limits.max_batch:
+        raise InvalidArgument("jobs", f"at most {limits.max_batch} jobs per batch, got {len(subs)}")
+    for i, sub in enumerate(subs):
+        validate(sub, catalog, limits, prefix=f"jobs[{i}].")

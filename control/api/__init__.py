@@ -1,0 +1,96 @@
+"""The gRPC surface of the control plane.
+
+Modules: ``jobs`` (JobServicer), ``workers`` (WorkerServicer.Connect), ``admin`` (AdminServicer),
+``health`` (liveness/readiness), ``convert`` (proto <-> domain), ``status`` (error -> status table),
+``decode`` (request parsing that names the field a bad byte sequence sits in).
+
+:func:`create_server` builds the server; it registers every RPC of the three corral.v1 services
+with request deserializers that turn undecodable bytes into an INVALID_ARGUMENT naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
+from grpc_reflection.v1alpha import reflection
+
+from control.api.admin import AdminServicer
+from control.api.decode import find_invalid_utf8
+from control.api.health import Health
+from control.api.jobs import JobServicer
+from control.api.status import Undecodable
+from control.api.workers import WorkerServicer
+from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
+
+__all__ = ["AdminServicer", "Health", "JobServicer", "WorkerServicer", "create_server", "service_handlers"]
+
+MAX_MESSAGE_BYTES = 64 << 20
+
+SERVICES: tuple[ServiceDescriptor, ...] = (
+    jobs_pb2.DESCRIPTOR.services_by_name["JobService"],
+    workers_pb2.DESCRIPTOR.services_by_name["WorkerService"],
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
+)
+
+
+def _deserializer(cls: type[Message]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            field = find_invalid_utf8(cls.DESCRIPTOR, data)
+            if field is not None:
+                return Undecodable(field, "is not valid UTF-8")
+            return Undecodable("", f"request is not a valid {cls.DESCRIPTOR.full_name}: {exc}")
+
+    return parse
+
+
+def service_handlers(service: ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
+    """A handler for every method of ``service``, bound to the servicer's method of the same name."""
+    from google.protobuf import message_factory
+
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in service.methods:
+        fn = getattr(servicer, method.name)
+        req = message_factory.GetMessageClass(method.input_type)
+        resp = message_factory.GetMessageClass(method.output_type)
+        kind = (method.client_streaming, method.server_streaming)
+        make = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[kind]
+        handlers[method.name] = make(
+            fn, request_deserializer=_deserializer(req), response_serializer=resp.SerializeToString
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+def create_server(
+    address: str, jobs: JobServicer, workers: WorkerServicer, admin: AdminServicer, health: Health
+) -> tuple[grpc.aio.Server, int]:
+    """The gRPC server with every service, health and reflection; returns it and the bound port."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ]
+    )
+    for service, servicer in zip(SERVICES, (jobs, workers, admin), strict=True):
+        server.add_generic_rpc_handlers((service_handlers(service, servicer),))
+    health.add_to(server)
+    names = [s.full_name for s in SERVICES] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
+    reflection.enable_server_reflection(names, server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return server, port

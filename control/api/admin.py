@@ -1,0 +1,41 @@
+"""AdminServicer: the worker registry, draining, and the autoscaler's state."""
+
+from __future__ import annotations
+
+import grpc
+
+from control.api import convert
+from control.api.status import grpc_errors
+from control.sessions import WorkerSessions
+from corral.errors import InvalidArgument
+from corral.v1 import admin_pb2
+
+
+class AdminServicer:
+    """corral.v1.AdminService."""
+
+    def __init__(self, sessions: WorkerSessions, drain_deadline_sec: float = 30.0) -> None:
+        self.sessions = sessions
+        self.drain_deadline_sec = drain_deadline_sec
+
+    @grpc_errors
+    async def ListWorkers(
+        self, request: admin_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListWorkersResponse:
+        workers = self.sessions.s.registry.all()
+        return admin_pb2.ListWorkersResponse(workers=[convert.worker(w) for w in workers])
+
+    @grpc_errors
+    async def DrainWorker(
+        self, request: admin_pb2.DrainWorkerRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.Worker:
+        if not request.id:
+            raise InvalidArgument("id", "is required")
+        return convert.worker(self.sessions.drain(request.id, self.drain_deadline_sec))
+
+    @grpc_errors
+    async def GetAutoscaler(
+        self, request: admin_pb2.GetAutoscalerRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.AutoscalerStatus:
+        connected = len(self.sessions.s.registry.connected())
+        return admin_pb2.AutoscalerStatus(mode="off", current_workers=connected, desired_workers=connected)

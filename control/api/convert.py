@@ -1,0 +1,184 @@
+"""Proto <-> domain conversions: the only place where generated messages and domain objects meet."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
+
+from control.admission import Submission
+from control.jobs import JobRecord
+from control.registry import Assignment, WorkerEntry
+from control.sessions import Hello, Outcome, Report
+from control.store import JobTypeEntry
+from corral.errors import InvalidArgument
+from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
+
+_EXACT = float(2**53)
+
+
+def plain(value: Any) -> Any:
+    """JSON values out of a Struct: integral floats within 2**53 become ints again."""
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) <= _EXACT:
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def struct_to_dict(msg: struct_pb2.Struct) -> dict[str, Any]:
+    if not msg.fields:
+        return {}
+    out: dict[str, Any] = plain(json_format.MessageToDict(msg))
+    return out
+
+
+def _set_struct(target: struct_pb2.Struct, text: str) -> None:
+    if text and text != "{}":
+        target.update(json.loads(text))
+
+
+def _set_time(target: Any, t: float | None) -> None:
+    if t is not None:
+        target.FromNanoseconds(int(t * 1e9))
+
+
+def _time(msg: Message, name: str) -> float | None:
+    if not msg.HasField(name):
+        return None
+    value: float = getattr(msg, name).ToNanoseconds() / 1e9
+    return value
+
+
+def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Submission:
+    """A SubmitJobRequest as a domain Submission (``idempotency_key`` from metadata when the field is empty)."""
+    timeout = req.timeout_sec if req.HasField("timeout_sec") else None
+    if timeout is not None and math.isnan(timeout):
+        raise InvalidArgument("timeout_sec", "must be a number, got NaN")
+    return Submission(
+        type=req.type,
+        payload=struct_to_dict(req.payload),
+        name=req.name,
+        priority=req.priority,
+        thread_demand=req.thread_demand if req.HasField("thread_demand") else None,
+        timeout_sec=timeout,
+        max_attempts=req.max_attempts if req.HasField("max_attempts") else None,
+        scheduled_at=_time(req, "scheduled_at"),
+        idempotency_key=req.idempotency_key or idempotency_key,
+        labels=dict(req.labels),
+    )
+
+
+def job(j: JobRecord) -> jobs_pb2.Job:
+    """The proto of a job record."""
+    out = jobs_pb2.Job(
+        id=j.id,
+        name=j.name,
+        type=j.type,
+        priority=j.priority,
+        thread_demand=j.thread_demand,
+        threads_granted=j.threads_granted,
+        state=int(j.state),  # type: ignore[arg-type]
+        attempts=j.attempts,
+        max_attempts=j.max_attempts,
+        timeout_sec=j.timeout_sec,
+        queue_seconds=j.queue_seconds,
+        exec_seconds=j.exec_seconds,
+        total_seconds=j.total_seconds,
+        worker_id=j.worker_id,
+        idempotency_key=j.idempotency_key,
+        labels=j.labels,
+    )
+    _set_struct(out.payload, j.payload_json)
+    _set_struct(out.result, j.result_json)
+    if j.error_code:
+        out.error.code = j.error_code
+        out.error.message = j.error_message
+    _set_time(out.scheduled_at, j.scheduled_at)
+    _set_time(out.created_at, j.created_at)
+    _set_time(out.started_at, j.started_at)
+    _set_time(out.finished_at, j.finished_at)
+    _set_time(out.ready_at, j.ready_at)
+    return out
+
+
+def worker(w: WorkerEntry) -> admin_pb2.Worker:
+    out = admin_pb2.Worker(
+        id=w.id,
+        state=int(w.state),  # type: ignore[arg-type]
+        threads=w.threads,
+        slots=w.slots,
+        free_threads=w.free_threads,
+        free_slots=w.free_slots,
+        running_jobs=sorted(job_id for job_id, _ in w.running),
+        labels=w.labels,
+        hostname=w.hostname,
+        pid=w.pid,
+        jobs_completed=w.jobs_completed,
+        jobs_failed=w.jobs_failed,
+    )
+    _set_time(out.registered_at, w.registered_at)
+    _set_time(out.last_heartbeat_at, w.last_seen)
+    return out
+
+
+def hello(reg: workers_pb2.Register) -> Hello:
+    if not reg.worker_id:
+        raise InvalidArgument("register.worker_id", "is required")
+    if reg.threads < 1 or reg.slots < 1:
+        raise InvalidArgument("register.threads", f"threads and slots must be >= 1, got {reg.threads}, {reg.slots}")
+    threads = list(reg.running_threads)
+    running = {(a.job_id, a.attempt): (threads[i] if i < len(threads) else 1) for i, a in enumerate(reg.running)}
+    return Hello(
+        worker_id=reg.worker_id,
+        threads=reg.threads,
+        slots=reg.slots,
+        labels=dict(reg.labels),
+        hostname=reg.hostname,
+        pid=reg.pid,
+        running=running,
+        finished={(a.job_id, a.attempt) for a in reg.finished},
+        job_types=[JobTypeEntry(t.name, t.payload_schema_json, t.description) for t in reg.job_types if t.name],
+    )
+
+
+def reports(msg: workers_pb2.Results) -> list[Report]:
+    return [
+        Report(
+            job_id=r.attempt.job_id,
+            attempt=r.attempt.attempt,
+            outcome=Outcome(r.outcome) if r.outcome in Outcome._value2member_map_ else Outcome.FAILED,
+            result_json=r.result_json,
+            error_code=r.error_code,
+            error_message=r.error_message,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+        )
+        for r in msg.results
+    ]
+
+
+def assign(batch: list[Assignment]) -> workers_pb2.ControlMessage:
+    msg = workers_pb2.ControlMessage()
+    add = msg.assign.assignments.add
+    for a in batch:
+        add(
+            job_id=a.job_id,
+            attempt=a.attempt,
+            type=a.type,
+            payload_json=a.payload_json,
+            threads=a.threads,
+            timeout_sec=a.timeout_sec,
+        )
+    return msg
+
+
+def attempt_refs(keys: list[tuple[str, int]]) -> list[workers_pb2.AttemptRef]:
+    return [workers_pb2.AttemptRef(job_id=j, attempt=a) for j, a in keys]

@@ -1,0 +1,116 @@
+"""JobServicer: a thin adapter from corral.v1.JobService to the Scheduler."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+
+from control.api import convert
+from control.api.status import grpc_errors
+from control.jobs import JobState
+from control.registry import WorkerState
+from control.scheduler import Scheduler
+from corral.errors import InvalidArgument
+from corral.v1 import jobs_pb2
+
+MAX_LIST = 1000
+
+
+def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode()
+    return ""
+
+
+class JobServicer:
+    """corral.v1.JobService."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+
+    @grpc_errors
+    async def SubmitJob(
+        self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.SubmitJobResponse:
+        sub = convert.submission(request, _metadata(context, "idempotency-key"))
+        (job,) = await self.s.submit([sub])
+        return jobs_pb2.SubmitJobResponse(job=convert.job(job))
+
+    @grpc_errors
+    async def SubmitJobs(
+        self, request: jobs_pb2.SubmitJobsRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.SubmitJobsResponse:
+        subs = []
+        for i, r in enumerate(request.jobs):
+            try:
+                subs.append(convert.submission(r))
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
+        jobs = await self.s.submit(subs, batch=True)
+        return jobs_pb2.SubmitJobsResponse(jobs=[convert.job(j) for j in jobs])
+
+    @grpc_errors
+    async def GetJob(self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+        return convert.job(await self.s.get(_id(request.id)))
+
+    @grpc_errors
+    async def ListJobs(
+        self, request: jobs_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.ListJobsResponse:
+        limit = request.limit or 50
+        if not 1 <= limit <= MAX_LIST:
+            raise InvalidArgument("limit", f"must be between 1 and {MAX_LIST}, got {limit}")
+        if request.offset < 0:
+            raise InvalidArgument("offset", f"must be >= 0, got {request.offset}")
+        states = []
+        for value in request.status:
+            if value not in JobState._value2member_map_:
+                raise InvalidArgument("status", f"unknown state {value}")
+            states.append(JobState(value))
+        page = await self.s.list_jobs(states, request.type, limit, request.offset)
+        return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
+
+    @grpc_errors
+    async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+        return convert.job(await self.s.cancel(_id(request.id)))
+
+    @grpc_errors
+    async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+        return convert.job(await self.s.retry(_id(request.id)))
+
+    @grpc_errors
+    async def WatchJob(
+        self, request: jobs_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.JobEvent]:
+        async for job in self.s.watch(_id(request.id)):
+            yield jobs_pb2.JobEvent(job=convert.job(job))
+
+    @grpc_errors
+    async def GetStats(self, request: jobs_pb2.GetStatsRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Stats:
+        counts = self.s.state_counts()
+        by_worker_state = {s.name: 0 for s in WorkerState}
+        for w in self.s.registry.all():
+            by_worker_state[w.state.name] += 1
+        done = counts[JobState.SUCCEEDED] + counts[JobState.FAILED]
+        return jobs_pb2.Stats(
+            queue_depth=counts[JobState.PENDING],
+            scheduled=counts[JobState.SCHEDULED],
+            running=counts[JobState.RUNNING],
+            workers=len(self.s.registry),
+            workers_by_state=by_worker_state,
+            jobs_by_status={s.name: n for s, n in counts.items()},
+            success_rate=counts[JobState.SUCCEEDED] / done if done else 0.0,
+            uptime_seconds=time.time() - self.s.started_at,
+            dead_letter=counts[JobState.FAILED],
+        )
+
+
+def _id(value: str) -> str:
+    if not value:
+        raise InvalidArgument("id", "is required")
+    if len(value) > 128:
+        raise InvalidArgument("id", f"must be at most 128 characters, got {len(value)}")
+    return value

@@ -1,0 +1,134 @@
+"""WorkerServicer.Connect: one bidirectional stream per worker.
+
+Outgoing messages are coalesced: every assignment and every ack queued while the stream was busy
+writing goes out in one Assign and one Ack message, which keeps the per-job cost of the stream low
+under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from control.api import convert
+from control.api.status import rich_status
+from control.registry import Assignment, AttemptKey
+from control.sessions import WorkerSessions
+from corral.errors import CorralError, InvalidArgument
+from corral.v1 import workers_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class GrpcLink:
+    """The WorkerLink of one stream: queues messages for the writer loop."""
+
+    def __init__(self) -> None:
+        self._assign: list[Assignment] = []
+        self._acks: list[AttemptKey] = []
+        self._other: list[workers_pb2.ControlMessage] = []
+        self._wake = asyncio.Event()
+        self.closed = False
+
+    def assign(self, assignments: list[Assignment]) -> None:
+        self._assign.extend(assignments)
+        self._wake.set()
+
+    def ack(self, attempts: list[AttemptKey]) -> None:
+        self._acks.extend(attempts)
+        self._wake.set()
+
+    def cancel(self, job_id: str, attempt: int) -> None:
+        msg = workers_pb2.ControlMessage()
+        msg.cancel.attempt.job_id = job_id
+        msg.cancel.attempt.attempt = attempt
+        self._other.append(msg)
+        self._wake.set()
+
+    def drain(self, deadline_sec: float) -> None:
+        msg = workers_pb2.ControlMessage()
+        msg.drain.deadline_sec = deadline_sec
+        self._other.append(msg)
+        self._wake.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake.set()
+
+    async def outgoing(self) -> AsyncIterator[workers_pb2.ControlMessage]:
+        """Messages to write, coalesced, until the link is closed."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.closed:
+                return
+            if self._other:
+                other, self._other = self._other, []
+                for msg in other:
+                    yield msg
+            if self._assign:
+                batch, self._assign = self._assign, []
+                yield convert.assign(batch)
+            if self._acks:
+                acks, self._acks = self._acks, []
+                msg = workers_pb2.ControlMessage()
+                msg.ack.attempts.extend(convert.attempt_refs(acks))
+                yield msg
+
+
+class WorkerServicer:
+    """corral.v1.WorkerService."""
+
+    def __init__(self, sessions: WorkerSessions) -> None:
+        self.sessions = sessions
+
+    async def Connect(
+        self, request_iterator: AsyncIterator[workers_pb2.WorkerMessage], context: grpc.aio.ServicerContext
+    ) -> None:
+        try:
+            first = await anext(request_iterator)
+            if first.WhichOneof("msg") != "register":
+                raise InvalidArgument("register", "the first message on a worker stream must be Register")
+            hello = convert.hello(first.register)
+        except StopAsyncIteration:
+            return
+        except CorralError as err:
+            code, message, trailers = rich_status(err)
+            await context.abort(code, message, trailing_metadata=trailers)
+        link = GrpcLink()
+        adopted, rejected = self.sessions.register(hello, link)
+        s = self.sessions.s
+        reply = workers_pb2.ControlMessage()
+        reply.registered.worker_id = hello.worker_id
+        reply.registered.heartbeat_interval_sec = s.config.heartbeat_interval_sec
+        reply.registered.adopted.extend(convert.attempt_refs(adopted))
+        reply.registered.rejected.extend(convert.attempt_refs(rejected))
+        reader = asyncio.ensure_future(self._read(hello.worker_id, request_iterator, link))
+        try:
+            await context.write(reply)
+            async for msg in link.outgoing():
+                await context.write(msg)
+        finally:
+            reader.cancel()
+            self.sessions.disconnected(hello.worker_id, link)
+
+    async def _read(self, worker_id: str, requests: AsyncIterator[workers_pb2.WorkerMessage], link: GrpcLink) -> None:
+        sessions = self.sessions
+        try:
+            async for msg in requests:
+                kind = msg.WhichOneof("msg")
+                if kind == "results":
+                    sessions.results(worker_id, convert.reports(msg.results), link)
+                elif kind == "heartbeat":
+                    sessions.heard_from(worker_id)
+                elif kind == "draining":
+                    sessions.draining(worker_id)
+        except (asyncio.CancelledError, grpc.aio.AioRpcError):
+            pass
+        except Exception:
+            logger.exception("worker_stream_failed", extra={"worker_id": worker_id})
+        finally:
+            link.close()

@@ -1,0 +1,39 @@
+"""The only source of "now" in the control plane.
+
+Domain code takes a :class:`Clock` so that tests can drive time with :class:`FakeClock` instead of
+sleeping. Times are Unix seconds (floats): they are persisted and compared across restarts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Tells the time."""
+
+    def now(self) -> float:
+        """Unix time in seconds."""
+        ...
+
+
+class SystemClock:
+    """The real wall clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+class FakeClock:
+    """A clock that moves only when told to (tests)."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``."""
+        self._now += seconds

@@ -1,0 +1,85 @@
+"""Which worker gets the next job: the selection policies and the placement rules.
+
+Placement is credit-based: a worker is offered a job only while it has a free slot and the threads
+the job was granted, so no worker ever holds work it cannot start. A job asking for more threads
+than any connected worker has is granted the most any worker has (and records that).
+
+Policies pick among the workers that can take the job:
+
+- :class:`RoundRobin` (the default) walks the workers in registration order from just after the
+  last one it chose, so equal workers take turns.
+- :class:`LeastRecentlyUsed` picks the worker whose last assignment is oldest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from control.registry import WorkerEntry
+
+
+class SelectionPolicy(Protocol):
+    """Chooses a worker for a job needing ``threads`` threads, or None when none can take it."""
+
+    def choose(self, workers: Sequence[WorkerEntry], threads: int) -> WorkerEntry | None: ...
+
+
+class RoundRobin:
+    """Take turns in registration order, skipping workers that cannot take the job."""
+
+    def __init__(self) -> None:
+        self._last: str | None = None
+
+    def choose(self, workers: Sequence[WorkerEntry], threads: int) -> WorkerEntry | None:
+        n = len(workers)
+        if n == 0:
+            return None
+        start = 0
+        if self._last is not None:
+            for i, w in enumerate(workers):
+                if w.id == self._last:
+                    start = i + 1
+                    break
+        for k in range(n):
+            w = workers[(start + k) % n]
+            if w.can_take(threads):
+                self._last = w.id
+                return w
+        return None
+
+
+class LeastRecentlyUsed:
+    """The eligible worker whose last assignment is oldest."""
+
+    def choose(self, workers: Sequence[WorkerEntry], threads: int) -> WorkerEntry | None:
+        best: WorkerEntry | None = None
+        for w in workers:
+            if w.can_take(threads) and (best is None or w.last_assigned_at < best.last_assigned_at):
+                best = w
+        return best
+
+
+POLICIES = {"round_robin": RoundRobin, "lru": LeastRecentlyUsed}
+"""Policy name (CORRAL_SELECTION) -> class."""
+
+
+def granted_threads(demand: int, max_threads: int) -> int:
+    """Threads a job gets: what it asked for, capped at the most any connected worker has."""
+    return max(1, min(demand, max_threads)) if max_threads > 0 else demand
+
+
+def reserve_for(workers: Sequence[WorkerEntry], threads: int) -> WorkerEntry | None:
+    """The worker a job that fits nowhere right now should wait for: connected, not draining, with
+    enough threads in total, and the most free threads already. Reserving it stops smaller jobs from
+    starving the big one."""
+    best: WorkerEntry | None = None
+    for w in workers:
+        if (
+            w.connected
+            and not w.draining
+            and w.threads >= threads
+            and (best is None or w.free_threads > best.free_threads)
+        ):
+            best = w
+    return best

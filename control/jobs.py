@@ -1,0 +1,290 @@
+"""The job record and its state machine: every state change of a job goes through this module.
+
+::
+
+                 scheduled_at / backoff elapsed
+    SCHEDULED ------------------------------------> PENDING ---- lease ----> RUNNING ----> SUCCEEDED
+        ^                                              ^                       |
+        |        failed attempt, attempts remain       |    handed back        |
+        +----------------------------------------------+-----------------------+
+                                                                               |
+                               failed attempt, no attempts left                v
+                                                                            FAILED  (dead-letter queue)
+                                                                               |
+                                          RetryJob (fresh attempt budget)      |
+                                    PENDING <----------------------------------+
+
+    CANCELLED from SCHEDULED, PENDING or RUNNING.
+
+Failure handling
+----------------
+An attempt is identified by its fencing token ``(job id, attempt number)``. ``attempts`` counts the
+leases ever granted, so the token of each new lease is new. A worker's report about an attempt is
+applied only while that attempt holds the lease (state RUNNING and ``attempts`` equal); anything
+else is stale: a reaped worker that comes back, a result that arrives after a cancel or after a
+lease expiry. Stale reports are rejected and change nothing.
+
+A failed attempt (the job raised, timed out, its worker was lost, or its lease expired) is charged
+against ``max_attempts``. While attempts remain the job goes back to SCHEDULED with a capped
+exponential backoff (``control.backoff``); otherwise it is FAILED. An attempt the worker handed back
+unfinished (drain deadline) is not charged: the job is ready again at once.
+
+The functions here only change the in-memory record and check the rules; the caller persists the
+record (the store applies it as a compare-and-set on ``(id, attempts)``) before acknowledging or
+announcing the change.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+from corral.errors import FailedPrecondition, StaleAttempt
+
+
+class JobState(enum.IntEnum):
+    """Job states; the values equal the proto's ``Job.State``."""
+
+    SCHEDULED = 1
+    PENDING = 2
+    RUNNING = 3
+    SUCCEEDED = 4
+    FAILED = 5
+    CANCELLED = 6
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+ALLOWED: dict[JobState, frozenset[JobState]] = {
+    JobState.SCHEDULED: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {JobState.SUCCEEDED, JobState.SCHEDULED, JobState.PENDING, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset({JobState.PENDING}),
+    JobState.CANCELLED: frozenset(),
+}
+"""The allowed transitions: from-state -> to-states."""
+
+# Error codes recorded on jobs (JobError.code).
+ERROR = "ERROR"
+TIMEOUT = "TIMEOUT"
+WORKER_LOST = "WORKER_LOST"
+LEASE_EXPIRED = "LEASE_EXPIRED"
+CANCELLED = "CANCELLED"
+
+
+class JobRecord:
+    """Everything known about one job; mutated only by the functions of this module."""
+
+    __slots__ = (
+        "attempts",
+        "charged_attempts",
+        "created_at",
+        "error_code",
+        "error_message",
+        "exec_seconds",
+        "finished_at",
+        "id",
+        "idempotency_key",
+        "labels",
+        "lease_expires_at",
+        "max_attempts",
+        "name",
+        "payload_json",
+        "priority",
+        "queue_seconds",
+        "ready_at",
+        "result_json",
+        "scheduled_at",
+        "seq",
+        "started_at",
+        "state",
+        "thread_demand",
+        "threads_granted",
+        "timeout_sec",
+        "type",
+        "updated_at",
+        "worker_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        type: str,
+        payload_json: str,
+        created_at: float,
+        name: str = "",
+        priority: int = 0,
+        thread_demand: int = 1,
+        timeout_sec: float = 3600.0,
+        max_attempts: int = 3,
+        scheduled_at: float | None = None,
+        idempotency_key: str = "",
+        labels: dict[str, str] | None = None,
+        seq: int = 0,
+        state: JobState = JobState.PENDING,
+        ready_at: float | None = None,
+    ) -> None:
+        self.id = id
+        self.seq = seq
+        self.name = name
+        self.type = type
+        self.payload_json = payload_json
+        self.priority = priority
+        self.thread_demand = thread_demand
+        self.threads_granted = 0
+        self.timeout_sec = timeout_sec
+        self.max_attempts = max_attempts
+        self.scheduled_at = scheduled_at
+        self.idempotency_key = idempotency_key
+        self.labels = labels or {}
+        self.state = state
+        self.attempts = 0
+        self.charged_attempts = 0
+        self.created_at = created_at
+        self.ready_at = created_at if ready_at is None else ready_at
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.queue_seconds = 0.0
+        self.exec_seconds = 0.0
+        self.worker_id = ""
+        self.lease_expires_at: float | None = None
+        self.result_json = ""
+        self.error_code = ""
+        self.error_message = ""
+        self.updated_at = created_at
+
+    @property
+    def total_seconds(self) -> float:
+        """Seconds from submission to the terminal state (0 until then)."""
+        return (self.finished_at - self.created_at) if self.finished_at is not None else 0.0
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.payload_json)
+        return value
+
+    def __repr__(self) -> str:
+        return f"JobRecord({self.id!r}, {self.type!r}, {self.state.name}, attempt={self.attempts})"
+
+
+def new_job(job: JobRecord, now: float) -> None:
+    """Set the initial state of a submitted job: SCHEDULED when it is due later, else PENDING."""
+    if job.scheduled_at is not None and job.scheduled_at > now:
+        job.state = JobState.SCHEDULED
+        job.ready_at = job.scheduled_at
+    else:
+        job.state = JobState.PENDING
+        job.ready_at = now
+    job.updated_at = now
+
+
+def _move(job: JobRecord, to: JobState, now: float) -> JobState:
+    before = job.state
+    if to not in ALLOWED[before]:
+        raise FailedPrecondition(f"job {job.id!r} is {before.name}; it cannot become {to.name}")
+    job.state = to
+    job.updated_at = now
+    return before
+
+
+def check_attempt(job: JobRecord, attempt: int) -> None:
+    """Raise :class:`StaleAttempt` unless ``(job.id, attempt)`` holds the job's lease."""
+    if job.state is not JobState.RUNNING:
+        raise StaleAttempt(job.id, attempt, f"job is {job.state.name}")
+    if job.attempts != attempt:
+        raise StaleAttempt(job.id, attempt, f"current attempt is {job.attempts}")
+
+
+def promote(job: JobRecord, now: float) -> None:
+    """SCHEDULED -> PENDING: its time came."""
+    _move(job, JobState.PENDING, now)
+    job.ready_at = now
+
+
+def lease(job: JobRecord, worker_id: str, threads: int, now: float, grace: float) -> int:
+    """PENDING -> RUNNING on ``worker_id``; returns the new attempt number (the fencing token)."""
+    _move(job, JobState.RUNNING, now)
+    job.attempts += 1
+    job.worker_id = worker_id
+    job.threads_granted = threads
+    job.started_at = now
+    job.queue_seconds = max(0.0, now - job.ready_at)
+    job.lease_expires_at = now + job.timeout_sec + grace
+    job.error_code = job.error_message = ""
+    return job.attempts
+
+
+def adopt(job: JobRecord, attempt: int, worker_id: str, now: float, grace: float) -> None:
+    """Keep a RUNNING attempt leased to the worker that reports it after a reconnect or restart."""
+    check_attempt(job, attempt)
+    job.worker_id = worker_id
+    base = job.started_at if job.started_at is not None else now
+    job.lease_expires_at = max(base + job.timeout_sec + grace, now + grace)
+    job.updated_at = now
+
+
+def succeed(job: JobRecord, attempt: int, result_json: str, now: float, exec_seconds: float) -> None:
+    """RUNNING -> SUCCEEDED with its result."""
+    check_attempt(job, attempt)
+    _move(job, JobState.SUCCEEDED, now)
+    job.charged_attempts += 1
+    job.result_json = result_json
+    job.finished_at = now
+    job.exec_seconds = exec_seconds
+    job.lease_expires_at = None
+
+
+def fail_attempt(
+    job: JobRecord, attempt: int, code: str, message: str, now: float, delay: float, exec_seconds: float = 0.0
+) -> bool:
+    """A failed attempt: RUNNING -> SCHEDULED (retry after ``delay``) or FAILED. True when it will retry."""
+    check_attempt(job, attempt)
+    job.charged_attempts += 1
+    job.error_code = code
+    job.error_message = message
+    job.exec_seconds = exec_seconds
+    job.lease_expires_at = None
+    if job.charged_attempts < job.max_attempts:
+        _move(job, JobState.SCHEDULED, now)
+        job.ready_at = now + delay
+        return True
+    _move(job, JobState.FAILED, now)
+    job.finished_at = now
+    return False
+
+
+def hand_back(job: JobRecord, attempt: int, now: float) -> None:
+    """RUNNING -> PENDING without charging the attempt (the worker gave the lease back unfinished)."""
+    check_attempt(job, attempt)
+    _move(job, JobState.PENDING, now)
+    job.ready_at = now
+    job.lease_expires_at = None
+    job.worker_id = ""
+
+
+def cancel(job: JobRecord, now: float) -> JobState:
+    """Any non-terminal state -> CANCELLED; returns the state it left."""
+    before = _move(job, JobState.CANCELLED, now)
+    job.error_code = CANCELLED
+    job.error_message = "cancelled by request"
+    job.finished_at = now
+    job.lease_expires_at = None
+    return before
+
+
+def redrive(job: JobRecord, now: float) -> None:
+    """FAILED -> PENDING with a fresh attempt budget (RetryJob)."""
+    _move(job, JobState.PENDING, now)
+    job.charged_attempts = 0
+    job.ready_at = now
+    job.finished_at = None
+    job.result_json = ""

@@ -1,0 +1,74 @@
+"""The in-memory queues: ready jobs by priority then age, and delayed jobs by due time.
+
+Both are rebuilt from the store at start-up. Entries are removed lazily: a cancelled or already
+leased job stays in the heap until it reaches the top, where the owner's ``is_live`` check drops it.
+That keeps cancel O(1) and every push/pop O(log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+
+class ReadyQueue:
+    """PENDING jobs ordered by (priority desc, ready time, submission sequence)."""
+
+    def __init__(self, is_live: Callable[[str, int], bool]) -> None:
+        self._heap: list[tuple[int, float, int, str, int]] = []
+        self._is_live = is_live
+        self._token = 0
+
+    def push(self, job_id: str, priority: int, ready_at: float, seq: int) -> int:
+        """Queue a job; returns the entry's token (a later push of the same job supersedes it)."""
+        self._token += 1
+        heapq.heappush(self._heap, (-priority, ready_at, seq, job_id, self._token))
+        return self._token
+
+    def pop(self) -> str | None:
+        """The best live job, or None when there is none."""
+        heap = self._heap
+        while heap:
+            _, _, _, job_id, token = heapq.heappop(heap)
+            if self._is_live(job_id, token):
+                return job_id
+        return None
+
+    def drain_live(self, limit: int) -> Iterator[str]:
+        """Pop up to ``limit`` live jobs in order (the dispatcher pushes back what it cannot place)."""
+        for _ in range(limit):
+            job_id = self.pop()
+            if job_id is None:
+                return
+            yield job_id
+
+    def __len__(self) -> int:
+        """Heap entries, including ones not yet dropped lazily (an upper bound on live jobs)."""
+        return len(self._heap)
+
+
+class DelayedQueue:
+    """SCHEDULED jobs ordered by the time they become ready."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = 0
+
+    def push(self, job_id: str, due: float) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, job_id))
+
+    def next_due(self) -> float | None:
+        """When the earliest entry is due, or None when empty."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now: float) -> list[str]:
+        """Remove and return every job due at ``now`` (callers check the job is still SCHEDULED)."""
+        out: list[str] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            out.append(heapq.heappop(heap)[2])
+        return out
+
+    def __len__(self) -> int:
+        return len(self._heap)

@@ -1,0 +1,81 @@
+"""Reaper: finds lost workers and expired leases and puts their jobs back in line.
+
+A worker is lost when nothing was heard from it for WORKER_HEARTBEAT_TIMEOUT_SEC, whether its
+stream is still open (hung) or closed (crashed and did not come back). Each attempt it held is a
+failed attempt with reason WORKER_LOST. A lease is expired at its job's deadline plus the lease
+grace, for a worker that is alive but did not kill its job: the attempt fails with LEASE_EXPIRED
+and the worker is told to cancel it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from control import jobs
+from control.jobs import JobRecord, JobState
+from control.scheduler import Scheduler
+from corral import logs
+
+logger = logging.getLogger(__name__)
+
+
+class Reaper:
+    """Periodic sweep; ``sweep()`` is also called directly by tests."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        timeout = scheduler.config.heartbeat_timeout_sec
+        self.interval = max(0.05, min(1.0, timeout / 4))
+        self.reaped = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.sweep()
+            except Exception:  # a bug here must not stop reaping for good
+                logger.exception("reaper_failed")
+
+    def sweep(self) -> None:
+        s = self.s
+        now = s.clock.now()
+        changed: list[JobRecord] = []
+        timeout = s.config.heartbeat_timeout_sec
+        for worker in s.registry.all():
+            if now - worker.last_seen <= timeout:
+                continue
+            s.registry.remove(worker.id)
+            self.reaped += 1
+            logger.warning(
+                logs.WORKER_STALE,
+                extra={
+                    "worker_id": worker.id,
+                    "silent_sec": round(now - worker.last_seen, 3),
+                    "jobs": len(worker.running),
+                },
+            )
+            if worker.link is not None:
+                worker.link.close()
+                worker.link = None
+            for job_id, attempt in worker.running:
+                job = s.active.get(job_id)
+                if job is not None and job.state is JobState.RUNNING and job.attempts == attempt:
+                    s.fail(job, attempt, jobs.WORKER_LOST, f"worker {worker.id} was lost")
+                    changed.append(job)
+            s.registry.changed()
+            s.on_change()
+        for job_id in list(s.running):
+            job = s.active[job_id]
+            if job.lease_expires_at is not None and job.lease_expires_at < now:
+                attempt = job.attempts
+                logger.warning(
+                    logs.LEASE_EXPIRED, extra={"job_id": job.id, "attempt": attempt, "worker_id": job.worker_id}
+                )
+                holder = s.registry.get(job.worker_id)
+                s.fail(job, attempt, jobs.LEASE_EXPIRED, f"lease expired on worker {job.worker_id}")
+                changed.append(job)
+                if holder is not None and holder.link is not None:
+                    holder.link.cancel(job_id, attempt)
+        if changed:
+            s.later(changed)

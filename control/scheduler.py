@@ -1,0 +1,402 @@
+"""Scheduler: the control plane's core. It owns the live jobs, the queues and the worker registry.
+
+All of its state lives on one asyncio event loop, so every check-then-change (a compare-and-set on
+``(job id, attempt)``) is atomic. Changes are made in memory through ``control.jobs``, queued to the
+store at once, and acknowledged or announced only after the store has committed them: a client, a
+worker or a watcher never hears of a change that a crash could undo. Many changes share one commit.
+
+Job-facing operations are here; the worker side (register, results, disconnects) is
+``control.sessions`` and lost workers / expired leases are ``control.reaper``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from control import jobs
+from control.admission import IdempotencyKeys, JobTypeCatalog, Limits, Submission, validate, validate_batch
+from control.backoff import retry_delay
+from control.clock import Clock
+from control.config import ControlConfig
+from control.dispatch import LeastRecentlyUsed, RoundRobin, SelectionPolicy, granted_threads, reserve_for
+from control.jobs import JobRecord, JobState
+from control.queue import DelayedQueue, ReadyQueue
+from control.registry import Assignment, WorkerEntry, WorkerRegistry
+from control.store import IdempotencyEntry, JobPage, Store
+from control.watch import Watchers
+from corral import logs
+from corral.errors import FailedPrecondition, NotFound
+
+logger = logging.getLogger(__name__)
+
+MAX_SCAN = 64
+"""Jobs the dispatcher may look past when the best ones fit no free worker (backfill depth)."""
+
+
+class Scheduler:
+    """Live jobs, queues and workers; see the module docstring."""
+
+    def __init__(self, store: Store, config: ControlConfig, clock: Clock, rng: random.Random | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.rng = rng or random.Random(config.backoff_seed)
+        self.policy: SelectionPolicy = RoundRobin() if config.selection == "round_robin" else LeastRecentlyUsed()
+        self.limits = Limits(config.max_payload_bytes, config.max_batch)
+        self.catalog = JobTypeCatalog(store.load_job_types())
+        self.idempotency = IdempotencyKeys(config.idempotency_ttl_sec, store.load_idempotency(clock.now()))
+        self.registry = WorkerRegistry()
+        self.watchers = Watchers()
+        self.active: dict[str, JobRecord] = {}
+        self.running: set[str] = set()
+        self.counts: Counter[JobState] = Counter(store.count_by_state())
+        self.ready = ReadyQueue(self._is_queued)
+        self.delayed = DelayedQueue()
+        self.started_at = time.time()
+        self.on_change: Callable[[], None] = lambda: None
+        """Called when readiness may have changed (a worker came, left or started draining)."""
+        self._queued: dict[str, int] = {}
+        self._seq = store.max_seq()
+        self._dispatch_pending = False
+        self._flush_pending = False
+        self._after_commit: list[Callable[[], None]] = []
+        self._timer_wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- start-up: rebuild memory from the store --------------------------------------------------
+    def recover(self) -> None:
+        """Load live jobs; RUNNING ones stay leased to their (not yet reconnected) workers."""
+        now = self.clock.now()
+        for job in self.store.load_active():
+            self.active[job.id] = job
+            if job.state is JobState.PENDING:
+                self._enqueue(job)
+            elif job.state is JobState.SCHEDULED:
+                self.delayed.push(job.id, job.ready_at)
+            elif job.state is JobState.RUNNING:
+                self.running.add(job.id)
+                ghost = self.registry.get(job.worker_id)
+                if ghost is None:
+                    # Known only from the store: reaped if it does not reconnect in time.
+                    ghost = WorkerEntry(job.worker_id, threads=0, slots=0, registered_at=now, last_seen=now)
+                    self.registry.add(ghost)
+                ghost.running[(job.id, job.attempts)] = job.threads_granted
+        if self.active:
+            logger.info(
+                "recovered",
+                extra={"jobs": len(self.active), "running": len(self.running), "workers": len(self.registry)},
+            )
+
+    def spawn(self, coro: asyncio.Future[None] | asyncio.Task[None] | object) -> None:
+        """Run a background coroutine, keeping a reference until it ends."""
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- commits --------------------------------------------------------------------------------
+    def later(self, changed: Sequence[JobRecord], then: Callable[[], None] | None = None) -> None:
+        """Persist ``changed`` and, once committed, announce them and run ``then``."""
+        if changed:
+            self.store.update(changed)
+        snapshot = list(changed)
+
+        def done() -> None:
+            for job in snapshot:
+                self.watchers.announce(job)
+                if job.state.terminal and self.active.get(job.id) is job:
+                    del self.active[job.id]
+            if then is not None:
+                then()
+
+        self._after_commit.append(done)
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        callbacks, self._after_commit = self._after_commit, []
+        self.spawn(self._commit_then(callbacks))
+
+    async def _commit_then(self, callbacks: list[Callable[[], None]]) -> None:
+        try:
+            await self.store.commit()
+        except Exception:
+            logger.exception("commit_failed")
+            return
+        for cb in callbacks:
+            cb()
+
+    # ---- bookkeeping after a transition ---------------------------------------------------------
+    def moved(self, job: JobRecord, before: JobState) -> None:
+        """Update counts and queues after ``job`` left ``before``."""
+        after = job.state
+        if after is before:
+            return
+        self.counts[before] -= 1
+        self.counts[after] += 1
+        if before is JobState.RUNNING:
+            self.running.discard(job.id)
+        if after is JobState.PENDING:
+            self._enqueue(job)
+        elif after is JobState.SCHEDULED:
+            self.delayed.push(job.id, job.ready_at)
+            self._timer_wake.set()
+        elif after is JobState.RUNNING:
+            self.running.add(job.id)
+
+    def fail(self, job: JobRecord, attempt: int, code: str, message: str, exec_seconds: float = 0.0) -> None:
+        """Charge a failed attempt: retry after the backoff, or FAILED. The caller persists ``job``."""
+        before = job.state
+        delay = retry_delay(attempt, base=self.config.backoff_base_sec, cap=self.config.backoff_cap_sec, rng=self.rng)
+        retry = jobs.fail_attempt(job, attempt, code, message, self.clock.now(), delay, exec_seconds)
+        self.moved(job, before)
+        if retry:
+            logger.info(
+                logs.JOB_RETRY_SCHEDULED,
+                extra={"job_id": job.id, "attempt": attempt, "reason": code, "delay_sec": round(delay, 3)},
+            )
+        else:
+            logger.info(logs.JOB_FAILED, extra={"job_id": job.id, "attempt": attempt, "reason": code})
+
+    def _enqueue(self, job: JobRecord) -> None:
+        self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq)
+        self.dispatch_soon()
+
+    def _is_queued(self, job_id: str, token: int) -> bool:
+        if self._queued.get(job_id) != token:
+            return False
+        del self._queued[job_id]
+        job = self.active.get(job_id)
+        return job is not None and job.state is JobState.PENDING
+
+    # ---- submissions ----------------------------------------------------------------------------
+    async def submit(self, subs: list[Submission], batch: bool = False) -> list[JobRecord]:
+        """Admit, store and queue jobs; returns them once committed (idempotent replays included)."""
+        if batch:
+            validate_batch(subs, self.catalog, self.limits)
+        else:
+            for sub in subs:
+                validate(sub, self.catalog, self.limits)
+        now = self.clock.now()
+        out: list[JobRecord | str] = []
+        fresh: list[JobRecord] = []
+        keys: list[IdempotencyEntry] = []
+        for i, sub in enumerate(subs):
+            if sub.idempotency_key:
+                digest = sub.request_hash()
+                field = f"jobs[{i}].idempotency_key" if batch else "idempotency_key"
+                existing = self.idempotency.lookup(sub.idempotency_key, digest, now, field)
+                if existing is not None:
+                    out.append(existing)
+                    continue
+            job = self._new_record(sub, now)
+            if sub.idempotency_key:
+                keys.append(self.idempotency.reserve(sub.idempotency_key, digest, job.id, now))
+            fresh.append(job)
+            out.append(job)
+        if fresh:
+            self.store.insert(fresh)
+            if keys:
+                self.store.put_idempotency(keys)
+            for job in fresh:
+                self.active[job.id] = job
+                self.counts[job.state] += 1
+                if job.state is JobState.PENDING:
+                    self._enqueue(job)
+                else:
+                    self.delayed.push(job.id, job.ready_at)
+                    self._timer_wake.set()
+        await self.store.commit()
+        for job in fresh:
+            logger.debug(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type})
+        return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
+
+    def _new_record(self, sub: Submission, now: float) -> JobRecord:
+        self._seq += 1
+        job = JobRecord(
+            id=uuid.uuid4().hex,
+            seq=self._seq,
+            type=sub.type,
+            payload_json=sub.payload_json,
+            created_at=now,
+            name=sub.name,
+            priority=sub.priority,
+            thread_demand=sub.thread_demand or 1,
+            timeout_sec=sub.timeout_sec or self.config.default_timeout_sec,
+            max_attempts=sub.max_attempts or self.config.default_max_attempts,
+            scheduled_at=sub.scheduled_at,
+            idempotency_key=sub.idempotency_key,
+            labels=sub.labels,
+        )
+        jobs.new_job(job, now)
+        return job
+
+    # ---- reads ----------------------------------------------------------------------------------
+    async def get(self, job_id: str) -> JobRecord:
+        job = self.active.get(job_id)
+        if job is None:
+            job = await self.store.get(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id!r} not found")
+        return job
+
+    async def list_jobs(self, states: Sequence[JobState], job_type: str, limit: int, offset: int) -> JobPage:
+        return await self.store.list_jobs(states, job_type, limit, offset)
+
+    async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
+        """The job now, then after each committed change, until a terminal state."""
+        q = self.watchers.subscribe(job_id)
+        try:
+            job = await self.get(job_id)
+            last = (job.state, job.attempts, job.updated_at)
+            yield job
+            while not job.state.terminal:
+                job = await q.get()
+                key = (job.state, job.attempts, job.updated_at)
+                if key != last:
+                    last = key
+                    yield job
+        finally:
+            self.watchers.unsubscribe(job_id, q)
+
+    # ---- cancel / retry -------------------------------------------------------------------------
+    async def cancel(self, job_id: str) -> JobRecord:
+        job = self.active.get(job_id)
+        if job is None:
+            found = await self.get(job_id)
+            raise FailedPrecondition(f"job {job_id!r} is {found.state.name}; only unfinished jobs can be cancelled")
+        attempt, worker_id = job.attempts, job.worker_id
+        before = jobs.cancel(job, self.clock.now())
+        self.moved(job, before)
+        self.store.update([job])
+        await self.store.commit()
+        logger.info(logs.JOB_CANCELLED, extra={"job_id": job.id, "was": before.name})
+        if before is JobState.RUNNING:
+            worker = self.registry.get(worker_id)
+            if worker is not None and worker.link is not None:
+                worker.link.cancel(job.id, attempt)
+        self.watchers.announce(job)
+        if self.active.get(job.id) is job:
+            del self.active[job.id]
+        return job
+
+    async def retry(self, job_id: str) -> JobRecord:
+        if job_id in self.active:
+            job = self.active[job_id]
+            raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
+        job = await self.get(job_id)
+        if job_id in self.active:  # raced with another retry while reading
+            raise FailedPrecondition(
+                f"job {job_id!r} is {self.active[job_id].state.name}; only FAILED jobs can be retried"
+            )
+        if job.state is not JobState.FAILED:
+            raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
+        jobs.redrive(job, self.clock.now())
+        self.active[job.id] = job
+        self.counts[JobState.FAILED] -= 1
+        self.counts[job.state] += 1
+        self._enqueue(job)
+        self.store.update([job])
+        await self.store.commit()
+        self.watchers.announce(job)
+        return job
+
+    # ---- dispatch -------------------------------------------------------------------------------
+    def dispatch_soon(self) -> None:
+        if not self._dispatch_pending:
+            self._dispatch_pending = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatch_pending = False
+        workers = [w for w in self.registry.all() if w.connected]
+        free = sum(w.free_slots for w in workers if w.accepts_work)
+        if free <= 0:
+            return
+        now = self.clock.now()
+        grace = self.config.lease_grace_sec
+        max_threads = self.registry.max_threads
+        deferred: list[JobRecord] = []
+        reserved: set[str] = set()
+        batches: dict[str, list[Assignment]] = {}
+        leased: list[JobRecord] = []
+        candidates: list[WorkerEntry] = workers
+        while free > 0 and len(deferred) < MAX_SCAN:
+            job_id = self.ready.pop()
+            if job_id is None:
+                break
+            job = self.active[job_id]
+            threads = granted_threads(job.thread_demand, max_threads)
+            worker = self.policy.choose(candidates, threads)
+            if worker is None:
+                deferred.append(job)
+                hold = reserve_for(candidates, threads)
+                if hold is not None:
+                    reserved.add(hold.id)
+                    free -= hold.free_slots if hold.accepts_work else 0
+                    candidates = [w for w in workers if w.id not in reserved]
+                continue
+            attempt = jobs.lease(job, worker.id, threads, now, grace)
+            self.moved(job, JobState.PENDING)
+            worker.running[(job.id, attempt)] = threads
+            worker.last_assigned_at = now
+            free -= 1
+            batches.setdefault(worker.id, []).append(
+                Assignment(job.id, attempt, job.type, job.payload_json, threads, job.timeout_sec)
+            )
+            leased.append(job)
+        for job in deferred:
+            self._enqueue(job)
+        if leased:
+
+            def send() -> None:
+                for wid, batch in batches.items():
+                    w = self.registry.get(wid)
+                    if w is not None and w.link is not None:
+                        w.link.assign(batch)
+
+            if logger.isEnabledFor(logging.DEBUG):
+                for job in leased:
+                    logger.debug(logs.JOB_DISPATCHED, extra={"job_id": job.id, "worker_id": job.worker_id})
+            self.later(leased, send)
+
+    # ---- delayed jobs ---------------------------------------------------------------------------
+    async def run_timer(self) -> None:
+        """Promote SCHEDULED jobs when their time comes (scheduled_at or the end of a backoff)."""
+        while True:
+            due = self.delayed.next_due()
+            now = self.clock.now()
+            if due is not None and due <= now:
+                self.promote_due(now)
+                continue
+            self._timer_wake.clear()
+            timeout = None if due is None else max(0.0, due - now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timer_wake.wait(), timeout)
+
+    def promote_due(self, now: float) -> None:
+        promoted: list[JobRecord] = []
+        for job_id in self.delayed.pop_due(now):
+            job = self.active.get(job_id)
+            if job is None or job.state is not JobState.SCHEDULED:
+                continue
+            if job.ready_at > now:  # re-scheduled later since this entry was pushed
+                self.delayed.push(job.id, job.ready_at)
+                continue
+            jobs.promote(job, now)
+            self.moved(job, JobState.SCHEDULED)
+            promoted.append(job)
+        if promoted:
+            self.later(promoted)
+
+    # ---- stats ----------------------------------------------------------------------------------
+    def state_counts(self) -> dict[JobState, int]:
+        return {s: self.counts.get(s, 0) for s in JobState}

@@ -1,0 +1,212 @@
+"""WorkerSessions: the control plane's side of the worker protocol (see workers.proto).
+
+Registration re-adopts the attempts a reconnecting worker still runs and declares lost the ones it
+no longer knows; results are applied only for the attempt that holds the lease (fencing), and are
+acknowledged once committed, stale or not, so that the worker can forget them.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+
+from control import jobs
+from control.jobs import JobState
+from control.registry import AttemptKey, WorkerEntry, WorkerLink
+from control.scheduler import Scheduler
+from control.store import JobTypeEntry
+from corral import logs
+from corral.errors import NotFound, StaleAttempt
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(enum.IntEnum):
+    """Values equal the proto's ``JobResult.Outcome``."""
+
+    SUCCEEDED = 1
+    FAILED = 2
+    TIMEOUT = 3
+    CANCELLED = 4
+    HANDED_BACK = 5
+
+
+@dataclass(slots=True)
+class Hello:
+    """What a worker says when it (re)connects."""
+
+    worker_id: str
+    threads: int
+    slots: int
+    labels: dict[str, str] = field(default_factory=dict)
+    hostname: str = ""
+    pid: int = 0
+    running: dict[AttemptKey, int] = field(default_factory=dict)
+    finished: set[AttemptKey] = field(default_factory=set)
+    job_types: list[JobTypeEntry] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Report:
+    """One attempt's outcome as the worker reports it."""
+
+    job_id: str
+    attempt: int
+    outcome: Outcome
+    result_json: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+class WorkerSessions:
+    """Register, heartbeat, results, draining and disconnects of worker streams."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+
+    def register(self, hello: Hello, link: WorkerLink) -> tuple[list[AttemptKey], list[AttemptKey]]:
+        """Connect a worker; returns (adopted, rejected) attempts of those it says it runs."""
+        s = self.s
+        now = s.clock.now()
+        for entry_type in hello.job_types:
+            if s.catalog.add(entry_type):
+                s.store.put_job_type(entry_type, now)
+        worker = s.registry.get(hello.worker_id)
+        if worker is not None and worker.link is not None and worker.link is not link:
+            worker.link.close()  # a newer stream of the same worker replaces the old one
+        held: dict[AttemptKey, int] = dict(worker.running) if worker is not None else {}
+        if worker is None:
+            worker = WorkerEntry(hello.worker_id, hello.threads, hello.slots, registered_at=now, last_seen=now)
+        worker.threads, worker.slots = hello.threads, hello.slots
+        worker.labels, worker.hostname, worker.pid = hello.labels, hello.hostname, hello.pid
+        worker.link, worker.last_seen, worker.draining = link, now, False
+
+        adopted: list[AttemptKey] = []
+        rejected: list[AttemptKey] = []
+        changed: list[jobs.JobRecord] = []
+        running: dict[AttemptKey, int] = {}
+        for key, threads in hello.running.items():
+            job = s.active.get(key[0])
+            try:
+                if job is None:
+                    raise StaleAttempt(key[0], key[1], "job is finished or unknown")
+                moved_worker = job.worker_id != worker.id
+                jobs.adopt(job, key[1], worker.id, now, s.config.lease_grace_sec)
+                running[key] = threads
+                adopted.append(key)
+                if moved_worker:
+                    changed.append(job)
+                if key not in held:
+                    logger.info(logs.JOB_ADOPTED, extra={"job_id": key[0], "attempt": key[1], "worker_id": worker.id})
+            except StaleAttempt:
+                rejected.append(key)
+        # Attempts leased to this worker that it neither runs nor has a result for are lost.
+        leased_here = {(j.id, j.attempts) for j in map(s.active.__getitem__, s.running) if j.worker_id == worker.id}
+        for key in leased_here | set(held):
+            if key in hello.running or key in hello.finished:
+                continue
+            job = s.active.get(key[0])
+            if job is not None and job.state is JobState.RUNNING and job.attempts == key[1]:
+                s.fail(job, key[1], jobs.WORKER_LOST, f"worker {worker.id} restarted without this attempt")
+                changed.append(job)
+        worker.running = running
+        s.registry.add(worker)
+        s.registry.changed()
+        logger.info(
+            logs.WORKER_REGISTERED,
+            extra={"worker_id": worker.id, "threads": worker.threads, "slots": worker.slots, "adopted": len(adopted)},
+        )
+        s.later(changed)
+        s.dispatch_soon()
+        s.on_change()
+        return adopted, rejected
+
+    def heard_from(self, worker_id: str) -> WorkerEntry | None:
+        """Note a sign of life; returns the worker (None when it was reaped meanwhile)."""
+        worker = self.s.registry.get(worker_id)
+        if worker is not None:
+            worker.last_seen = self.s.clock.now()
+        return worker
+
+    def results(self, worker_id: str, reports: list[Report], link: WorkerLink) -> None:
+        """Apply what a worker reports; acknowledge every report once committed."""
+        s = self.s
+        worker = self.heard_from(worker_id)
+        now = s.clock.now()
+        changed: list[jobs.JobRecord] = []
+        acks: list[AttemptKey] = []
+        for r in reports:
+            key = (r.job_id, r.attempt)
+            acks.append(key)
+            if worker is not None:
+                worker.running.pop(key, None)
+            job = s.active.get(r.job_id)
+            exec_seconds = max(0.0, r.finished_at - r.started_at) if r.started_at else 0.0
+            try:
+                if job is None:
+                    raise StaleAttempt(r.job_id, r.attempt, "job is finished or unknown")
+                before = job.state
+                if r.outcome is Outcome.SUCCEEDED:
+                    jobs.succeed(job, r.attempt, r.result_json or "{}", now, exec_seconds)
+                    s.moved(job, before)
+                    if worker is not None:
+                        worker.jobs_completed += 1
+                    logger.debug(logs.JOB_COMPLETED, extra={"job_id": job.id, "attempt": r.attempt})
+                elif r.outcome is Outcome.HANDED_BACK:
+                    jobs.hand_back(job, r.attempt, now)
+                    s.moved(job, before)
+                    logger.info(
+                        logs.JOB_REQUEUED, extra={"job_id": job.id, "attempt": r.attempt, "reason": "HANDED_BACK"}
+                    )
+                else:
+                    jobs.check_attempt(job, r.attempt)
+                    code = r.error_code or {Outcome.TIMEOUT: jobs.TIMEOUT, Outcome.CANCELLED: jobs.CANCELLED}.get(
+                        r.outcome, jobs.ERROR
+                    )
+                    s.fail(job, r.attempt, code, r.error_message, exec_seconds)
+                    if worker is not None:
+                        worker.jobs_failed += 1
+                changed.append(job)
+            except StaleAttempt as exc:
+                logger.info(logs.STALE_RESULT, extra={"job_id": r.job_id, "attempt": r.attempt, "reason": exc.message})
+        s.later(changed, lambda: link.ack(acks))
+        s.dispatch_soon()
+
+    def draining(self, worker_id: str) -> None:
+        """The worker announced it is draining: give it nothing new."""
+        worker = self.heard_from(worker_id)
+        if worker is not None and not worker.draining:
+            worker.draining = True
+            self.s.registry.changed()
+            logger.info(logs.WORKER_DRAINING, extra={"worker_id": worker_id, "by": "worker"})
+            self.s.on_change()
+
+    def drain(self, worker_id: str, deadline_sec: float) -> WorkerEntry:
+        """Operator request: stop giving the worker jobs and ask it to finish and leave."""
+        worker = self.s.registry.get(worker_id)
+        if worker is None:
+            raise NotFound(f"worker {worker_id!r} not found")
+        worker.draining = True
+        if worker.link is not None:
+            worker.link.drain(deadline_sec)
+        self.s.registry.changed()
+        logger.info(logs.WORKER_DRAINING, extra={"worker_id": worker_id, "by": "operator"})
+        self.s.on_change()
+        return worker
+
+    def disconnected(self, worker_id: str, link: WorkerLink) -> None:
+        """The stream closed. A drained worker with nothing running leaves now; others wait for the reaper."""
+        worker = self.s.registry.get(worker_id)
+        if worker is None or worker.link is not link:
+            return
+        worker.link = None
+        if worker.draining and not worker.running:
+            self.s.registry.remove(worker_id)
+            logger.info(logs.WORKER_LEFT, extra={"worker_id": worker_id})
+        else:
+            logger.info(logs.WORKER_DISCONNECTED, extra={"worker_id": worker_id, "running": len(worker.running)})
+        self.s.registry.changed()
+        self.s.on_change()

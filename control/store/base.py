@@ -1,0 +1,80 @@
+"""The Store protocol: the only API to durable state.
+
+Writes are queued in order and committed in groups (one transaction, one sync for everything
+queued meanwhile); :meth:`Store.commit` returns once everything queued before it is durable. A
+caller that must not acknowledge or announce a change before it is durable awaits ``commit()``.
+Updates are compare-and-set on the fencing token: a row is never overwritten by a record whose
+``attempts`` is older than the stored one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from control.jobs import JobRecord, JobState
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyEntry:
+    """A durable idempotency key: the request it first came with and the job it made."""
+
+    key: str
+    request_hash: str
+    job_id: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeEntry:
+    """A job type a worker advertised, with its payload schema (JSON text)."""
+
+    name: str
+    schema_json: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a listing and the number of matches ignoring limit and offset."""
+
+    jobs: list[JobRecord]
+    total: int
+
+
+class Store(Protocol):
+    """Durable job state."""
+
+    # writes: queued now, durable after commit()
+    def insert(self, jobs: Iterable[JobRecord]) -> None: ...
+
+    def update(self, jobs: Iterable[JobRecord]) -> None: ...
+
+    def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None: ...
+
+    def delete_expired_idempotency(self, now: float) -> None: ...
+
+    def put_job_type(self, entry: JobTypeEntry, now: float) -> None: ...
+
+    async def commit(self) -> None: ...
+
+    # reads
+    async def get(self, job_id: str) -> JobRecord | None: ...
+
+    async def list_jobs(self, states: Sequence[JobState], job_type: str, limit: int, offset: int) -> JobPage: ...
+
+    def load_active(self) -> list[JobRecord]: ...
+
+    def count_by_state(self) -> dict[JobState, int]: ...
+
+    def max_seq(self) -> int: ...
+
+    def load_idempotency(self, now: float) -> list[IdempotencyEntry]: ...
+
+    def load_job_types(self) -> list[JobTypeEntry]: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,50 @@
+-- Durable state of the control plane. Everything in memory (queues, registry) is rebuilt from here.
+PRAGMA journal_mode = WAL;
+
+CREATE TABLE IF NOT EXISTS jobs (
+    seq              INTEGER PRIMARY KEY,      -- submission order
+    id               TEXT    NOT NULL UNIQUE,
+    name             TEXT    NOT NULL,
+    type             TEXT    NOT NULL,
+    payload          TEXT    NOT NULL,         -- JSON object
+    priority         INTEGER NOT NULL,
+    thread_demand    INTEGER NOT NULL,
+    threads_granted  INTEGER NOT NULL,
+    state            INTEGER NOT NULL,         -- JobState
+    attempts         INTEGER NOT NULL,         -- leases granted: the fencing token of the latest
+    charged_attempts INTEGER NOT NULL,         -- attempts counted against max_attempts
+    max_attempts     INTEGER NOT NULL,
+    timeout_sec      REAL    NOT NULL,
+    scheduled_at     REAL,
+    created_at       REAL    NOT NULL,
+    ready_at         REAL    NOT NULL,
+    started_at       REAL,
+    finished_at      REAL,
+    queue_seconds    REAL    NOT NULL,
+    exec_seconds     REAL    NOT NULL,
+    worker_id        TEXT    NOT NULL,
+    lease_expires_at REAL,
+    result           TEXT    NOT NULL,         -- JSON object, '' until SUCCEEDED
+    error_code       TEXT    NOT NULL,
+    error_message    TEXT    NOT NULL,
+    idempotency_key  TEXT    NOT NULL,
+    labels           TEXT    NOT NULL,         -- JSON object
+    updated_at       REAL    NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_type ON jobs (type, state, seq);
+
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key          TEXT PRIMARY KEY,
+    request_hash TEXT NOT NULL,
+    job_id       TEXT NOT NULL,
+    expires_at   REAL NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS job_types (
+    name        TEXT PRIMARY KEY,
+    schema      TEXT NOT NULL,                 -- JSON Schema of the payload
+    description TEXT NOT NULL,
+    updated_at  REAL NOT NULL
+);

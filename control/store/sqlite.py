@@ -1,0 +1,270 @@
+"""SQLiteStore: the embedded store (WAL), and the fast real store tests run on.
+
+One writer thread owns the write connection. Writes queued from the event loop are taken in
+arrival order; everything queued while a transaction commits goes into the next one (group commit),
+so a burst of submissions costs one sync, not one each. Reads use a second connection on their own
+thread; WAL lets them run while the writer commits.
+
+What a commit survives: with ``synchronous=NORMAL`` (the default) a committed transaction survives
+a crash of the process (kill -9); with ``synchronous=FULL`` (CORRAL_DB_SYNC=full) it also survives
+power loss, at the cost of an fsync per group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from typing import Any
+
+from control.jobs import TERMINAL, JobRecord, JobState
+from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry
+from corral.errors import Unavailable
+
+logger = logging.getLogger(__name__)
+
+_COLUMNS = (
+    "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
+    "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
+    "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at"
+)
+_INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})"
+# Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
+_UPDATE = (
+    "UPDATE jobs SET threads_granted=?, state=?, attempts=?, charged_attempts=?, ready_at=?, started_at=?, "
+    "finished_at=?, queue_seconds=?, exec_seconds=?, worker_id=?, lease_expires_at=?, result=?, error_code=?, "
+    "error_message=?, updated_at=? WHERE id=? AND attempts<=?"
+)
+
+_Op = tuple[str, list[tuple[Any, ...]]]
+
+
+def _insert_row(j: JobRecord) -> tuple[Any, ...]:
+    return (
+        j.seq, j.id, j.name, j.type, j.payload_json, j.priority, j.thread_demand, j.threads_granted, int(j.state),
+        j.attempts, j.charged_attempts, j.max_attempts, j.timeout_sec, j.scheduled_at, j.created_at, j.ready_at,
+        j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
+        j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
+    )  # fmt: skip
+
+
+def _update_row(j: JobRecord) -> tuple[Any, ...]:
+    return (
+        j.threads_granted, int(j.state), j.attempts, j.charged_attempts, j.ready_at, j.started_at, j.finished_at,
+        j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json, j.error_code,
+        j.error_message, j.updated_at, j.id, j.attempts,
+    )  # fmt: skip
+
+
+def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
+    (
+        seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
+        max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
+        exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
+    ) = row  # fmt: skip
+    j = JobRecord(
+        id=id_, type=type_, payload_json=payload, created_at=created_at, name=name, priority=priority,
+        thread_demand=thread_demand, timeout_sec=timeout_sec, max_attempts=max_attempts, scheduled_at=scheduled_at,
+        idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
+        ready_at=ready_at,
+    )  # fmt: skip
+    j.threads_granted = threads_granted
+    j.attempts = attempts
+    j.charged_attempts = charged
+    j.started_at = started_at
+    j.finished_at = finished_at
+    j.queue_seconds = queue_seconds
+    j.exec_seconds = exec_seconds
+    j.worker_id = worker_id
+    j.lease_expires_at = lease_expires_at
+    j.result_json = result
+    j.error_code = error_code
+    j.error_message = error_message
+    j.updated_at = updated_at
+    return j
+
+
+def _connect(path: str, sync: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")
+    conn.execute("PRAGMA busy_timeout = 10000")
+    return conn
+
+
+class SQLiteStore:
+    """The embedded store; see the module docstring for what a commit survives."""
+
+    def __init__(self, path: str, *, sync: str = "normal") -> None:
+        self.path = path
+        self._wconn = _connect(path, sync)
+        self._wconn.executescript(resources.files("control.store").joinpath("schema.sql").read_text())
+        self._rconn = _connect(path, sync)
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
+        self._q: queue.SimpleQueue[_Op | asyncio.Future[None] | None] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._write_loop, name="store-write", daemon=True)
+        self._thread.start()
+
+    # ---- writes -------------------------------------------------------------------------------
+    def insert(self, jobs: Iterable[JobRecord]) -> None:
+        self._q.put(("jobs_insert", [_insert_row(j) for j in jobs]))
+
+    def update(self, jobs: Iterable[JobRecord]) -> None:
+        self._q.put(("jobs_update", [_update_row(j) for j in jobs]))
+
+    def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None:
+        self._q.put(("idem_put", [(e.key, e.request_hash, e.job_id, e.expires_at) for e in entries]))
+
+    def delete_expired_idempotency(self, now: float) -> None:
+        self._q.put(("idem_expire", [(now,)]))
+
+    def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
+        self._q.put(("type_put", [(entry.name, entry.schema_json, entry.description, now)]))
+
+    async def commit(self) -> None:
+        """Return once every write queued before this call is durable."""
+        if self._error is not None:
+            raise Unavailable(f"store cannot be written: {self._error}")
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        fut: asyncio.Future[None] = loop.create_future()
+        self._q.put(fut)
+        await fut
+
+    _SQL = {
+        "jobs_insert": _INSERT,
+        "jobs_update": _UPDATE,
+        "idem_put": "INSERT OR REPLACE INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (?,?,?,?)",
+        "idem_expire": "DELETE FROM idempotency_keys WHERE expires_at <= ?",
+        "type_put": "INSERT OR REPLACE INTO job_types (name, schema, description, updated_at) VALUES (?,?,?,?)",
+    }
+
+    def _write_loop(self) -> None:
+        conn = self._wconn
+        while True:
+            item = self._q.get()
+            batch = [item]
+            while True:
+                try:
+                    batch.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            stop = False
+            waiters: list[asyncio.Future[None]] = []
+            ops: list[_Op] = []
+            for it in batch:
+                if it is None:
+                    stop = True
+                elif isinstance(it, asyncio.Future):
+                    waiters.append(it)
+                else:
+                    ops.append(it)
+            if ops and self._error is None:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    for kind, rows in ops:
+                        conn.executemany(self._SQL[kind], rows)
+                    conn.execute("COMMIT")
+                except Exception as exc:  # disk full, I/O error: the store is broken, say so everywhere
+                    logger.exception("store_write_failed")
+                    self._error = exc
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+            if waiters:
+                self._resolve(waiters)
+            if stop:
+                return
+
+    def _resolve(self, waiters: list[asyncio.Future[None]]) -> None:
+        error = self._error
+
+        def done() -> None:
+            for fut in waiters:
+                if not fut.done():
+                    if error is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(Unavailable(f"store cannot be written: {error}"))
+
+        loop = waiters[0].get_loop()
+        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+            loop.call_soon_threadsafe(done)
+
+    @property
+    def healthy(self) -> bool:
+        return self._error is None
+
+    # ---- reads --------------------------------------------------------------------------------
+    async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._reader, fn, self._rconn)
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        def q(c: sqlite3.Connection) -> JobRecord | None:
+            row = c.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            return _record(row) if row else None
+
+        result: JobRecord | None = await self._read(q)
+        return result
+
+    async def list_jobs(self, states: Sequence[JobState], job_type: str, limit: int, offset: int) -> JobPage:
+        where: list[str] = []
+        args: list[Any] = []
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(int(s) for s in states)
+        if job_type:
+            where.append("type = ?")
+            args.append(job_type)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+
+        def q(c: sqlite3.Connection) -> JobPage:
+            rows = c.execute(
+                f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY seq DESC LIMIT ? OFFSET ?", (*args, limit, offset)
+            ).fetchall()
+            total = c.execute(f"SELECT COUNT(*) FROM jobs{clause}", args).fetchone()[0]
+            return JobPage([_record(r) for r in rows], total)
+
+        page: JobPage = await self._read(q)
+        return page
+
+    def load_active(self) -> list[JobRecord]:
+        done = ",".join(str(int(s)) for s in TERMINAL)
+        rows = self._rconn.execute(f"SELECT {_COLUMNS} FROM jobs WHERE state NOT IN ({done}) ORDER BY seq").fetchall()
+        return [_record(r) for r in rows]
+
+    def count_by_state(self) -> dict[JobState, int]:
+        rows = self._rconn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        return {JobState(s): n for s, n in rows}
+
+    def max_seq(self) -> int:
+        value = self._rconn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+        return int(value)
+
+    def load_idempotency(self, now: float) -> list[IdempotencyEntry]:
+        rows = self._rconn.execute(
+            "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE expires_at > ?", (now,)
+        ).fetchall()
+        return [IdempotencyEntry(*r) for r in rows]
+
+    def load_job_types(self) -> list[JobTypeEntry]:
+        rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
+        return [JobTypeEntry(*r) for r in rows]
+
+    def close(self) -> None:
+        """Finish queued writes, then close both connections. Idempotent."""
+        if self._thread.is_alive():
+            self._q.put(None)
+            self._thread.join()
+        self._reader.shutdown(wait=True)
+        for conn in (self._wconn, self._rconn):
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
