@@ -1,0 +1,234 @@
+"""Shared fixtures: a real control plane and real workers, as subprocesses on 127.0.0.1.
+
+- ``control_plane``: ``python -m control`` on an ephemeral port over a SQLite file in tmp_path,
+  with short heartbeat/backoff settings; ``make_control_plane(**env)`` for other settings.
+- ``spawn_worker``: starts ``python -m worker`` processes (importing the test job types) and waits
+  until each is registered; every process is stopped in teardown.
+- ``wait_until``: polls a condition with a deadline (tests never sleep to synchronise).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+FAST_ENV = {
+    "WORKER_HEARTBEAT_TIMEOUT_SEC": "2",
+    "CORRAL_HEARTBEAT_INTERVAL_SEC": "0.25",
+    "CORRAL_BACKOFF_BASE_SEC": "0.2",
+    "CORRAL_BACKOFF_CAP_SEC": "1",
+    "CORRAL_BACKOFF_SEED": "7",
+    "CORRAL_LEASE_GRACE_SEC": "2",
+    "CORRAL_SHUTDOWN_GRACE_SEC": "2",
+}
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class ControlProc:
+    """A control plane subprocess; start/stop/kill keep the same port and database."""
+
+    workdir: Path
+    env: dict[str, str]
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    _channel: grpc.Channel | None = None
+    starts: int = 0
+
+    @property
+    def db(self) -> Path:
+        return self.workdir / "corral.db"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "control.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> None:
+        port_file = self.workdir / "control.port"
+        port_file.unlink(missing_ok=True)
+        self.starts += 1
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "control", "--grpc-port", str(self.port), "--port-file", str(port_file)]
+                + ["--db", str(self.db), "--http-port", "0"],
+                cwd=ROOT,
+                env=base_env(self.env),
+                stdout=log,
+                stderr=log,
+            )
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"control plane exited with {proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            return port_file.exists() and port_file.read_text() != ""
+
+        wait_until(ready, timeout, what="control plane to serve")
+        self.port = int(port_file.read_text())
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Signal the process and wait for it; returns its exit code."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def channel(self) -> grpc.Channel:
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(self.address)
+        return self._channel
+
+    @property
+    def jobs(self) -> jobs_pb2_grpc.JobServiceStub:
+        return jobs_pb2_grpc.JobServiceStub(self.channel())
+
+    @property
+    def admin(self) -> admin_pb2_grpc.AdminServiceStub:
+        return admin_pb2_grpc.AdminServiceStub(self.channel())
+
+    def workers(self) -> list[admin_pb2.Worker]:
+        return list(self.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10).workers)
+
+    def get(self, job_id: str) -> jobs_pb2.Job:
+        job: jobs_pb2.Job = self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id), timeout=10)
+        return job
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture
+def make_control_plane(tmp_path: Path) -> Iterator[Callable[..., ControlProc]]:
+    made: list[ControlProc] = []
+
+    def make(**env: Any) -> ControlProc:
+        workdir = tmp_path / f"control-{len(made)}"
+        workdir.mkdir()
+        cp = ControlProc(workdir, {**FAST_ENV, **{k: str(v) for k, v in env.items()}})
+        made.append(cp)
+        cp.start()
+        return cp
+
+    yield make
+    for cp in made:
+        cp.close()
+
+
+@pytest.fixture
+def control_plane(make_control_plane: Callable[..., ControlProc]) -> ControlProc:
+    return make_control_plane()
+
+
+@dataclass
+class WorkerProc:
+    """A worker agent subprocess."""
+
+    worker_id: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    args: list[str] = field(default_factory=list)
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+
+@pytest.fixture
+def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
+    started: list[WorkerProc] = []
+
+    def spawn(
+        cp: ControlProc,
+        threads: int = 1,
+        slots: int | None = None,
+        worker_id: str | None = None,
+        imports: tuple[str, ...] = ("tests.support.jobtypes",),
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+    ) -> WorkerProc:
+        wid = worker_id or f"w-{uuid.uuid4().hex[:8]}"
+        args = [sys.executable, "-m", "worker", "--control", cp.address, "--threads", str(threads), "--worker-id", wid]
+        if slots is not None:
+            args += ["--slots", str(slots)]
+        for module in imports:
+            args += ["--import", module]
+        log = tmp_path / f"worker-{wid}.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(args, cwd=ROOT, env=base_env(env), stdout=out, stderr=out)
+        w = WorkerProc(wid, proc, log, args)
+        started.append(w)
+        if wait:
+
+            def registered() -> bool:
+                if proc.poll() is not None:
+                    pytest.fail(f"worker exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+                return any(x.id == wid and x.state != admin_pb2.Worker.UNAVAILABLE for x in cp.workers())
+
+            wait_until(registered, 20, what=f"worker {wid} to register")
+        return w
+
+    yield spawn
+    for w in started:
+        w.signal(signal.SIGKILL)
+        try:
+            w.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass

@@ -1,0 +1,94 @@
+"""One conformance suite for every Store implementation (SQLite today; PostgreSQL joins the params)."""
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from control import jobs
+from control.jobs import JobRecord, JobState
+from control.store import IdempotencyEntry, JobTypeEntry, SQLiteStore, Store
+
+
+@pytest.fixture(params=["sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s = SQLiteStore(str(tmp_path / "store.db"))
+    yield s
+    s.close()
+
+
+def record(seq: int, type_: str = "noop", state: JobState = JobState.PENDING) -> JobRecord:
+    job = JobRecord(id=f"job-{seq}", seq=seq, type=type_, payload_json='{"n": 1}', created_at=float(seq),
+                    labels={"team": "ü"})  # fmt: skip
+    job.state = state
+    return job
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.new_event_loop().run_until_complete(coro)
+
+
+def test_insert_commit_get_roundtrip(store: Store) -> None:
+    job = record(1)
+    store.insert([job])
+
+    async def go() -> JobRecord | None:
+        await store.commit()
+        return await store.get("job-1")
+
+    got = run(go())
+    assert got is not None
+    assert (got.id, got.type, got.payload_json, got.labels, got.state) == (job.id, "noop", '{"n": 1}', {"team": "ü"}, JobState.PENDING)
+
+
+def test_update_is_compare_and_set_on_the_attempt(store: Store) -> None:
+    job = record(1)
+    store.insert([job])
+    jobs.lease(job, "w1", 1, now=2.0, grace=1)
+    jobs.fail_attempt(job, 1, jobs.ERROR, "x", now=3.0, delay=0)
+    jobs.promote(job, 3.0)
+    jobs.lease(job, "w2", 1, now=4.0, grace=1)
+    store.update([job])  # attempt 2 stored
+    stale = record(1)
+    stale.attempts = 1
+    stale.state = JobState.SUCCEEDED
+    store.update([stale])  # an older attempt must not overwrite it
+
+    async def go() -> JobRecord | None:
+        await store.commit()
+        return await store.get("job-1")
+
+    got = run(go())
+    assert got is not None
+    assert (got.attempts, got.state, got.worker_id) == (2, JobState.RUNNING, "w2")
+
+
+def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
+    store.insert([record(i, "a" if i % 2 else "b", JobState.SUCCEEDED if i < 5 else JobState.PENDING) for i in range(1, 11)])
+
+    async def go():  # type: ignore[no-untyped-def]
+        await store.commit()
+        return await store.list_jobs([JobState.PENDING], "a", 2, 1)
+
+    page = run(go())
+    assert page.total == 3  # 5, 7, 9
+    assert [j.seq for j in page.jobs] == [7, 5]
+
+
+def test_active_counts_keys_and_types_survive_reopen(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    s = SQLiteStore(path)
+    s.insert([record(1), record(2, state=JobState.SUCCEEDED)])
+    s.put_idempotency([IdempotencyEntry("k", "h", "job-1", expires_at=100.0)])
+    s.put_job_type(JobTypeEntry("custom", '{"type": "object"}', "d"), now=1.0)
+    run(s.commit())
+    s.close()
+    s = SQLiteStore(path)
+    assert [j.id for j in s.load_active()] == ["job-1"]
+    assert s.count_by_state() == {JobState.PENDING: 1, JobState.SUCCEEDED: 1}
+    assert s.max_seq() == 2
+    assert s.load_idempotency(now=50.0) == [IdempotencyEntry("k", "h", "job-1", 100.0)]
+    assert s.load_idempotency(now=150.0) == []
+    assert s.load_job_types() == [JobTypeEntry("custom", '{"type": "object"}', "d")]
+    s.close()

@@ -1,0 +1,31 @@
+"""Configuration: defaults, environment names, and errors that name the variable."""
+
+import pytest
+
+from control.config import ConfigError, ControlConfig
+
+
+def test_defaults() -> None:
+    c = ControlConfig.from_env({})
+    assert (c.grpc_port, c.http_port, c.heartbeat_timeout_sec, c.backoff_cap_sec) == (50051, 8080, 10.0, 300.0)
+
+
+def test_environment_and_flags() -> None:
+    c = ControlConfig.from_env({"WORKER_HEARTBEAT_TIMEOUT_SEC": "3", "CORRAL_GRPC_PORT": "1"}, grpc_port=2)
+    assert (c.heartbeat_timeout_sec, c.grpc_port) == (3.0, 2)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"WORKER_HEARTBEAT_TIMEOUT_SEC": "-1"}, "WORKER_HEARTBEAT_TIMEOUT_SEC must be > CORRAL_HEARTBEAT_INTERVAL_SEC"),
+        ({"WORKER_HEARTBEAT_TIMEOUT_SEC": "abc"}, "WORKER_HEARTBEAT_TIMEOUT_SEC must be a number"),
+        ({"CORRAL_GRPC_PORT": "70000"}, "CORRAL_GRPC_PORT must be 0..65535"),
+        ({"CORRAL_BACKOFF_BASE_SEC": "10", "CORRAL_BACKOFF_CAP_SEC": "5"}, "CORRAL_BACKOFF_CAP_SEC must be >="),
+        ({"CORRAL_SELECTION": "random"}, "CORRAL_SELECTION must be round_robin or lru"),
+        ({"CORRAL_DB_SYNC": "sometimes"}, "CORRAL_DB_SYNC must be normal or full"),
+    ],
+)
+def test_bad_values_name_the_variable_and_rule(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ControlConfig.from_env(env)

@@ -1,0 +1,52 @@
+"""Selection policies and thread-aware placement."""
+
+from control.dispatch import LeastRecentlyUsed, RoundRobin, granted_threads, reserve_for
+from control.registry import WorkerEntry
+
+
+class _Link:
+    def assign(self, assignments: object) -> None: ...
+    def cancel(self, job_id: str, attempt: int) -> None: ...
+    def ack(self, attempts: object) -> None: ...
+    def drain(self, deadline_sec: float) -> None: ...
+    def close(self) -> None: ...
+
+
+def worker(wid: str, threads: int = 1, slots: int = 1) -> WorkerEntry:
+    return WorkerEntry(wid, threads, slots, registered_at=0, last_seen=0, link=_Link())
+
+
+def test_round_robin_takes_turns_and_skips_full_workers() -> None:
+    ws = [worker("a"), worker("b"), worker("c")]
+    rr = RoundRobin()
+    assert [rr.choose(ws, 1).id for _ in range(4)] == ["a", "b", "c", "a"]  # type: ignore[union-attr]
+    ws[1].running[("j", 1)] = 1
+    assert [rr.choose(ws, 1).id for _ in range(3)] == ["c", "a", "c"]  # type: ignore[union-attr]
+
+
+def test_thread_demand_places_only_on_workers_with_enough_free_threads() -> None:
+    small, big = worker("small", threads=4, slots=4), worker("big", threads=8, slots=8)
+    rr = RoundRobin()
+    assert rr.choose([small, big], 8) is big
+    big.running[("j", 1)] = 8
+    assert rr.choose([small, big], 8) is None
+    assert reserve_for([small, big], 8) is big
+
+
+def test_demand_beyond_every_worker_is_capped_at_the_largest() -> None:
+    assert granted_threads(16, 8) == 8
+    assert granted_threads(2, 8) == 2
+    assert granted_threads(3, 0) == 3
+
+
+def test_least_recently_used() -> None:
+    a, b = worker("a"), worker("b")
+    a.last_assigned_at, b.last_assigned_at = 5.0, 1.0
+    assert LeastRecentlyUsed().choose([a, b], 1) is b
+
+
+def test_draining_and_disconnected_workers_take_nothing() -> None:
+    a, b = worker("a"), worker("b")
+    a.draining = True
+    b.link = None
+    assert RoundRobin().choose([a, b], 1) is None

@@ -1,0 +1,69 @@
+"""Submission rules name the field and the rule."""
+
+import pytest
+
+from control.admission import JobTypeCatalog, Limits, Submission, validate, validate_batch
+from control.store import JobTypeEntry
+from corral.errors import InvalidArgument
+
+LIMITS = Limits(max_payload_bytes=1000, max_batch=3)
+
+
+def check(sub: Submission) -> InvalidArgument:
+    with pytest.raises(InvalidArgument) as info:
+        validate(sub, JobTypeCatalog(), LIMITS)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("sub", "field"),
+    [
+        (Submission("nope", {}), "type"),
+        (Submission("", {}), "type"),
+        (Submission("add_numbers", {"a": "1", "b": 2}), "payload.a"),
+        (Submission("add_numbers", {"a": 1}), "payload"),
+        (Submission("add_numbers", {"a": 1, "b": 2, "c": 3}), "payload"),
+        (Submission("noop", {}, timeout_sec=-1), "timeout_sec"),
+        (Submission("noop", {}, timeout_sec=float("inf")), "timeout_sec"),
+        (Submission("noop", {}, priority=101), "priority"),
+        (Submission("noop", {}, priority=-1), "priority"),
+        (Submission("noop", {}, thread_demand=0), "thread_demand"),
+        (Submission("noop", {}, max_attempts=0), "max_attempts"),
+        (Submission("noop", {"x": "y" * 2000}), "payload"),
+        (Submission("noop", {}, name="\x00"), "name"),
+        (Submission("large_array_sum", {"numbers": [1, "2"]}), "payload.numbers[1]"),
+    ],
+)
+def test_each_rule_names_its_field(sub: Submission, field: str) -> None:
+    assert check(sub).field == field
+
+
+def test_a_valid_submission_gets_its_payload_json() -> None:
+    sub = Submission("reverse_string", {"text": "héllo 𝄞"})
+    validate(sub, JobTypeCatalog(), LIMITS)
+    assert sub.payload_json == '{"text":"héllo 𝄞"}'
+
+
+def test_batch_errors_carry_the_index() -> None:
+    subs = [Submission("noop", {}), Submission("noop", {}, priority=500)]
+    with pytest.raises(InvalidArgument) as info:
+        validate_batch(subs, JobTypeCatalog(), LIMITS)
+    assert info.value.field == "jobs[1].priority"
+    with pytest.raises(InvalidArgument):
+        validate_batch([Submission("noop", {})] * 4, JobTypeCatalog(), LIMITS)
+
+
+def test_advertised_types_are_validated_by_their_schema() -> None:
+    catalog = JobTypeCatalog([JobTypeEntry("plug", '{"type":"object","required":["x"]}', "")])
+    validate(Submission("plug", {"x": 1}), catalog, LIMITS)
+    with pytest.raises(InvalidArgument):
+        validate(Submission("plug", {}), catalog, LIMITS)
+    with pytest.raises(InvalidArgument):
+        catalog.add(JobTypeEntry("bad", '{"type": 12}', ""))
+
+
+def test_equal_requests_hash_equal() -> None:
+    a = Submission("noop", {"x": 1, "y": [1, 2]}, labels={"a": "1", "b": "2"})
+    b = Submission("noop", {"y": [1, 2], "x": 1}, labels={"b": "2", "a": "1"})
+    assert a.request_hash() == b.request_hash()
+    assert a.request_hash() != Submission("noop", {"x": 2}).request_hash()
