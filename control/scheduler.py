@@ -12,6 +12,7 @@ Job-facing operations are here; the worker side (register, results, disconnects)
 from __future__ import annotations
 
 import asyncio
+import copy
 import contextlib
 import logging
 import random
@@ -255,7 +256,7 @@ class Scheduler:
         """The job now, then after each committed change, until a terminal state."""
         q = self.watchers.subscribe(job_id)
         try:
-            job = await self.get(job_id)
+            job = copy.copy(await self.get(job_id))  # a snapshot: the live record keeps changing
             last = (job.state, job.attempts, job.updated_at)
             yield job
             while not job.state.terminal:

@@ -85,6 +85,9 @@ class ControlProc:
     def start(self, timeout: float = 20.0) -> None:
         port_file = self.workdir / "control.port"
         port_file.unlink(missing_ok=True)
+        if self._channel is not None:  # a channel that saw the old process go away backs off: start afresh
+            self._channel.close()
+            self._channel = None
         self.starts += 1
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
@@ -200,7 +203,7 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
         threads: int = 1,
         slots: int | None = None,
         worker_id: str | None = None,
-        imports: tuple[str, ...] = ("tests.support.jobtypes",),
+        imports: tuple[str, ...] = ("tests.support.jobtypes", "tests.support.probes"),
         env: dict[str, str] | None = None,
         wait: bool = True,
     ) -> WorkerProc:

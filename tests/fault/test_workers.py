@@ -1,0 +1,165 @@
+"""Worker faults: kill -9 mid-job, stale fencing tokens, SIGTERM drain."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from corral.v1 import admin_pb2, jobs_pb2, workers_pb2, workers_pb2_grpc
+from tests.conftest import ControlProc, wait_until
+from tests.support.calls import executions, submit, wait_done
+
+S = jobs_pb2.Job
+
+
+def test_kill_9_of_a_worker_reruns_its_job_elsewhere(control_plane: ControlProc, spawn_worker: Any, tmp_path: Path) -> None:
+    # Given two workers and a job running on the first one
+    log = tmp_path / "runs.log"
+    first = spawn_worker(control_plane, threads=1)
+    job = submit(control_plane, "record", {"path": str(log), "seconds": 1.0})
+    wait_until(lambda: executions(log), what="job to start")
+    assert control_plane.get(job.id).worker_id == first.worker_id
+    second = spawn_worker(control_plane, threads=1)
+    # When the first worker is killed with SIGKILL
+    first.kill()
+    killed_at = time.monotonic()
+    # Then it leaves the registry within the heartbeat timeout plus one interval
+    wait_until(lambda: first.worker_id not in {w.id for w in control_plane.workers()}, timeout=10, what="reaping")
+    assert time.monotonic() - killed_at <= 2.0 + 0.25 + 0.5  # timeout + interval + reaper tick
+    # and the job re-runs on the other worker and succeeds with attempts = 2
+    done = wait_done(control_plane, job.id)
+    assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 2, second.worker_id)
+    assert executions(log) == [(job.id, 1), (job.id, 2)]
+    # and no runner process of the killed worker is left behind
+    assert _children_of(first.proc.pid) == []
+
+
+def _children_of(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+class FakeWorker:
+    """Speaks the worker protocol directly, so a test can send what a real worker would not."""
+
+    def __init__(self, cp: ControlProc, worker_id: str) -> None:
+        self.requests: list[workers_pb2.WorkerMessage] = []
+        self._queue: list[workers_pb2.WorkerMessage] = []
+        self.worker_id = worker_id
+        import queue
+
+        self._q: queue.Queue[workers_pb2.WorkerMessage | None] = queue.Queue()
+        self._q.put(workers_pb2.WorkerMessage(register=workers_pb2.Register(worker_id=worker_id, threads=1, slots=1)))
+        self.stream = workers_pb2_grpc.WorkerServiceStub(cp.channel()).Connect(iter(self._q.get, None))
+
+    def send(self, msg: workers_pb2.WorkerMessage) -> None:
+        self._q.put(msg)
+
+    def next(self, kind: str) -> workers_pb2.ControlMessage:
+        for msg in self.stream:
+            if msg.WhichOneof("msg") == kind:
+                return msg
+        raise AssertionError(f"stream ended before a {kind} message")
+
+    def result(self, job_id: str, attempt: int, outcome: int = workers_pb2.JobResult.SUCCEEDED) -> None:
+        r = workers_pb2.JobResult(
+            attempt=workers_pb2.AttemptRef(job_id=job_id, attempt=attempt), outcome=outcome, result_json='{"x": 1}'
+        )  # type: ignore[arg-type]
+        self.send(workers_pb2.WorkerMessage(results=workers_pb2.Results(results=[r])))
+
+    def close(self) -> None:
+        self._q.put(None)
+        self.stream.cancel()
+
+
+def test_a_result_with_a_stale_fencing_token_changes_nothing(control_plane: ControlProc) -> None:
+    # Given a job leased to a worker
+    fake = FakeWorker(control_plane, "fake-1")
+    try:
+        fake.next("registered")
+        job = submit(control_plane, "noop")
+        assignment = fake.next("assign").assign.assignments[0]
+        assert (assignment.job_id, assignment.attempt) == (job.id, 1)
+        # When a result arrives for another attempt number
+        fake.result(job.id, 7)
+        ack = fake.next("ack")
+        # Then it is acknowledged (so the worker forgets it) but not applied
+        assert [(a.job_id, a.attempt) for a in ack.ack.attempts] == [(job.id, 7)]
+        now = control_plane.get(job.id)
+        assert (now.state, now.attempts, now.result.fields) == (S.RUNNING, 1, {})
+        # and the genuine result still is
+        fake.result(job.id, 1)
+        done = wait_done(control_plane, job.id)
+        assert (done.state, done.attempts) == (S.SUCCEEDED, 1)
+        # and a late duplicate after completion changes nothing either
+        fake.result(job.id, 1, workers_pb2.JobResult.FAILED)
+        fake.next("ack")
+        assert control_plane.get(job.id).state == S.SUCCEEDED
+    finally:
+        fake.close()
+
+
+def test_a_reaped_worker_coming_back_cannot_apply_its_old_result(control_plane: ControlProc, spawn_worker: Any) -> None:
+    # Given a job leased to a worker that then goes silent and is reaped
+    fake = FakeWorker(control_plane, "fake-2")
+    fake.next("registered")
+    job = submit(control_plane, "noop", max_attempts=5)
+    fake.next("assign")
+    fake.close()
+    wait_until(lambda: control_plane.get(job.id).state != S.RUNNING, timeout=10, what="lease to be given up")
+    real = spawn_worker(control_plane, threads=1)
+    done = wait_done(control_plane, job.id)
+    assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 2, real.worker_id)
+    # When the old worker returns with its attempt-1 result
+    back = FakeWorker(control_plane, "fake-2")
+    try:
+        back.next("registered")
+        back.result(job.id, 1, workers_pb2.JobResult.FAILED)
+        back.next("ack")
+        # Then nothing changes
+        after = control_plane.get(job.id)
+        assert (after.state, after.attempts, after.worker_id) == (S.SUCCEEDED, 2, real.worker_id)
+    finally:
+        back.close()
+
+
+def test_sigterm_on_a_worker_finishes_its_job_takes_nothing_new_and_leaves(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs.log"
+    w = spawn_worker(control_plane, threads=1)
+    running = submit(control_plane, "record", {"path": str(log), "seconds": 1.0})
+    wait_until(lambda: executions(log), what="job to start")
+    # When the worker gets SIGTERM mid-job
+    w.signal(signal.SIGTERM)
+    wait_until(
+        lambda: any(x.id == w.worker_id and x.state == admin_pb2.Worker.DRAINING for x in control_plane.workers())
+        or w.proc.poll() is not None,
+        what="worker to drain",
+    )
+    queued = submit(control_plane, "record", {"path": str(log)})
+    # Then the running job finishes on it, the worker exits 0 and leaves the registry
+    done = wait_done(control_plane, running.id)
+    assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 1, w.worker_id)
+    assert w.wait(30) == 0
+    wait_until(lambda: w.worker_id not in {x.id for x in control_plane.workers()}, what="worker to leave")
+    # and it took nothing new: the queued job waits for another worker
+    assert control_plane.get(queued.id).state == S.PENDING
+    other = spawn_worker(control_plane, threads=1)
+    assert wait_done(control_plane, queued.id).worker_id == other.worker_id
+
+
+def test_unregistered_stream_gets_invalid_argument(control_plane: ControlProc) -> None:
+    stub = workers_pb2_grpc.WorkerServiceStub(control_plane.channel())
+    stream = stub.Connect(iter([workers_pb2.WorkerMessage(heartbeat=workers_pb2.Heartbeat())]))
+    try:
+        list(stream)
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    else:
+        raise AssertionError("expected INVALID_ARGUMENT")

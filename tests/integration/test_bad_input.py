@@ -1,0 +1,97 @@
+"""Bad input: a clear INVALID_ARGUMENT naming the field, and nothing stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from corral.v1 import jobs_pb2
+from tests.conftest import ControlProc
+from tests.support.calls import request, rpc_error
+
+
+def _field(err: grpc.RpcError) -> str:
+    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                bad = error_details_pb2.BadRequest()
+                if detail.Unpack(bad):
+                    return bad.field_violations[0].field
+    return ""
+
+
+def _stored(cp: ControlProc) -> int:
+    return int(cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=1)).total)
+
+
+CASES: list[tuple[str, jobs_pb2.SubmitJobRequest, str]] = [
+    ("unknown type", request("no_such_type"), "type"),
+    ("payload breaks schema", request("add_numbers", {"a": 1}), "payload"),
+    ("wrong JSON type", request("add_numbers", {"a": "one", "b": 2}), "payload.a"),
+    ("wrong item type", request("large_array_sum", {"numbers": [1, 2, "3"]}), "payload.numbers[2]"),
+    ("negative timeout", request("noop", timeout_sec=-5), "timeout_sec"),
+    ("zero timeout", request("noop", timeout_sec=0), "timeout_sec"),
+    ("priority out of range", request("noop", priority=101), "priority"),
+    ("negative priority", request("noop", priority=-1), "priority"),
+    ("thread_demand 0", request("noop", thread_demand=0), "thread_demand"),
+    ("max_attempts 0", request("noop", max_attempts=0), "max_attempts"),
+    ("oversized payload", request("reverse_string", {"text": "x" * (1 << 20)}), "payload"),
+    ("extra field", request("sleep", {"seconds": 1, "unexpected": True}), "payload"),
+]
+
+
+@pytest.mark.parametrize(("name", "req", "field"), CASES, ids=[c[0] for c in CASES])
+def test_bad_submission_names_the_field_and_stores_nothing(
+    control_plane: ControlProc, name: str, req: jobs_pb2.SubmitJobRequest, field: str
+) -> None:
+    before = _stored(control_plane)
+    err = rpc_error(control_plane.jobs.SubmitJob, req)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert _field(err) == field
+    assert (err.details() or "").startswith(field)  # type: ignore[attr-defined]
+    assert _stored(control_plane) == before
+
+
+def test_invalid_utf8_is_named(control_plane: ControlProc) -> None:
+    raw = control_plane.channel().unary_unary(
+        "/corral.v1.JobService/SubmitJob", request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+    for req, field in [
+        (jobs_pb2.SubmitJobRequest(type="noop", name="MARK"), "name"),
+        (jobs_pb2.SubmitJobRequest(type="noop", labels={"k": "MARK"}), "labels[0].value"),
+    ]:
+        data = req.SerializeToString().replace(b"MARK", b"\xff\xfe\xfd\xfc")
+        err = rpc_error(raw, data)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        assert _field(err) == field
+    assert _stored(control_plane) == 0
+
+
+def test_a_bad_job_in_a_batch_rejects_the_whole_batch(control_plane: ControlProc) -> None:
+    batch = jobs_pb2.SubmitJobsRequest(jobs=[request("noop"), request("noop", priority=1000), request("noop")])
+    err = rpc_error(control_plane.jobs.SubmitJobs, batch)
+    assert _field(err) == "jobs[1].priority"
+    assert _stored(control_plane) == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "req", "field"),
+    [
+        ("GetJob", jobs_pb2.GetJobRequest(id=""), "id"),
+        ("ListJobs", jobs_pb2.ListJobsRequest(limit=5000), "limit"),
+        ("ListJobs", jobs_pb2.ListJobsRequest(offset=-1), "offset"),
+    ],
+)
+def test_bad_reads_name_the_field(control_plane: ControlProc, call: str, req: Any, field: str) -> None:
+    err = rpc_error(getattr(control_plane.jobs, call), req)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert _field(err) == field
+
+
+def test_unknown_job_is_not_found(control_plane: ControlProc) -> None:
+    err = rpc_error(control_plane.jobs.GetJob, jobs_pb2.GetJobRequest(id="nope"))
+    assert err.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]

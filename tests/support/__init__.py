@@ -1,0 +1,1 @@
+"""Helpers shared by tests: ``jobtypes`` is a plug-in module of job types made for tests."""
