@@ -1,0 +1,74 @@
+"""Corral's client package: what a program imports to talk to a Corral control plane.
+
+Modules:
+
+- ``client``   :class:`Client`, the blocking gRPC client (submit, get, list, cancel, retry, watch, wait, ...).
+- ``aio``      :class:`AsyncClient`, the same methods over ``grpc.aio``.
+- ``status``   the one translation from ``grpc.RpcError`` to :mod:`corral.errors` that both clients use.
+- ``job``      :class:`Job`, :class:`JobState`, :class:`JobError`, :class:`JobPage`: jobs as Python values.
+- ``spec``     :class:`JobSpec`: what a client submits.
+- ``cluster``  :class:`Stats`, :class:`WorkerInfo`, :class:`WorkerState`, :class:`AutoscalerStatus`.
+- ``errors``   the error tree shared by every component (client and server raise the same classes).
+- ``jobtypes`` the payload JSON Schemas of the built-in job types.
+- ``logs``     the JSON log formatter and event names shared by the control plane and workers.
+- ``cli``      the ``corral`` command-line tool (``corral up``, ``corral demo``, ``corral submit`` ...).
+- ``v1``       the generated ``corral.v1`` gRPC stubs (never edited by hand).
+
+Example::
+
+    import corral
+
+    with corral.Client("127.0.0.1:50051") as client:
+        job = client.submit("add_numbers", {"a": 1, "b": 2})
+        assert client.wait(job.id, timeout=30).result == {"sum": 3}
+"""
+
+from corral.aio import AsyncClient
+from corral.client import Client
+from corral.cluster import AutoscalerStatus, Stats, WorkerInfo, WorkerState
+from corral.errors import (
+    AlreadyExists,
+    CorralError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    StaleAttempt,
+    Unauthenticated,
+    Unavailable,
+)
+from corral.job import Job, JobError, JobPage, JobState
+from corral.spec import JobSpec
+
+__all__ = [  # noqa: RUF022 (grouped by concept, sorted within a group)
+    # Clients
+    "AsyncClient",
+    "Client",
+    # Jobs
+    "Job",
+    "JobError",
+    "JobPage",
+    "JobSpec",
+    "JobState",
+    # Cluster
+    "AutoscalerStatus",
+    "Stats",
+    "WorkerInfo",
+    "WorkerState",
+    # Errors
+    "AlreadyExists",
+    "CorralError",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "RateLimited",
+    "StaleAttempt",
+    "Unauthenticated",
+    "Unavailable",
+]

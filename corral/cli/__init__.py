@@ -1,0 +1,20 @@
+"""The ``corral`` command-line tool (``corral = "corral.cli:main"``).
+
+Modules, one concern each:
+
+- ``main``        the entry point: parse, dispatch, map errors to exit statuses.
+- ``parser``      every sub-command and its arguments.
+- ``values``      argument value types (JSON payload, ``--at`` times, labels, addresses).
+- ``commands``    the client commands: submit, get, list, cancel, retry, watch, stats, workers, drain.
+- ``render``      rich tables, coloured states, JSON output.
+- ``exitcode``    what the exit statuses mean, and the one-line error printer.
+- ``child``       one supervised child process.
+- ``supervisor``  runs a control plane and N workers; restarts crashed workers; stops them in order.
+- ``up``          ``corral up``: the supervisor in the foreground.
+- ``demo``        ``corral demo``: every built-in job type on an embedded (or given) Corral.
+- ``demoboard``   the demo's live scoreboard and results table.
+"""
+
+from corral.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,166 @@
+"""The client commands of ``corral``: submit, get, list, cancel, retry, watch, stats, workers, drain.
+
+Each handler takes the parsed arguments, makes one :class:`corral.Client` call (two for ``submit --wait``)
+and prints a table or, with ``--json``, JSON. Errors are not caught here: :func:`corral.cli.main.main`
+turns a :class:`corral.errors.CorralError` into one line on stderr and the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import closing
+
+from corral.cli import render
+from corral.cli.exitcode import ExitCode, fail
+from corral.client import Client
+from corral.job import Job, JobState
+
+__all__ = ["cancel", "drain", "get", "list_jobs", "retry", "stats", "submit", "watch", "workers"]
+
+
+def submit(args: argparse.Namespace) -> int:
+    """``corral submit TYPE``: submit one job; with ``--wait``, wait for it and exit 1 unless it SUCCEEDED."""
+    with _client(args) as client:
+        job = client.submit(
+            args.type,
+            args.payload,
+            name=args.name,
+            priority=args.priority,
+            thread_demand=args.threads,
+            timeout_sec=args.timeout,
+            max_attempts=args.max_attempts,
+            scheduled_at=args.at,
+            idempotency_key=args.idempotency_key,
+            labels=dict(args.label),
+        )
+        if not args.wait:
+            if args.json:
+                render.print_json(job.to_dict())
+            else:
+                out = render.console()
+                out.print(f"Submitted job [bold]{job.id}[/] ({job.type}, ", render.state_text(job.state), ")", sep="")
+            return ExitCode.OK
+        if args.json:
+            job = client.wait(job.id)
+        else:
+            with render.console(stderr=True).status(f"Waiting for job {job.id} ({job.type})..."):
+                job = client.wait(job.id)
+    return _show_final(job, args.json)
+
+
+def get(args: argparse.Namespace) -> int:
+    """``corral get ID``: show one job."""
+    with _client(args) as client:
+        job = client.get(args.id)
+    _show(job, args.json)
+    return ExitCode.OK
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    """``corral list``: a page of jobs, newest first."""
+    states = [state for group in args.status for state in group]
+    with _client(args) as client:
+        page = client.list(status=states, type=args.type, limit=args.limit, offset=args.offset)
+    if args.json:
+        render.print_json({"jobs": [j.to_dict() for j in page.jobs], "total": page.total})
+        return ExitCode.OK
+    out = render.console()
+    out.print(render.jobs_table(page.jobs))
+    shown = f"{args.offset + 1}-{args.offset + len(page.jobs)}" if page.jobs else "none"
+    out.print(f"[dim]{shown} of {page.total} jobs[/]")
+    return ExitCode.OK
+
+
+def cancel(args: argparse.Namespace) -> int:
+    """``corral cancel ID``: cancel a job that has not finished."""
+    with _client(args) as client:
+        job = client.cancel(args.id)
+    _show_brief(job, "Cancelled", args.json)
+    return ExitCode.OK
+
+
+def retry(args: argparse.Namespace) -> int:
+    """``corral retry ID``: re-drive a FAILED job."""
+    with _client(args) as client:
+        job = client.retry(args.id)
+    _show_brief(job, "Retrying", args.json)
+    return ExitCode.OK
+
+
+def watch(args: argparse.Namespace) -> int:
+    """``corral watch ID``: print every change until the job is terminal; exit 1 unless it SUCCEEDED."""
+    out = render.console()
+    last: Job | None = None
+    with _client(args) as client, closing(client.watch(args.id)) as updates:
+        for job in updates:
+            if args.json:
+                render.print_json_line(job.to_dict())
+            else:
+                out.print(render.job_line(job))
+            last = job
+    if last is None or not last.is_terminal:
+        return fail(f"watch of job {args.id!r} ended before the job finished")
+    if last.state is JobState.SUCCEEDED:
+        return ExitCode.OK
+    return fail(_ending(last))
+
+
+def stats(args: argparse.Namespace) -> int:
+    """``corral stats``: queue depth, workers, jobs by status, success rate, uptime."""
+    with _client(args) as client:
+        value = client.stats()
+    if args.json:
+        render.print_json(value.to_dict())
+    else:
+        render.console().print(render.stats_table(value))
+    return ExitCode.OK
+
+
+def workers(args: argparse.Namespace) -> int:
+    """``corral workers``: the registered workers."""
+    with _client(args) as client:
+        found = client.workers()
+    if args.json:
+        render.print_json([w.to_dict() for w in found])
+    else:
+        render.console().print(render.workers_table(found))
+    return ExitCode.OK
+
+
+def drain(args: argparse.Namespace) -> int:
+    """``corral drain WORKER_ID``: stop giving the worker jobs; it finishes what it runs and leaves."""
+    with _client(args) as client:
+        worker = client.drain_worker(args.id)
+    if args.json:
+        render.print_json(worker.to_dict())
+    else:
+        render.console().print(f"Draining worker [bold]{worker.id}[/] ({len(worker.running_jobs)} jobs running)")
+    return ExitCode.OK
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.control, timeout=args.rpc_timeout)
+
+
+def _show(job: Job, as_json: bool) -> None:
+    if as_json:
+        render.print_json(job.to_dict())
+    else:
+        render.console().print(render.job_table(job))
+
+
+def _show_brief(job: Job, verb: str, as_json: bool) -> None:
+    if as_json:
+        render.print_json(job.to_dict())
+    else:
+        render.console().print(f"{verb} job [bold]{job.id}[/] (", render.state_text(job.state), ")", sep="")
+
+
+def _show_final(job: Job, as_json: bool) -> int:
+    _show(job, as_json)
+    return ExitCode.OK if job.state is JobState.SUCCEEDED else fail(_ending(job))
+
+
+def _ending(job: Job) -> str:
+    reason = f": {job.error.code}: {job.error.message}" if job.error else ""
+    return f"job {job.id!r} ended {job.state.name}{reason}"

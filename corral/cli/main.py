@@ -1,0 +1,41 @@
+"""The ``corral`` entry point: parse the command line, run the handler, turn failures into exit statuses."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from corral.cli.exitcode import ExitCode, fail
+from corral.cli.parser import PASSTHROUGH, build_parser
+from corral.errors import CorralError, InvalidArgument, Unavailable
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``corral`` with ``argv`` (default ``sys.argv[1:]``) and return its exit status.
+
+    ``corral control ...`` and ``corral worker ...`` replace this process with ``python -m control ...`` /
+    ``python -m worker ...`` and do not return.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in PASSTHROUGH:
+        os.execv(sys.executable, [sys.executable, "-m", PASSTHROUGH[args[0]], *args[1:]])
+    parser = build_parser()
+    parsed = parser.parse_args(args)
+    try:
+        return int(parsed.handler(parsed))
+    except Unavailable as exc:
+        address = getattr(parsed, "control", None) or "the control plane"
+        return fail(f"UNAVAILABLE: cannot reach the control plane at {address}: {exc.message}", ExitCode.UNREACHABLE)
+    except InvalidArgument as exc:
+        where = f"field {exc.field!r}: " if exc.field else ""
+        return fail(f"INVALID_ARGUMENT: {where}{exc.rule}")
+    except CorralError as exc:
+        return fail(f"{exc.code}: {exc.message}")
+    except KeyboardInterrupt:
+        return fail("interrupted", ExitCode.INTERRUPTED)
+    except BrokenPipeError:  # `corral list | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return ExitCode.OK

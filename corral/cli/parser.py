@@ -1,0 +1,138 @@
+"""The ``corral`` command line: every sub-command, its arguments, and the handler it runs.
+
+Each sub-parser sets ``handler`` (a function of the parsed ``argparse.Namespace`` returning the exit
+status). The client commands share ``--control``, ``--json`` and ``--rpc-timeout`` through one parent parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from corral.cli import commands, demo, up, values
+from corral.client import DEFAULT_ADDRESS
+
+__all__ = ["CONTROL_ADDR_ENV", "PASSTHROUGH", "build_parser"]
+
+CONTROL_ADDR_ENV = "CORRAL_CONTROL_ADDR"
+"""Environment variable with the default ``--control`` address."""
+
+PASSTHROUGH = {"control": "control", "worker": "worker"}
+"""Sub-commands that exec ``python -m MODULE`` with the rest of the command line."""
+
+_EPILOG = """\
+exit status: 0 ok; 1 the server refused or failed the request (or a waited-for job did not succeed);
+2 bad command line; 3 the control plane cannot be reached.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The complete ``corral`` parser."""
+    parser = argparse.ArgumentParser(
+        prog="corral",
+        description="Corral: a distributed job scheduler. Run it, submit jobs, watch them.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_up(sub)
+    _add_demo(sub)
+    for name, module in PASSTHROUGH.items():
+        p = sub.add_parser(name, help=f"run `python -m {module}` with the given arguments", add_help=False)
+        p.add_argument("args", nargs=argparse.REMAINDER)
+    _add_client_commands(sub, _client_parent())
+    return parser
+
+
+def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "up",
+        help="run a control plane and workers in the foreground (Ctrl-C stops them)",
+        description="Run a control plane and N workers as child processes until Ctrl-C or SIGTERM.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    p.add_argument("--grpc-port", type=values.port, default=50051, help="gRPC port, 0 = any free (default %(default)s)")
+    p.add_argument("--http-port", type=values.port, default=8080, help="HTTP port, 0 = any free (default %(default)s)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (default %(default)s)")
+    p.add_argument("--threads", type=values.positive_int, default=4, help="threads per worker (default %(default)s)")
+    p.add_argument("--db", default="corral.db", help="SQLite database file (default %(default)s)")
+    p.add_argument("--log-dir", type=Path, help="write the children's logs here instead of to this terminal")
+    p.add_argument("--ready-timeout", type=float, default=30.0, help="seconds to wait for start-up (default 30)")
+    p.set_defaults(handler=up.up)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run a mix of every built-in job type and show the results",
+        description="Submit a mix of every built-in job type, show them finish, print a results table. "
+        "Without --control, starts an embedded Corral (2 workers x 2 threads) and stops it at the end.",
+    )
+    p.add_argument("--control", type=values.address, help="use this control plane instead of an embedded one")
+    p.add_argument("--jobs", type=values.positive_int, default=48, help="jobs to submit (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds (default 120)")
+    p.set_defaults(handler=demo.demo)
+
+
+def _client_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--control",
+        type=values.address,
+        default=os.environ.get(CONTROL_ADDR_ENV) or DEFAULT_ADDRESS,
+        metavar="HOST:PORT",
+        help=f"control plane gRPC address (default ${CONTROL_ADDR_ENV} or {DEFAULT_ADDRESS})",
+    )
+    parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parent.add_argument(
+        "--rpc-timeout", type=float, default=30.0, metavar="SEC", help="deadline of each call (default 30)"
+    )
+    return parent
+
+
+def _add_client_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("submit", parents=[parent], help="submit a job", description="Submit one job.")
+    p.add_argument("type", help="job type, e.g. add_numbers")
+    p.add_argument("--payload", type=values.payload, default={}, help="JSON object, or @FILE holding one")
+    p.add_argument("--name", default="", help="a name to find the job by")
+    p.add_argument("--priority", type=int, default=0, help="0..100, higher runs first (default 0)")
+    p.add_argument("--threads", type=int, help="threads the job wants (default 1)")
+    p.add_argument("--timeout", type=float, metavar="SEC", help="per-attempt deadline in seconds")
+    p.add_argument("--max-attempts", type=int, metavar="N", help="attempts before FAILED (default 3)")
+    p.add_argument(
+        "--at", type=values.when, metavar="TIME", help="start no earlier than: ISO 8601, or +30s / +5m / +1h"
+    )
+    p.add_argument("--idempotency-key", default="", metavar="KEY", help="resubmitting with it returns the same job")
+    p.add_argument("--label", type=values.label, action="append", default=[], metavar="K=V", help="repeatable")
+    p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
+    p.set_defaults(handler=commands.submit)
+
+    for name, handler, help_text in (
+        ("get", commands.get, "show one job"),
+        ("cancel", commands.cancel, "cancel a job that has not finished"),
+        ("retry", commands.retry, "re-drive a FAILED job"),
+        ("watch", commands.watch, "print every change of a job until it finishes (exit 1 unless SUCCEEDED)"),
+    ):
+        p = sub.add_parser(name, parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
+        p.add_argument("id", metavar="ID", help="job id")
+        p.set_defaults(handler=handler)
+
+    p = sub.add_parser("list", parents=[parent], help="list jobs, newest first", description="List jobs, newest first.")
+    p.add_argument(
+        "--status", type=values.job_state, action="append", default=[], metavar="S", help="state(s), repeatable"
+    )
+    p.add_argument("--type", default="", help="only jobs of this type")
+    p.add_argument("--limit", type=values.positive_int, default=50, help="1..1000 (default 50)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    p.set_defaults(handler=commands.list_jobs)
+
+    p = sub.add_parser("stats", parents=[parent], help="queue depth, workers, jobs by status, success rate")
+    p.set_defaults(handler=commands.stats)
+    p = sub.add_parser("workers", parents=[parent], help="list the registered workers")
+    p.set_defaults(handler=commands.workers)
+    p = sub.add_parser("drain", parents=[parent], help="stop giving a worker jobs; it finishes them and leaves")
+    p.add_argument("id", metavar="WORKER_ID", help="worker id (see `corral workers`)")
+    p.set_defaults(handler=commands.drain)

@@ -1,0 +1,207 @@
+"""How the CLI shows things: rich tables and coloured states for people, JSON for programs.
+
+Every read command prints either a table built here or, with ``--json``, the value's ``to_dict()``
+through :func:`print_json` (one document; :func:`print_json_line` for streams such as ``watch``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from corral.cluster import Stats, WorkerInfo, WorkerState
+from corral.job import Job, JobState
+
+__all__ = [
+    "console",
+    "job_line",
+    "job_table",
+    "jobs_table",
+    "millis",
+    "print_json",
+    "print_json_line",
+    "short_id",
+    "state_text",
+    "stats_table",
+    "summary",
+    "workers_table",
+]
+
+STATE_STYLES: dict[JobState, str] = {
+    JobState.STATE_UNSPECIFIED: "dim",
+    JobState.SCHEDULED: "magenta",
+    JobState.PENDING: "blue",
+    JobState.RUNNING: "cyan",
+    JobState.SUCCEEDED: "green",
+    JobState.FAILED: "bold red",
+    JobState.CANCELLED: "yellow",
+}
+
+WORKER_STYLES: dict[WorkerState, str] = {
+    WorkerState.STATE_UNSPECIFIED: "dim",
+    WorkerState.AVAILABLE: "green",
+    WorkerState.BUSY: "cyan",
+    WorkerState.DRAINING: "yellow",
+    WorkerState.UNAVAILABLE: "red",
+}
+
+
+def console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr); wide and colourless when not a terminal, so pipes get whole lines."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(file=stream, highlight=False, width=None if tty else 200, soft_wrap=not tty)
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as one indented JSON document on stdout."""
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str), flush=True)
+
+
+def print_json_line(value: Any) -> None:
+    """Print ``value`` as one compact JSON line on stdout (JSON Lines, for streams)."""
+    print(json.dumps(value, ensure_ascii=False, default=str), flush=True)
+
+
+def state_text(state: JobState) -> Text:
+    """The state's name in its colour."""
+    return Text(state.name, style=STATE_STYLES.get(state, ""))
+
+
+def short_id(job_id: str, length: int = 8) -> str:
+    """The first characters of an id, enough to tell jobs apart in a table."""
+    return job_id[:length]
+
+
+def millis(seconds: float) -> str:
+    """Seconds as whole milliseconds, or '-' when zero (not measured)."""
+    return f"{seconds * 1000:,.0f}" if seconds else "-"
+
+
+def summary(value: Mapping[str, Any] | None, width: int = 48) -> str:
+    """Compact JSON of a result or payload, cut to ``width`` characters."""
+    if value is None:
+        return "-"
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def job_table(job: Job) -> Table:
+    """Every field of one job, one per row."""
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    rows: list[tuple[str, Text | str]] = [
+        ("id", job.id),
+        ("name", job.name or "-"),
+        ("type", job.type),
+        ("state", state_text(job.state)),
+        ("attempts", f"{job.attempts}/{job.max_attempts}"),
+        ("priority", str(job.priority)),
+        ("threads", f"{job.thread_demand} asked, {job.threads_granted} granted"),
+        ("timeout", f"{job.timeout_sec:g} s" if job.timeout_sec else "-"),
+        ("worker", job.worker_id or "-"),
+        ("payload", summary(job.payload, 400)),
+        ("result", summary(job.result, 400)),
+        ("error", f"{job.error.code}: {job.error.message}" if job.error else "-"),
+        ("created", _time(job.created_at)),
+        ("scheduled", _time(job.scheduled_at)),
+        ("ready", _time(job.ready_at)),
+        ("started", _time(job.started_at)),
+        ("finished", _time(job.finished_at)),
+        (
+            "queue/exec/total ms",
+            f"{millis(job.queue_seconds)} / {millis(job.exec_seconds)} / {millis(job.total_seconds)}",
+        ),
+        ("idempotency key", job.idempotency_key or "-"),
+        ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:
+    """One row per job: the columns ``corral list`` shows."""
+    table = Table(title=title, box=box.SIMPLE_HEAD)
+    for column in ("id", "name", "type", "state", "attempts", "prio", "worker", "created", "total ms"):
+        table.add_column(column, no_wrap=column in ("id", "state"))
+    for job in jobs:
+        table.add_row(
+            job.id,
+            job.name or "-",
+            job.type,
+            state_text(job.state),
+            f"{job.attempts}/{job.max_attempts}",
+            str(job.priority),
+            job.worker_id or "-",
+            _time(job.created_at),
+            millis(job.total_seconds),
+        )
+    return table
+
+
+def job_line(job: Job) -> Text:
+    """One line about a job's latest change, for ``corral watch``."""
+    line = Text(datetime.now().strftime("%H:%M:%S.%f")[:-3] + "  ", style="dim")
+    line.append(state_text(job.state))
+    line.append(f"  attempt {job.attempts}/{job.max_attempts}")
+    if job.worker_id:
+        line.append(f"  worker {job.worker_id}")
+    if job.state is JobState.SUCCEEDED:
+        line.append(f"  result {summary(job.result, 120)}", style="green")
+    if job.error:
+        line.append(f"  {job.error.code}: {job.error.message}", style="red")
+    return line
+
+
+def stats_table(stats: Stats) -> Table:
+    """The control plane's counters, one per row."""
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("name", style="bold")
+    table.add_column("value")
+    table.add_row("queue depth", str(stats.queue_depth))
+    table.add_row("scheduled", str(stats.scheduled))
+    table.add_row("running", str(stats.running))
+    table.add_row("dead letter", str(stats.dead_letter))
+    table.add_row("workers", f"{stats.workers}  {_counts(stats.workers_by_state)}")
+    table.add_row("jobs", _counts(stats.jobs_by_status) or "-")
+    table.add_row("success rate", f"{stats.success_rate:.1%}")
+    table.add_row("uptime", f"{stats.uptime_seconds:,.0f} s")
+    return table
+
+
+def workers_table(workers: Iterable[WorkerInfo]) -> Table:
+    """One row per worker."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("id", "state", "threads free/total", "slots free/total", "running", "done", "failed", "host", "pid"):
+        table.add_column(column, no_wrap=column == "id")
+    for w in workers:
+        table.add_row(
+            w.id,
+            Text(w.state.name, style=WORKER_STYLES.get(w.state, "")),
+            f"{w.free_threads}/{w.threads}",
+            f"{w.free_slots}/{w.slots}",
+            str(len(w.running_jobs)),
+            str(w.jobs_completed),
+            str(w.jobs_failed),
+            w.hostname or "-",
+            str(w.pid or "-"),
+        )
+    return table
+
+
+def _time(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return "  ".join(f"{name.lower()} {count}" for name, count in sorted(counts.items()) if count)

@@ -1,0 +1,355 @@
+"""The process supervisor behind ``corral up`` and ``corral demo``: one control plane and N workers.
+
+:class:`Supervisor` starts ``python -m control`` (in its own process group, so a terminal's Ctrl-C reaches
+only the supervisor, which then stops the children in order), waits until it serves (its ``--port-file``
+holds the bound gRPC port and the gRPC health service "" answers SERVING), then starts the workers
+``python -m worker --control H:P --threads T``. While it runs, :meth:`Supervisor.check` notices children
+that died: a worker that crashed is restarted after a backoff that doubles from
+:attr:`ClusterConfig.restart_backoff_sec` up to :attr:`ClusterConfig.restart_backoff_cap_sec`; a worker
+that exited 0 (drained) is not; a control plane that died raises :class:`ControlPlaneExited`, since the
+workers cannot do anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they
+drain), then to the control plane, each with a deadline after which it sends SIGKILL.
+
+Limitation: the children are in their own process groups, so a supervisor killed with SIGKILL leaves them
+running (nothing can run its cleanup); SIGINT and SIGTERM always stop them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from corral.cli.child import ChildProcess
+from corral.client import Client
+from corral.cluster import WorkerState
+from corral.errors import CorralError
+
+__all__ = ["ClusterConfig", "ControlPlaneExited", "Supervisor", "SupervisorError"]
+
+POLL_SEC = 0.1
+"""How often waiting loops look at the children."""
+
+Report = Callable[[str], None]
+"""Where the supervisor says what happens to its children (one line each)."""
+
+
+class SupervisorError(Exception):
+    """Raised when the cluster cannot be started or kept up; the message says why."""
+
+
+class ControlPlaneExited(SupervisorError):
+    """Raised when the control plane exits while the supervisor runs."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What to run: where the control plane listens, its database, and the workers."""
+
+    host: str = "127.0.0.1"
+    grpc_port: int = 50051
+    """0 picks a free port (the control plane reports it through its port file)."""
+    http_port: int = 8080
+    """0 picks a free port: the supervisor picks it just before the start (the port file names only gRPC's)."""
+    db: str = "corral.db"
+    workers: int = 2
+    threads: int = 4
+    """Threads per worker."""
+    log_dir: Path | None = None
+    """Children write their output to ``<log_dir>/control.log`` and ``worker-<n>.log``; ``None``: inherit."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables for the children."""
+    ready_timeout_sec: float = 30.0
+    worker_stop_timeout_sec: float = 30.0
+    """How long workers may drain after SIGTERM before SIGKILL."""
+    control_stop_timeout_sec: float = 15.0
+    restart_backoff_sec: float = 0.5
+    restart_backoff_cap_sec: float = 30.0
+    healthy_run_sec: float = 60.0
+    """A worker that ran this long before dying restarts after the initial backoff again."""
+    worker_args: tuple[str, ...] = ()
+    """Extra arguments for every worker, e.g. ``("--import", "my.jobtypes")``."""
+    control_module: str = "control"
+    """The module run as ``python -m`` for the control plane (tests substitute a fake)."""
+    worker_module: str = "worker"
+
+    def __post_init__(self) -> None:
+        for name in ("grpc_port", "http_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise SupervisorError(f"{name} must be 0..65535, got {getattr(self, name)}")
+        if self.workers < 0:
+            raise SupervisorError(f"workers must be >= 0, got {self.workers}")
+        if self.threads < 1:
+            raise SupervisorError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass
+class _WorkerSlot:
+    index: int
+    child: ChildProcess
+    backoff: float
+    restart_at: float | None = None
+    retired: bool = False
+
+
+class Supervisor:
+    """Runs a control plane and its workers as child processes; see the module docstring.
+
+    Use :meth:`start`, then :meth:`check` periodically (or :meth:`run` until :meth:`request_stop`), then
+    :meth:`stop`; or ``with Supervisor(config) as sup:`` which starts and stops.
+    """
+
+    def __init__(self, config: ClusterConfig, report: Report | None = None) -> None:
+        self.config = config
+        self.report: Report = report or (lambda line: print(line, file=sys.stderr))
+        self._run_dir = Path(tempfile.mkdtemp(prefix="corral-up-"))
+        self._port_file = self._run_dir / "control.port"
+        self._stop_requested = threading.Event()
+        self._kill_requested = threading.Event()
+        self._stopped = False
+        self.grpc_port = 0
+        self.http_port = config.http_port or _free_port(config.host)
+        self.control = ChildProcess("control plane", self._control_argv(), self._env(), self._log("control"))
+        self.workers: list[_WorkerSlot] = []
+
+    # -- addresses ------------------------------------------------------------------------------------
+
+    @property
+    def grpc_address(self) -> str:
+        """``host:port`` of the control plane's gRPC server (known once :meth:`start` returned)."""
+        return f"{_bracket(self.config.host)}:{self.grpc_port}"
+
+    @property
+    def http_address(self) -> str:
+        """``http://host:port`` of the control plane's HTTP gateway."""
+        return f"http://{_bracket(self.config.host)}:{self.http_port}"
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers."""
+        return [slot.child.pid for slot in self.workers if slot.child.running()]
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the control plane, wait until it serves, then start the workers.
+
+        Raises :class:`SupervisorError` when the control plane exits or is not serving within
+        ``ready_timeout_sec``; returns early, with nothing more started, when a stop was requested.
+        """
+        self.control.start()
+        self.grpc_port = self._wait_serving()
+        if self.grpc_port == 0:
+            return
+        for index in range(1, self.config.workers + 1):
+            child = ChildProcess(f"worker {index}", self._worker_argv(), self._env(), self._log(f"worker-{index}"))
+            child.start()
+            self.workers.append(_WorkerSlot(index, child, self.config.restart_backoff_sec))
+
+    def wait_for_workers(self, count: int | None = None, timeout: float | None = None) -> bool:
+        """Wait until ``count`` (default: all) workers registered with the control plane; False on timeout."""
+        want = self.config.workers if count is None else count
+        deadline = time.monotonic() + (self.config.ready_timeout_sec if timeout is None else timeout)
+        with Client(self.grpc_address, timeout=2) as client:
+            while not self._stop_requested.is_set():
+                self.check()
+                try:
+                    if sum(w.state is not WorkerState.UNAVAILABLE for w in client.workers()) >= want:
+                        return True
+                except CorralError:
+                    pass  # not answering yet: keep waiting until the deadline
+                if time.monotonic() >= deadline:
+                    return False
+                self._stop_requested.wait(POLL_SEC)
+        return False
+
+    def check(self) -> None:
+        """Look at the children: report and restart crashed workers; raise if the control plane exited."""
+        if self._stopped or self._stop_requested.is_set():
+            return
+        if not self.control.running():
+            raise ControlPlaneExited(self._died(self.control))
+        now = time.monotonic()
+        for slot in self.workers:
+            if slot.retired or slot.child.running():
+                continue
+            if slot.restart_at is None:
+                if slot.child.exit_code() == 0:
+                    slot.retired = True
+                    self.report(f"{slot.child.name} (pid {slot.child.pid}) exited cleanly (drained); not restarting it")
+                    continue
+                if now - slot.child.started_at >= self.config.healthy_run_sec:
+                    slot.backoff = self.config.restart_backoff_sec
+                slot.restart_at = now + slot.backoff
+                self.report(f"{self._died(slot.child)}; restarting it in {slot.backoff:g} s")
+                slot.backoff = min(self.config.restart_backoff_cap_sec, slot.backoff * 2)
+            elif now >= slot.restart_at:
+                slot.restart_at = None
+                slot.child.start()
+                self.report(f"{slot.child.name} restarted (pid {slot.child.pid})")
+
+    def run(self) -> None:
+        """Call :meth:`check` until :meth:`request_stop`; raises :class:`ControlPlaneExited`."""
+        while not self._stop_requested.wait(POLL_SEC * 2):
+            self.check()
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once :meth:`request_stop` (or :meth:`stop`) was called."""
+        return self._stop_requested.is_set()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` (and a :meth:`start` in progress) to return; the first call of a signal handler."""
+        if self._stop_requested.is_set():
+            self._kill_requested.set()
+        self._stop_requested.set()
+
+    def request_kill(self) -> None:
+        """Make a :meth:`stop` in progress stop waiting for graceful exits and SIGKILL what is left."""
+        self._stop_requested.set()
+        self._kill_requested.set()
+
+    def stop(self) -> None:
+        """SIGTERM the workers and wait for them to drain, then the control plane; SIGKILL at the deadlines.
+
+        Idempotent, and safe to call when :meth:`start` failed half-way.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop_requested.set()
+        workers = [slot.child for slot in self.workers]
+        self._terminate(workers, self.config.worker_stop_timeout_sec)
+        self._terminate([self.control], self.config.control_stop_timeout_sec)
+        shutil.rmtree(self._run_dir, ignore_errors=True)
+
+    def __enter__(self) -> Supervisor:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _wait_serving(self) -> int:
+        deadline = time.monotonic() + self.config.ready_timeout_sec
+        channel, channel_port = None, 0
+        try:
+            while not self._stop_requested.is_set():
+                if not self.control.running():
+                    raise ControlPlaneExited(self._died(self.control, "while starting"))
+                port = _read_port(self._port_file)
+                if port and port != channel_port:  # a port file read half-written names another port
+                    if channel is not None:
+                        channel.close()
+                    channel, channel_port = grpc.insecure_channel(f"{_bracket(self.config.host)}:{port}"), port
+                if channel is not None and _serving(channel):
+                    return channel_port
+                if time.monotonic() >= deadline:
+                    raise SupervisorError(
+                        f"control plane not serving after {self.config.ready_timeout_sec:g} s"
+                        + _indent(self.control.tail())
+                    )
+                self._stop_requested.wait(POLL_SEC)
+            return 0
+        finally:
+            if channel is not None:
+                channel.close()
+
+    def _terminate(self, children: list[ChildProcess], timeout: float) -> None:
+        for child in children:
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while any(c.running() for c in children):
+            if self._kill_requested.is_set() or time.monotonic() >= deadline:
+                for child in children:
+                    if child.running():
+                        self.report(f"{child.name} (pid {child.pid}) did not stop in time; killing it")
+                        child.signal(signal.SIGKILL)
+                for child in children:
+                    if child.process is not None:
+                        child.process.wait()
+                break
+            time.sleep(POLL_SEC / 2)
+
+    def _died(self, child: ChildProcess, when: str = "") -> str:
+        text = f"{child.name} (pid {child.pid}) {child.describe_exit()}" + (f" {when}" if when else "")
+        return text + _indent(child.tail())
+
+    def _log(self, name: str) -> Path | None:
+        if self.config.log_dir is None:
+            return None
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        return self.config.log_dir / f"{name}.log"
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.env}
+
+    def _control_argv(self) -> list[str]:
+        c = self.config
+        return [
+            sys.executable,
+            "-m",
+            c.control_module,
+            "--host",
+            c.host,
+            "--grpc-port",
+            str(c.grpc_port),
+            "--http-port",
+            str(self.http_port),
+            "--db",
+            c.db,
+            "--port-file",
+            str(self._port_file),
+        ]
+
+    def _worker_argv(self) -> list[str]:
+        c = self.config
+        control = ["--control", self.grpc_address]
+        return [sys.executable, "-m", c.worker_module, *control, "--threads", str(c.threads), *c.worker_args]
+
+
+def _serving(channel: grpc.Channel) -> bool:
+    try:
+        response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+    except grpc.RpcError:
+        return False
+    return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _read_port(path: Path) -> int:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _indent(text: str) -> str:
+    return "".join(f"\n    {line}" for line in text.splitlines())

@@ -1,0 +1,106 @@
+"""``corral up``: run a control plane and its workers in the foreground until Ctrl-C or SIGTERM.
+
+It prints where everything listens, then keeps the cluster up with :class:`Supervisor` (a crashed worker
+is restarted after a backoff). The first Ctrl-C / SIGTERM stops the workers (they drain) and then the
+control plane, and exits 0; a second one kills what is left. If the control plane dies, the workers are
+stopped and ``corral up`` exits 1 with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from rich.table import Table
+
+from corral.cli import render
+from corral.cli.exitcode import ExitCode, fail
+from corral.cli.supervisor import ClusterConfig, Supervisor, SupervisorError
+from corral.client import Client
+from corral.errors import CorralError
+
+__all__ = ["stop_signals", "up"]
+
+
+def up(args: argparse.Namespace) -> int:
+    """Run ``corral up`` with the parsed arguments; returns the exit status."""
+    out, err = render.console(), render.console(stderr=True)
+    try:
+        config = ClusterConfig(
+            host=args.host,
+            grpc_port=args.grpc_port,
+            http_port=args.http_port,
+            db=args.db,
+            workers=args.workers,
+            threads=args.threads,
+            log_dir=args.log_dir,
+            ready_timeout_sec=args.ready_timeout,
+        )
+    except SupervisorError as exc:
+        return fail(str(exc), ExitCode.USAGE)
+    supervisor = Supervisor(config, report=lambda line: err.print(f"[yellow]corral up:[/] {line}"))
+    code = ExitCode.OK
+    with stop_signals(supervisor.request_stop):
+        try:
+            out.print(f"Starting the control plane ([dim]{config.host}, db {config.db}[/])...")
+            supervisor.start()
+            if supervisor.grpc_port:
+                if not supervisor.wait_for_workers():
+                    err.print(
+                        f"[yellow]corral up:[/] not every worker registered within {config.ready_timeout_sec:g} s"
+                    )
+                out.print(_where(supervisor))
+                out.print("Corral is up. Press Ctrl-C to stop.")
+                supervisor.run()
+        except SupervisorError as exc:
+            first, *rest = str(exc).splitlines() or [""]
+            code = fail(first)
+            for line in rest:
+                err.print(line, markup=False)
+        finally:
+            out.print("Stopping: workers first (they drain), then the control plane...")
+            supervisor.stop()
+    out.print("Stopped." if code == ExitCode.OK else "Stopped after a failure.")
+    return code
+
+
+@contextmanager
+def stop_signals(handler: Callable[[], None]) -> Iterator[None]:
+    """Route SIGINT and SIGTERM to ``handler`` inside the block, and restore the previous handlers after it."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        handler()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _where(supervisor: Supervisor) -> Table:
+    config = supervisor.config
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("gRPC", supervisor.grpc_address)
+    table.add_row("HTTP", supervisor.http_address)
+    table.add_row("database", str(Path(config.db).resolve()))
+    table.add_row("control", f"pid {supervisor.control.pid}")
+    ids = _worker_ids(supervisor.grpc_address)
+    workers = ", ".join(f"pid {pid}" + (f" ({ids[pid]})" if pid in ids else "") for pid in supervisor.worker_pids())
+    table.add_row("workers", f"{config.workers} x {config.threads} threads: {workers or '-'}")
+    return table
+
+
+def _worker_ids(address: str) -> dict[int, str]:
+    try:
+        with Client(address, timeout=2) as client:
+            return {w.pid: w.id for w in client.workers() if w.pid}
+    except CorralError:
+        return {}

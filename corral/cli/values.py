@@ -1,0 +1,128 @@
+"""The CLI's argument value types: each turns one command-line string into a Python value or says what is wrong.
+
+They are used as argparse ``type=`` callables, so a bad value raises ``argparse.ArgumentTypeError`` and
+becomes a usage error (exit status 2) naming the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from corral.job import JobState
+
+__all__ = ["address", "job_state", "label", "payload", "port", "positive_int", "when"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_RELATIVE_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+
+
+def payload(text: str) -> dict[str, Any]:
+    """A JSON object, given inline or as ``@path`` to a file holding one."""
+    source = "--payload"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror or exc}") from None
+        source = str(path)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"invalid JSON in {source} at line {exc.lineno} column {exc.colno} (char {exc.pos}): {exc.msg}; "
+            f"near {_excerpt(exc.doc, exc.pos)}"
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{source} must be a JSON object ({{...}}), got {_json_kind(value)}")
+    return value
+
+
+def when(text: str, now: datetime | None = None) -> datetime:
+    """A point in time: ``+30s``, ``+5m``, ``+1h30m`` (from now) or ISO 8601 (no offset means local time).
+
+    Relative units are ms, s (the default), m, h and d.
+    """
+    text = text.strip()
+    base = now or datetime.now().astimezone()
+    if text.startswith("+"):
+        body = text[1:]
+        parts = list(_RELATIVE_PART.finditer(body))
+        if not body or "".join(m.group(0) for m in parts) != body:
+            raise argparse.ArgumentTypeError(
+                f"invalid relative time {text!r}: use +N with a unit ms, s, m, h or d, e.g. +30s, +5m, +1h30m"
+            )
+        seconds = sum(float(m.group(1)) * _UNITS[m.group(2) or "s"] for m in parts)
+        return base + timedelta(seconds=seconds)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: use ISO 8601 (2030-01-02T15:04:05Z) or +N[ms|s|m|h|d] relative to now"
+        ) from None
+    return moment if moment.tzinfo else moment.astimezone()
+
+
+def label(text: str) -> tuple[str, str]:
+    """A ``key=value`` label; the key must not be empty."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"invalid label {text!r}: use key=value")
+    return key.strip(), value
+
+
+def address(text: str) -> str:
+    """A ``host:port`` gRPC address (IPv6 hosts in brackets)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise argparse.ArgumentTypeError(f"invalid address {text!r}: use HOST:PORT, e.g. 127.0.0.1:50051")
+    return text
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (pick a free one) to 65535."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: use 0..65535 (0 picks a free port)")
+    return int(text)
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be an integer >= 1")
+    return value
+
+
+def job_state(text: str) -> list[JobState]:
+    """One or more job states by name, comma-separated (case-insensitive)."""
+    states: list[JobState] = []
+    for name in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            states.append(JobState[name.upper()])
+        except KeyError:
+            names = ", ".join(s.name for s in JobState if s is not JobState.STATE_UNSPECIFIED)
+            raise argparse.ArgumentTypeError(f"unknown state {name!r}: one of {names}") from None
+    if not states:
+        raise argparse.ArgumentTypeError("empty state")
+    return states
+
+
+def _excerpt(doc: str, pos: int, width: int = 20) -> str:
+    """The text around ``pos`` with ``<here>`` marking it, on one line."""
+    start, end = max(0, pos - width), pos + width
+    text = ("..." if start else "") + doc[start:pos] + "<here>" + doc[pos:end] + ("..." if end < len(doc) else "")
+    return text.replace("\n", "\\n")
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)

@@ -1,0 +1,235 @@
+"""The synchronous Python client, :class:`Client`, over the ``corral.v1`` gRPC stubs.
+
+Every call goes through :func:`corral.status.translate_errors`, so a failure is always a
+:class:`corral.errors.CorralError` (never a ``grpc.RpcError``); the asyncio twin with the same methods is
+:class:`corral.aio.AsyncClient`. Both build requests the same way
+(:meth:`JobSpec.to_proto`, :func:`list_request`).
+
+Example::
+
+    with corral.Client("127.0.0.1:50051") as client:
+        job = client.submit("add_numbers", {"a": 1, "b": 2})
+        print(client.wait(job.id).result)  # {'sum': 3}
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from contextlib import closing
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
+from corral.errors import DeadlineExceeded
+from corral.job import Job, JobPage, JobState
+from corral.spec import JobSpec, When
+from corral.status import translate_errors
+from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+__all__ = ["DEFAULT_ADDRESS", "Client", "Metadata", "list_request"]
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+"""Where the control plane listens for gRPC by default."""
+
+Metadata = Sequence[tuple[str, str]]
+"""gRPC metadata sent with every call, e.g. ``[("x-request-id", "abc")]``."""
+
+REWATCH_PAUSE_SEC = 0.2
+"""Pause before :meth:`Client.wait` watches again after a stream ended early (control plane restarting)."""
+
+
+class Client:
+    """A blocking client of one control plane; thread-safe, one channel, close it when done.
+
+    Args:
+        address: ``host:port`` of the control plane's gRPC server.
+        timeout: Deadline in seconds of each unary call (``None``: no deadline). Streams have none.
+        metadata: Sent with every call.
+        options: Extra gRPC channel options.
+    """
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        timeout: float | None = 30,
+        metadata: Metadata = (),
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.metadata = tuple(metadata)
+        self._channel = grpc.insecure_channel(address, options=list(options))
+        self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
+        self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    # -- jobs -----------------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        name: str = "",
+        priority: int = 0,
+        thread_demand: int | None = None,
+        timeout_sec: float | None = None,
+        max_attempts: int | None = None,
+        scheduled_at: When | None = None,
+        idempotency_key: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> Job:
+        """Submit one job and return it as stored (PENDING, or SCHEDULED when ``scheduled_at`` is ahead)."""
+        request = JobSpec(
+            type=type,
+            payload=payload,
+            name=name,
+            priority=priority,
+            thread_demand=thread_demand,
+            timeout_sec=timeout_sec,
+            max_attempts=max_attempts,
+            scheduled_at=scheduled_at,
+            idempotency_key=idempotency_key,
+            labels=labels,
+        ).to_proto()
+        with translate_errors():
+            response = self._jobs.SubmitJob(request, timeout=self.timeout, metadata=self.metadata)
+        return Job.from_proto(response.job)
+
+    def submit_many(self, specs: Sequence[JobSpec]) -> builtins.list[Job]:
+        """Submit a batch in one ``SubmitJobs`` call; all are accepted or none is."""
+        request = jobs_pb2.SubmitJobsRequest(jobs=[s.to_proto() for s in specs])
+        with translate_errors():
+            response = self._jobs.SubmitJobs(request, timeout=self.timeout, metadata=self.metadata)
+        return [Job.from_proto(pb) for pb in response.jobs]
+
+    def get(self, id: str) -> Job:
+        """Return the job ``id``; :class:`~corral.errors.NotFound` when there is none."""
+        with translate_errors():
+            pb = self._jobs.GetJob(jobs_pb2.GetJobRequest(id=id), timeout=self.timeout, metadata=self.metadata)
+        return Job.from_proto(pb)
+
+    def list(
+        self,
+        *,
+        status: Iterable[JobState | str] = (),
+        type: str = "",
+        limit: int = 50,
+        offset: int = 0,
+    ) -> JobPage:
+        """Return a page of jobs, newest first, filtered by state(s) and type, with the total that match."""
+        with translate_errors():
+            response = self._jobs.ListJobs(
+                list_request(status, type, limit, offset), timeout=self.timeout, metadata=self.metadata
+            )
+        return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
+
+    def cancel(self, id: str) -> Job:
+        """Cancel a job that has not finished (a running one is killed) and return it."""
+        with translate_errors():
+            pb = self._jobs.CancelJob(jobs_pb2.CancelJobRequest(id=id), timeout=self.timeout, metadata=self.metadata)
+        return Job.from_proto(pb)
+
+    def retry(self, id: str) -> Job:
+        """Re-drive a FAILED job with a fresh attempt budget and return it."""
+        with translate_errors():
+            pb = self._jobs.RetryJob(jobs_pb2.RetryJobRequest(id=id), timeout=self.timeout, metadata=self.metadata)
+        return Job.from_proto(pb)
+
+    def watch(self, id: str) -> Generator[Job, None, None]:
+        """Yield the job now and after every change; the iteration ends at a terminal state.
+
+        Closing the generator (or leaving a ``with contextlib.closing(...)`` block) cancels the stream.
+        """
+        return self._watch(id, None)
+
+    def wait(self, id: str, timeout: float | None = None) -> Job:
+        """Block until the job is terminal and return it; :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            try:
+                if remaining is not None and remaining <= 0:
+                    raise DeadlineExceeded("")
+                with closing(self._watch(id, remaining)) as updates:
+                    for job in updates:
+                        if job.is_terminal:
+                            return job
+                # The stream ended before a terminal state (the control plane is restarting): look again.
+                job = self.get(id)
+                if job.is_terminal:
+                    return job
+            except DeadlineExceeded:
+                limit = "" if timeout is None else f" after {timeout:g} s"
+                raise DeadlineExceeded(f"job {id!r} not finished{limit}") from None
+            time.sleep(REWATCH_PAUSE_SEC)
+
+    def _watch(self, id: str, timeout: float | None) -> Generator[Job, None, None]:
+        call = self._jobs.WatchJob(jobs_pb2.WatchJobRequest(id=id), timeout=timeout, metadata=self.metadata)
+        try:
+            with translate_errors():
+                for event in call:
+                    yield Job.from_proto(event.job)
+        finally:
+            call.cancel()
+
+    # -- cluster --------------------------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Return queue depth, workers, jobs by status, success rate and uptime."""
+        with translate_errors():
+            pb = self._jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=self.timeout, metadata=self.metadata)
+        return Stats.from_proto(pb)
+
+    def workers(self) -> builtins.list[WorkerInfo]:
+        """Return the registered workers."""
+        with translate_errors():
+            response = self._admin.ListWorkers(
+                admin_pb2.ListWorkersRequest(), timeout=self.timeout, metadata=self.metadata
+            )
+        return [WorkerInfo.from_proto(pb) for pb in response.workers]
+
+    def drain_worker(self, id: str) -> WorkerInfo:
+        """Stop giving the worker jobs and ask it to finish what it runs and leave."""
+        with translate_errors():
+            pb = self._admin.DrainWorker(
+                admin_pb2.DrainWorkerRequest(id=id), timeout=self.timeout, metadata=self.metadata
+            )
+        return WorkerInfo.from_proto(pb)
+
+    def autoscaler(self) -> AutoscalerStatus:
+        """Return what the autoscaler is doing."""
+        with translate_errors():
+            pb = self._admin.GetAutoscaler(
+                admin_pb2.GetAutoscalerRequest(), timeout=self.timeout, metadata=self.metadata
+            )
+        return AutoscalerStatus.from_proto(pb)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the channel; calls in flight are cancelled. Idempotent."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.address!r})"
+
+
+def list_request(status: Iterable[JobState | str], type: str, limit: int, offset: int) -> jobs_pb2.ListJobsRequest:
+    """Build a ``ListJobsRequest``; states may be given by name (case-insensitive)."""
+    if isinstance(status, str | JobState):
+        status = [status]
+    states = [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
+    return jobs_pb2.ListJobsRequest(status=states, type=type, limit=limit, offset=offset)

@@ -1,0 +1,162 @@
+"""The cluster as the client sees it: :class:`Stats`, :class:`WorkerInfo` (+ :class:`WorkerState`) and
+:class:`AutoscalerStatus`, each a frozen value built from its ``corral.v1`` message by ``from_proto``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from corral.job import timestamp_to_datetime
+from corral.v1 import admin_pb2, jobs_pb2
+
+__all__ = ["AutoscalerStatus", "Stats", "WorkerInfo", "WorkerState"]
+
+
+class WorkerState(enum.IntEnum):
+    """A worker's state; values and names match ``corral.v1.Worker.State``."""
+
+    STATE_UNSPECIFIED = 0
+    AVAILABLE = 1
+    """Connected with free capacity."""
+    BUSY = 2
+    """Connected, every slot in use."""
+    DRAINING = 3
+    """Finishing its jobs, takes nothing new."""
+    UNAVAILABLE = 4
+    """Stream closed or heartbeats missed."""
+
+    @classmethod
+    def of(cls, number: int) -> WorkerState:
+        """The state with this wire value; STATE_UNSPECIFIED for a value this client does not know."""
+        try:
+            return cls(number)
+        except ValueError:
+            return cls.STATE_UNSPECIFIED
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of the control plane (``GetStats``)."""
+
+    queue_depth: int
+    """Jobs ready to run (PENDING)."""
+    scheduled: int
+    """Jobs waiting for their time (SCHEDULED)."""
+    running: int
+    workers: int
+    """Registered workers."""
+    workers_by_state: dict[str, int] = field(default_factory=dict)
+    jobs_by_status: dict[str, int] = field(default_factory=dict)
+    success_rate: float = 0.0
+    """SUCCEEDED / (SUCCEEDED + FAILED); 0 when nothing finished."""
+    uptime_seconds: float = 0.0
+    dead_letter: int = 0
+    """FAILED jobs."""
+
+    @classmethod
+    def from_proto(cls, pb: jobs_pb2.Stats) -> Stats:
+        """Build :class:`Stats` from a ``corral.v1.Stats`` message."""
+        return cls(
+            queue_depth=pb.queue_depth,
+            scheduled=pb.scheduled,
+            running=pb.running,
+            workers=pb.workers,
+            workers_by_state=dict(pb.workers_by_state),
+            jobs_by_status=dict(pb.jobs_by_status),
+            success_rate=pb.success_rate,
+            uptime_seconds=pb.uptime_seconds,
+            dead_letter=pb.dead_letter,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One registered worker (``ListWorkers``, ``DrainWorker``)."""
+
+    id: str
+    state: WorkerState
+    threads: int = 0
+    slots: int = 0
+    free_threads: int = 0
+    free_slots: int = 0
+    running_jobs: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    hostname: str = ""
+    pid: int = 0
+    registered_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    jobs_completed: int = 0
+    jobs_failed: int = 0
+
+    @classmethod
+    def from_proto(cls, pb: admin_pb2.Worker) -> WorkerInfo:
+        """Build :class:`WorkerInfo` from a ``corral.v1.Worker`` message."""
+        return cls(
+            id=pb.id,
+            state=WorkerState.of(pb.state),
+            threads=pb.threads,
+            slots=pb.slots,
+            free_threads=pb.free_threads,
+            free_slots=pb.free_slots,
+            running_jobs=list(pb.running_jobs),
+            labels=dict(pb.labels),
+            hostname=pb.hostname,
+            pid=pb.pid,
+            registered_at=timestamp_to_datetime(pb.registered_at) if pb.HasField("registered_at") else None,
+            last_heartbeat_at=(
+                timestamp_to_datetime(pb.last_heartbeat_at) if pb.HasField("last_heartbeat_at") else None
+            ),
+            jobs_completed=pb.jobs_completed,
+            jobs_failed=pb.jobs_failed,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict: the state by name, datetimes in ISO 8601."""
+        out = dataclasses.asdict(self)
+        out["state"] = self.state.name
+        for key in ("registered_at", "last_heartbeat_at"):
+            value = getattr(self, key)
+            out[key] = value.isoformat() if value else None
+        return out
+
+
+@dataclass(frozen=True)
+class AutoscalerStatus:
+    """What the autoscaler is doing (``GetAutoscaler``); ``mode`` is off, recommend or docker."""
+
+    mode: str
+    current_workers: int = 0
+    desired_workers: int = 0
+    min_workers: int = 0
+    max_workers: int = 0
+    last_decision: str = ""
+    last_decision_at: datetime | None = None
+    last_error: str = ""
+
+    @classmethod
+    def from_proto(cls, pb: admin_pb2.AutoscalerStatus) -> AutoscalerStatus:
+        """Build :class:`AutoscalerStatus` from a ``corral.v1.AutoscalerStatus`` message."""
+        return cls(
+            mode=pb.mode,
+            current_workers=pb.current_workers,
+            desired_workers=pb.desired_workers,
+            min_workers=pb.min_workers,
+            max_workers=pb.max_workers,
+            last_decision=pb.last_decision,
+            last_decision_at=timestamp_to_datetime(pb.last_decision_at) if pb.HasField("last_decision_at") else None,
+            last_error=pb.last_error,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        out = dataclasses.asdict(self)
+        out["last_decision_at"] = self.last_decision_at.isoformat() if self.last_decision_at else None
+        return out

@@ -1,0 +1,216 @@
+"""A job as the client sees it: :class:`Job`, its :class:`JobState` and :class:`JobError`, and :class:`JobPage`.
+
+These are plain, frozen Python values built from the ``corral.v1.Job`` message by :meth:`Job.from_proto`:
+``google.protobuf.Struct`` becomes ``dict`` (with integral numbers turned back into ``int``, since JSON
+numbers travel as doubles), ``Timestamp`` becomes an aware UTC ``datetime`` (``None`` when unset) and the
+state enum becomes :class:`JobState`. :meth:`Job.to_dict` gives the JSON-ready form the CLI prints.
+
+The helpers :func:`struct_to_dict` and :func:`dict_to_struct` are the one place the client converts JSON
+objects to and from ``Struct``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from corral.errors import InvalidArgument
+from corral.v1 import jobs_pb2
+
+__all__ = ["Job", "JobError", "JobPage", "JobState", "dict_to_struct", "struct_to_dict", "timestamp_to_datetime"]
+
+
+class JobState(enum.IntEnum):
+    """The lifecycle state of a job; values and names match ``corral.v1.Job.State``."""
+
+    STATE_UNSPECIFIED = 0
+    SCHEDULED = 1
+    """Waiting for ``scheduled_at`` or for a retry backoff to elapse."""
+    PENDING = 2
+    """Ready to run, waiting for a worker with free capacity."""
+    RUNNING = 3
+    """Leased to one worker."""
+    SUCCEEDED = 4
+    FAILED = 5
+    """Every attempt failed: the job is in the dead-letter queue until retried."""
+    CANCELLED = 6
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for SUCCEEDED, FAILED and CANCELLED: nothing happens to the job any more."""
+        return self in _TERMINAL
+
+    @classmethod
+    def of(cls, number: int) -> JobState:
+        """The state with this wire value; STATE_UNSPECIFIED for a value this client does not know."""
+        try:
+            return cls(number)
+        except ValueError:
+            return cls.STATE_UNSPECIFIED
+
+    @classmethod
+    def parse(cls, value: JobState | str | int) -> JobState:
+        """Return the state named by ``value`` (a member, a case-insensitive name or a number)."""
+        if isinstance(value, JobState):
+            return value
+        if isinstance(value, int):
+            return cls(value)
+        try:
+            return cls[value.strip().upper()]
+        except KeyError:
+            names = ", ".join(s.name for s in cls if s is not cls.STATE_UNSPECIFIED)
+            raise InvalidArgument("status", f"unknown state {value!r}; one of {names}") from None
+
+
+_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+@dataclass(frozen=True)
+class JobError:
+    """Why an attempt or a job failed: ``code`` is ERROR, TIMEOUT, WORKER_LOST, LEASE_EXPIRED, CANCELLED, ..."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything known about one job, as of the response it came from."""
+
+    id: str
+    type: str
+    state: JobState
+    name: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    thread_demand: int = 1
+    """Threads the job asked for."""
+    threads_granted: int = 0
+    """Threads the job was given on its latest attempt."""
+    attempts: int = 0
+    """Attempts started so far."""
+    max_attempts: int = 0
+    timeout_sec: float = 0.0
+    scheduled_at: datetime | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    ready_at: datetime | None = None
+    """When the next attempt becomes ready (SCHEDULED jobs)."""
+    queue_seconds: float = 0.0
+    """Seconds from becoming ready to the start of the latest attempt."""
+    exec_seconds: float = 0.0
+    """Seconds the latest attempt ran."""
+    total_seconds: float = 0.0
+    """Seconds from submission to the terminal state."""
+    worker_id: str = ""
+    result: dict[str, Any] | None = None
+    """The job's JSON result; ``None`` until it succeeded."""
+    error: JobError | None = None
+    idempotency_key: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the job SUCCEEDED, FAILED or was CANCELLED."""
+        return self.state.is_terminal
+
+    @classmethod
+    def from_proto(cls, pb: jobs_pb2.Job) -> Job:
+        """Build a :class:`Job` from a ``corral.v1.Job`` message."""
+        return cls(
+            id=pb.id,
+            name=pb.name,
+            type=pb.type,
+            payload=struct_to_dict(pb.payload),
+            priority=pb.priority,
+            thread_demand=pb.thread_demand,
+            threads_granted=pb.threads_granted,
+            state=JobState.of(pb.state),
+            attempts=pb.attempts,
+            max_attempts=pb.max_attempts,
+            timeout_sec=pb.timeout_sec,
+            scheduled_at=timestamp_to_datetime(pb.scheduled_at) if pb.HasField("scheduled_at") else None,
+            created_at=timestamp_to_datetime(pb.created_at) if pb.HasField("created_at") else None,
+            started_at=timestamp_to_datetime(pb.started_at) if pb.HasField("started_at") else None,
+            finished_at=timestamp_to_datetime(pb.finished_at) if pb.HasField("finished_at") else None,
+            ready_at=timestamp_to_datetime(pb.ready_at) if pb.HasField("ready_at") else None,
+            queue_seconds=pb.queue_seconds,
+            exec_seconds=pb.exec_seconds,
+            total_seconds=pb.total_seconds,
+            worker_id=pb.worker_id,
+            result=struct_to_dict(pb.result) if pb.HasField("result") else None,
+            error=JobError(pb.error.code, pb.error.message) if pb.HasField("error") and pb.error.code else None,
+            idempotency_key=pb.idempotency_key,
+            labels=dict(pb.labels),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict: the state by name, datetimes in ISO 8601, the error as an object."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, JobState):
+                value = value.name
+            elif isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, JobError):
+                value = dataclasses.asdict(value)
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of :meth:`Client.list`: the jobs (newest first) and how many match the filters in total."""
+
+    jobs: list[Job]
+    total: int
+
+
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """Convert a ``Struct`` to a dict, turning integral numbers (JSON numbers are doubles) back into ints."""
+    value = _integral(json_format.MessageToDict(struct))
+    return value if isinstance(value, dict) else {}
+
+
+def dict_to_struct(value: Mapping[str, Any] | None, what: str = "payload") -> struct_pb2.Struct:
+    """Convert a JSON object to a ``Struct``; anything JSON cannot hold is :class:`InvalidArgument` on ``what``."""
+    struct = struct_pb2.Struct()
+    if value is None:
+        return struct
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(what, f"must be a JSON object, got {type(value).__name__}")
+    try:
+        struct.update(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(what, f"not JSON-serialisable: {exc}") from None
+    return struct
+
+
+def timestamp_to_datetime(ts: timestamp_pb2.Timestamp) -> datetime:
+    """Convert a ``Timestamp`` to an aware UTC ``datetime``, exact to the microsecond.
+
+    (``Timestamp.ToDatetime(tzinfo=...)`` goes through a float and can lose a microsecond.)
+    """
+    return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value

@@ -1,0 +1,119 @@
+"""The one translation on the client side from ``grpc.RpcError`` to :mod:`corral.errors`.
+
+Both :class:`corral.Client` and :class:`corral.AsyncClient` wrap every call in :func:`translate_errors`,
+which raises :func:`error_from_rpc`. The exception class comes from ``ERRORS_BY_CODE[code.name]``; the
+control plane's rich details complete it:
+
+- ``grpc-status-details-bin`` trailer: a serialized ``google.rpc.Status`` whose ``details`` may hold a
+  ``BadRequest`` (its first field violation gives ``InvalidArgument.field`` and ``.rule``) and a
+  ``RetryInfo`` (``retry_delay``);
+- ``retry-after`` trailer (seconds) on RESOURCE_EXHAUSTED, preferred over ``RetryInfo`` for ``RateLimited``.
+
+Status codes without a class of their own (UNKNOWN, CANCELLED, ABORTED, UNIMPLEMENTED, ...) become a plain
+:class:`~corral.errors.CorralError` whose ``code`` is the status code's name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from corral.errors import ERRORS_BY_CODE, CorralError, InvalidArgument, RateLimited
+
+__all__ = ["DEFAULT_RETRY_AFTER", "error_from_rpc", "translate_errors"]
+
+DEFAULT_RETRY_AFTER = 1.0
+"""Seconds a :class:`RateLimited` suggests when the server named no delay."""
+
+_DETAILS_KEY = "grpc-status-details-bin"
+_RETRY_AFTER_KEY = "retry-after"
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Run the body, re-raising any ``grpc.RpcError`` as the matching :class:`CorralError`."""
+    try:
+        yield
+    except grpc.RpcError as exc:
+        raise error_from_rpc(exc) from exc
+
+
+def error_from_rpc(exc: grpc.RpcError) -> CorralError:
+    """Return the :class:`CorralError` that stands for a failed call (sync or ``grpc.aio``)."""
+    code = _call(exc, "code")
+    name = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+    message = _call(exc, "details") or (str(code.value[1]) if isinstance(code, grpc.StatusCode) else str(exc))
+    trailers = _trailers(exc)
+    status = _rich_status(trailers.get(_DETAILS_KEY))
+
+    if name == InvalidArgument.code:
+        violation = _unpack(status, error_details_pb2.BadRequest)
+        if violation is not None and violation.field_violations:
+            first = violation.field_violations[0]
+            return InvalidArgument(first.field, first.description or message)
+        return InvalidArgument("", message)
+    if name == RateLimited.code:
+        return RateLimited(message, _retry_after(trailers.get(_RETRY_AFTER_KEY), status))
+    cls = ERRORS_BY_CODE.get(name)
+    if cls is not None:
+        return cls(message)
+    error = CorralError(message)
+    error.code = name
+    return error
+
+
+def _call(exc: grpc.RpcError, method: str) -> Any:
+    fn = getattr(exc, method, None)
+    try:
+        return fn() if callable(fn) else None
+    except Exception:  # a half-built RpcError: fall back to the defaults
+        return None
+
+
+def _trailers(exc: grpc.RpcError) -> dict[str, Any]:
+    metadata: Iterable[tuple[str, Any]] | None = _call(exc, "trailing_metadata")
+    out: dict[str, Any] = {}
+    for key, value in metadata or ():
+        out.setdefault(key.lower(), value)
+    return out
+
+
+def _rich_status(raw: Any) -> status_pb2.Status | None:
+    if not isinstance(raw, bytes | bytearray):
+        return None
+    status = status_pb2.Status()
+    try:
+        status.ParseFromString(bytes(raw))
+    except Exception:  # a malformed trailer must not hide the error itself
+        return None
+    return status
+
+
+def _unpack(status: status_pb2.Status | None, cls: Any) -> Any:
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(cls.DESCRIPTOR):
+            message = cls()
+            detail.Unpack(message)
+            return message
+    return None
+
+
+def _retry_after(header: Any, status: status_pb2.Status | None) -> float:
+    if header is not None:
+        try:
+            seconds = float(header.decode() if isinstance(header, bytes) else header)
+            if math.isfinite(seconds) and seconds >= 0:
+                return seconds
+        except ValueError:
+            pass
+    info = _unpack(status, error_details_pb2.RetryInfo)
+    if info is not None and info.HasField("retry_delay"):
+        return float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9)
+    return DEFAULT_RETRY_AFTER

@@ -1,0 +1,216 @@
+"""The `corral` command against real processes on 127.0.0.1: `up`, the client commands, `demo`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, ControlProc, base_env, wait_until
+from tests.support.processes import alive
+
+CORRAL = [sys.executable, "-m", "corral.cli"]
+
+
+def corral(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the `corral` command to completion and capture its output."""
+    return subprocess.run(
+        [*CORRAL, *args], cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+class Up:
+    """A `corral up` process with its output in files."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.out = tmp_path / "up.out"
+        self.err = tmp_path / "up.err"
+        with self.out.open("wb") as out, self.err.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [*CORRAL, "up", *args], cwd=ROOT, env=base_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL
+            )
+
+    def text(self) -> str:
+        return self.out.read_text()
+
+    def wait_up(self) -> str:
+        """Wait for "Corral is up" and return the gRPC address it printed."""
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                pytest.fail(f"corral up exited with {self.proc.returncode}:\n{self.text()}\n{self.err.read_text()}")
+            return "Corral is up" in self.text()
+
+        wait_until(up, 60, what="corral up")
+        match = re.search(r"gRPC\s+(127\.0\.0\.1:\d+)", self.text())
+        assert match, self.text()
+        return match.group(1)
+
+
+@pytest.fixture
+def make_up(tmp_path: Path) -> Iterator[Any]:
+    made: list[Up] = []
+
+    def make(*args: str) -> Up:
+        up = Up(tmp_path, *args)
+        made.append(up)
+        return up
+
+    yield make
+    for up in made:
+        for pid in _descendants(up.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if up.proc.poll() is None:
+            up.proc.kill()
+            up.proc.wait(10)
+
+
+def test_up_serves_jobs_and_stops_cleanly_on_sigint(tmp_path: Path, make_up: Any) -> None:
+    # Given `corral up` on ephemeral ports with one worker
+    db = tmp_path / "corral.db"
+    up = make_up("--grpc-port", "0", "--http-port", "0", "--db", str(db), "--workers", "1", "--threads", "2")
+    address = up.wait_up()
+    assert f"database  {db}" in up.text()
+    children = _descendants(up.proc.pid)
+    assert len(children) >= 2  # the control plane and the worker (and the worker's runners)
+
+    # When a job is submitted through the CLI and waited for
+    done = corral("submit", "add_numbers", "--payload", '{"a":1,"b":2}', "--wait", "--json", "--control", address)
+
+    # Then the JSON carries the result
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    assert (job["state"], job["result"]) == ("SUCCEEDED", {"sum": 3})
+
+    # And Ctrl-C stops everything, exit 0, and no process is left behind
+    up.proc.send_signal(signal.SIGINT)
+    assert up.proc.wait(60) == 0, up.err.read_text()
+    assert "Stopped." in up.text()
+    wait_until(lambda: not any(alive(pid) for pid in children), 10, what="every child to be gone")
+
+
+def test_up_exits_1_with_the_reason_when_the_control_plane_cannot_start(tmp_path: Path, make_up: Any) -> None:
+    up = make_up("--grpc-port", "0", "--http-port", "0", "--db", str(tmp_path / "no" / "such" / "dir" / "c.db"))
+    assert up.proc.wait(60) == 1
+    err = up.err.read_text()
+    assert re.search(r"corral: error: control plane \(pid \d+\) exited with code \d+ while starting", err), err
+
+
+@pytest.fixture
+def served(control_plane: ControlProc, spawn_worker: Any) -> ControlProc:
+    spawn_worker(control_plane, threads=2, imports=())  # the built-in job types only
+    return control_plane
+
+
+def test_submit_wait_json_prints_the_result(served: ControlProc) -> None:
+    done = corral(
+        "submit", "add_numbers", "--payload", '{"a":1,"b":2}', "--wait", "--json", "--control", served.address
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == {"sum": 3}
+
+
+def test_submit_wait_exits_1_when_the_job_fails(served: ControlProc) -> None:
+    done = corral("submit", "failing", "--max-attempts", "1", "--wait", "--control", served.address)
+    assert done.returncode == 1
+    assert done.stderr.startswith("corral: error: job ")
+    assert "ended FAILED: ERROR" in done.stderr
+
+
+def test_get_of_an_unknown_job_exits_1_with_one_line(control_plane: ControlProc) -> None:
+    done = corral("get", "no-such-job", "--control", control_plane.address)
+    assert done.returncode == 1
+    assert done.stderr.startswith("corral: error: NOT_FOUND: ")
+    assert "no-such-job" in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stdout == ""
+
+
+def test_a_payload_the_server_refuses_names_the_field(control_plane: ControlProc) -> None:
+    done = corral("submit", "add_numbers", "--payload", '{"a":"x","b":2}', "--control", control_plane.address)
+    assert done.returncode == 1
+    assert done.stderr.startswith("corral: error: INVALID_ARGUMENT: field 'payload.a'")
+
+
+def test_bad_payload_json_is_a_usage_error(control_plane: ControlProc) -> None:
+    done = corral("submit", "noop", "--payload", "{oops", "--control", control_plane.address)
+    assert done.returncode == 2
+    assert "argument --payload: invalid JSON" in done.stderr and "line 1 column 2" in done.stderr
+
+
+def test_client_commands_read_and_change_jobs(served: ControlProc) -> None:
+    address = served.address
+    # A scheduled job can be listed, cancelled once, and not twice
+    submitted = corral("submit", "noop", "--at", "+10m", "--label", "who=cli", "--json", "--control", address)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["id"]
+    listed = json.loads(corral("list", "--status", "scheduled", "--json", "--control", address).stdout)
+    assert [j["id"] for j in listed["jobs"]] == [job_id] and listed["total"] == 1
+    assert corral("cancel", job_id, "--control", address).returncode == 0
+    again = corral("cancel", job_id, "--control", address)
+    assert again.returncode == 1 and again.stderr.startswith("corral: error: FAILED_PRECONDITION")
+    # A failed job is re-driven by retry, and watch follows it to its end
+    failed = json.loads(
+        corral("submit", "failing", "--max-attempts", "1", "--wait", "--json", "--control", address).stdout
+    )
+    assert failed["state"] == "FAILED"
+    assert corral("retry", failed["id"], "--control", address).returncode == 0
+    watched = corral("watch", failed["id"], "--json", "--control", address)
+    assert watched.returncode == 1
+    assert json.loads(watched.stdout.splitlines()[-1])["state"] == "FAILED"
+    # Stats and workers answer, as tables and as JSON
+    stats = json.loads(corral("stats", "--json", "--control", address).stdout)
+    assert stats["workers"] == 1 and stats["jobs_by_status"]["CANCELLED"] == 1
+    workers = json.loads(corral("workers", "--json", "--control", address).stdout)
+    assert len(workers) == 1 and workers[0]["threads"] == 2
+    table = corral("workers", "--control", address)
+    assert table.returncode == 0 and workers[0]["id"] in table.stdout
+
+
+def test_an_unreachable_control_plane_exits_3() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    done = corral("stats", "--control", address)
+    assert done.returncode == 3
+    assert done.stderr.startswith(f"corral: error: UNAVAILABLE: cannot reach the control plane at {address}")
+    assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_demo_runs_every_job_type_and_exits_0() -> None:
+    done = corral("demo", "--jobs", "16", timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "16 succeeded of 16 jobs" in done.stdout
+    for job_type in ("noop", "sleep", "add_numbers", "reverse_string", "large_array_sum", "resize_image"):
+        assert job_type in done.stdout
+    assert "cpu_intensive" in done.stdout and "failing" in done.stdout

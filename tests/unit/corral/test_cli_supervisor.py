@@ -1,0 +1,232 @@
+"""The supervisor behind `corral up` / `corral demo`, with small fake control and worker programs.
+
+The fakes are real processes: ``fakecontrol`` serves the gRPC health service on 127.0.0.1 and writes its
+port file; ``fakeworker`` waits for SIGTERM. Both append what happens to them to one events file (one
+O_APPEND write per line), so a test can read the order in which they were stopped. Marker files steer them:
+``crash-once`` makes the next worker exit 1 at once (and is consumed), ``die`` makes the control plane exit 4.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from corral.cli.supervisor import ClusterConfig, ControlPlaneExited, Supervisor
+
+T = TypeVar("T")
+
+FAKE_CONTROL = """
+import argparse, os, signal, sys, threading, time
+from concurrent import futures
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+def note(text):
+    os.write(EVENTS, f"{text}\\n".encode())
+
+p = argparse.ArgumentParser()
+for flag in ("--host", "--grpc-port", "--http-port", "--db", "--port-file"):
+    p.add_argument(flag)
+a = p.parse_args()
+EVENTS = os.open(os.environ["FAKE_EVENTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+if os.environ.get("FAKE_CONTROL_FAIL"):
+    print("fake control: cannot open the database", file=sys.stderr)
+    sys.exit(2)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+port = server.add_insecure_port(f"{a.host}:{a.grpc_port}")
+server.start()
+with open(a.port_file + ".tmp", "w") as f:
+    f.write(str(port))
+os.replace(a.port_file + ".tmp", a.port_file)
+note(f"control-started {os.getpid()} http={a.http_port}")
+die = os.path.join(os.environ["FAKE_DIR"], "die")
+while not stop.wait(0.02):
+    if os.path.exists(die):
+        sys.exit(4)
+note("control-term")
+server.stop(None)
+"""
+
+FAKE_WORKER = """
+import os, signal, sys, threading
+EVENTS = os.open(os.environ["FAKE_EVENTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+crash = os.path.join(os.environ["FAKE_DIR"], "crash-once")
+try:
+    os.unlink(crash)
+    sys.exit(1)
+except FileNotFoundError:
+    pass
+if os.environ.get("FAKE_WORKER_IGNORE_TERM"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.write(EVENTS, f"worker-started {os.getpid()} {' '.join(sys.argv[1:])}\\n".encode())
+    threading.Event().wait()
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+os.write(EVENTS, f"worker-started {os.getpid()} {' '.join(sys.argv[1:])}\\n".encode())
+stop.wait()
+os.write(EVENTS, f"worker-term {os.getpid()}\\n".encode())
+"""
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, what: str = "") -> T:
+    """Poll ``predicate`` until it is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+class Fakes:
+    """The fake programs' directory, their events, and a supervisor factory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "fakecontrol.py").write_text(textwrap.dedent(FAKE_CONTROL))
+        (root / "fakeworker.py").write_text(textwrap.dedent(FAKE_WORKER))
+        self.events_path = root / "events"
+        self.reports: list[str] = []
+        self.made: list[Supervisor] = []
+
+    def events(self) -> list[str]:
+        return self.events_path.read_text().splitlines() if self.events_path.exists() else []
+
+    def supervisor(self, workers: int = 2, env: dict[str, str] | None = None, **overrides: float) -> Supervisor:
+        settings: dict[str, Any] = {
+            "grpc_port": 0,
+            "http_port": 0,
+            "db": str(self.root / "db"),
+            "workers": workers,
+            "threads": 3,
+            "log_dir": self.root / "logs",
+            "env": {
+                "PYTHONPATH": f"{self.root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+                "FAKE_EVENTS": str(self.events_path),
+                "FAKE_DIR": str(self.root),
+                **(env or {}),
+            },
+            "control_module": "fakecontrol",
+            "worker_module": "fakeworker",
+            "worker_args": ("--import", "x.y"),
+            "ready_timeout_sec": 20,
+            "worker_stop_timeout_sec": 10,
+            "restart_backoff_sec": 0.05,
+        }
+        config = ClusterConfig(**{**settings, **overrides})
+        sup = Supervisor(config, report=self.reports.append)
+        self.made.append(sup)
+        return sup
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Iterator[Fakes]:
+    f = Fakes(tmp_path)
+    yield f
+    for sup in f.made:
+        sup.request_kill()
+        sup.stop()
+
+
+def test_start_serves_then_stop_takes_workers_down_before_the_control_plane(fakes: Fakes) -> None:
+    # Given a running cluster of a control plane and two workers
+    sup = fakes.supervisor()
+    sup.start()
+    assert sup.grpc_port > 0 and sup.http_port > 0
+    assert sup.grpc_address == f"127.0.0.1:{sup.grpc_port}"
+    wait_for(lambda: sum(e.startswith("worker-started") for e in fakes.events()) == 2, what="two workers")
+    started = [e for e in fakes.events() if e.startswith("worker-started")]
+    assert all(f"--control 127.0.0.1:{sup.grpc_port} --threads 3 --import x.y" in e for e in started)
+    assert any(f"http={sup.http_port}" in e for e in fakes.events())
+    pids = sup.worker_pids()
+    assert len(pids) == 2
+    sup.check()  # nothing died: nothing to report
+    assert fakes.reports == []
+
+    # When it stops
+    sup.stop()
+
+    # Then every worker got SIGTERM and exited before the control plane got it, and nothing is left
+    events = fakes.events()
+    terms = [e for e in events if e.startswith(("worker-term", "control-term"))]
+    assert sorted(terms[:2]) == sorted(f"worker-term {pid}" for pid in pids)
+    assert terms[2:] == ["control-term"]
+    assert sup.control.exit_code() == 0 and all(s.child.exit_code() == 0 for s in sup.workers)
+    sup.stop()  # idempotent
+
+
+def test_a_crashed_worker_is_reported_and_restarted(fakes: Fakes) -> None:
+    # Given the next worker to start crashes at once
+    (fakes.root / "crash-once").touch()
+    sup = fakes.supervisor(workers=1)
+    sup.start()
+    slot = sup.workers[0]
+    wait_for(lambda: slot.child.exit_code() == 1, what="the worker to crash")
+
+    # When the supervisor checks until a worker runs again
+    first_pid = slot.child.pid
+
+    def restarted() -> bool:
+        sup.check()
+        return slot.child.running()
+
+    wait_for(restarted, what="the restart")
+
+    # Then the crash was reported, with its exit code, and a new process took its place
+    assert slot.child.pid != first_pid
+    assert any("worker 1" in r and "exited with code 1" in r and "restarting it in 0.05 s" in r for r in fakes.reports)
+    assert any(r.startswith("worker 1 restarted") for r in fakes.reports)
+    wait_for(lambda: any(e.startswith("worker-started") for e in fakes.events()), what="the new worker")
+
+
+def test_a_worker_that_exits_cleanly_is_not_restarted(fakes: Fakes) -> None:
+    sup = fakes.supervisor(workers=1)
+    sup.start()
+    child = sup.workers[0].child
+    wait_for(lambda: any(e.startswith("worker-started") for e in fakes.events()), what="the worker")
+    child.signal(signal.SIGTERM)  # as if it had been drained
+    wait_for(lambda: child.exit_code() == 0, what="the worker to exit")
+    sup.check()
+    sup.check()
+    assert sup.workers[0].retired and not child.running()
+    assert any("exited cleanly" in r for r in fakes.reports)
+
+
+def test_a_dead_control_plane_stops_the_supervisor_with_the_reason(fakes: Fakes) -> None:
+    sup = fakes.supervisor(workers=1)
+    sup.start()
+    (fakes.root / "die").touch()
+    wait_for(lambda: sup.control.exit_code() is not None, what="the control plane to exit")
+    with pytest.raises(ControlPlaneExited, match=r"control plane \(pid \d+\) exited with code 4"):
+        sup.check()
+    sup.stop()
+    assert not any(s.child.running() for s in sup.workers)
+
+
+def test_a_control_plane_that_cannot_start_fails_start_with_its_log(fakes: Fakes) -> None:
+    sup = fakes.supervisor(env={"FAKE_CONTROL_FAIL": "1"})
+    with pytest.raises(ControlPlaneExited) as info:
+        sup.start()
+    assert "exited with code 2 while starting" in str(info.value)
+    assert "cannot open the database" in str(info.value)
+    assert sup.workers == []
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_at_the_deadline(fakes: Fakes) -> None:
+    sup = fakes.supervisor(workers=1, env={"FAKE_WORKER_IGNORE_TERM": "1"}, worker_stop_timeout_sec=0.3)
+    sup.start()
+    wait_for(lambda: any(e.startswith("worker-started") for e in fakes.events()), what="the worker")
+    sup.stop()
+    assert sup.workers[0].child.exit_code() == -signal.SIGKILL
+    assert any("did not stop in time; killing it" in r for r in fakes.reports)
+    assert sup.control.exit_code() == 0

@@ -1,0 +1,114 @@
+"""The CLI's argument value types: --payload JSON, --at times, labels, addresses, states."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from corral.cli import values
+from corral.job import JobState
+
+NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "delta"),
+    [
+        ("+30s", timedelta(seconds=30)),
+        ("+30", timedelta(seconds=30)),
+        ("+5m", timedelta(minutes=5)),
+        ("+1h30m", timedelta(hours=1, minutes=30)),
+        ("+2d", timedelta(days=2)),
+        ("+1.5s", timedelta(seconds=1.5)),
+        ("+250ms", timedelta(milliseconds=250)),
+        ("+0s", timedelta(0)),
+    ],
+)
+def test_relative_times_count_from_now(text: str, delta: timedelta) -> None:
+    assert values.when(text, now=NOW) == NOW + delta
+
+
+@pytest.mark.parametrize("text", ["+", "+5x", "+m", "+-5s", "+5 s", "+1h-3m"])
+def test_bad_relative_times_say_how_to_write_one(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=r"relative time .*\+30s"):
+        values.when(text, now=NOW)
+
+
+def test_iso_times_keep_their_offset_and_default_to_local_time() -> None:
+    assert values.when("2030-01-02T03:04:05Z") == NOW
+    assert values.when("2030-01-02T05:04:05+02:00") == NOW
+    local = values.when("2030-01-02T03:04:05")
+    assert local.tzinfo is not None
+    assert local.replace(tzinfo=None) == datetime(2030, 1, 2, 3, 4, 5)
+    assert isinstance(local.tzinfo, timezone)
+
+
+def test_a_bad_time_names_both_forms() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="ISO 8601"):
+        values.when("tomorrow")
+
+
+def test_payload_parses_a_json_object() -> None:
+    assert values.payload('{"a": 1, "b": [true, null]}') == {"a": 1, "b": [True, None]}
+
+
+def test_payload_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text('{"text": "héllo"}', encoding="utf-8")
+    assert values.payload(f"@{path}") == {"text": "héllo"}
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot read"):
+        values.payload(f"@{tmp_path / 'missing.json'}")
+
+
+def test_invalid_json_says_what_and_where() -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        values.payload('{"a": 1,\n "b": }')
+    message = str(info.value)
+    assert "invalid JSON" in message
+    assert "line 2 column 7" in message
+    assert "Expecting value" in message
+    assert "<here>" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"), [("[1]", "an array"), ('"s"', "a string"), ("3", "a number"), ("null", "null")]
+)
+def test_payload_must_be_an_object(text: str, kind: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=f"must be a JSON object.*got {kind}"):
+        values.payload(text)
+
+
+def test_labels() -> None:
+    assert values.label("team=ml") == ("team", "ml")
+    assert values.label("expr=a=b") == ("expr", "a=b")
+    assert values.label("empty=") == ("empty", "")
+    for bad in ("novalue", "=v"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            values.label(bad)
+
+
+def test_addresses_and_ports() -> None:
+    assert values.address("127.0.0.1:50051") == "127.0.0.1:50051"
+    assert values.address("[::1]:50051") == "[::1]:50051"
+    for bad in ("127.0.0.1", ":50051", "host:port", "127.0.0.1:0", "127.0.0.1:70000"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            values.address(bad)
+    assert values.port("0") == 0
+    with pytest.raises(argparse.ArgumentTypeError):
+        values.port("65536")
+
+
+def test_job_states_by_name_and_comma_separated() -> None:
+    assert values.job_state("pending,RUNNING") == [JobState.PENDING, JobState.RUNNING]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown state 'done'"):
+        values.job_state("done")
+
+
+def test_positive_int() -> None:
+    assert values.positive_int("3") == 3
+    for bad in ("0", "-1", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            values.positive_int(bad)

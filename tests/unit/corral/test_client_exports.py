@@ -1,0 +1,48 @@
+"""The public surface of the `corral` package is pinned: changing it is a decision, not an accident."""
+
+from __future__ import annotations
+
+import corral
+import corral.cli
+
+EXPECTED = {
+    # Clients
+    "AsyncClient",
+    "Client",
+    # Jobs
+    "Job",
+    "JobError",
+    "JobPage",
+    "JobSpec",
+    "JobState",
+    # Cluster
+    "AutoscalerStatus",
+    "Stats",
+    "WorkerInfo",
+    "WorkerState",
+    # Errors
+    "AlreadyExists",
+    "CorralError",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "RateLimited",
+    "StaleAttempt",
+    "Unauthenticated",
+    "Unavailable",
+}
+
+
+def test_corral_exports_exactly_the_public_names() -> None:
+    assert set(corral.__all__) == EXPECTED
+    assert len(corral.__all__) == len(EXPECTED)
+    for name in corral.__all__:
+        assert getattr(corral, name).__module__.startswith("corral.")
+
+
+def test_the_cli_package_exports_main_for_the_console_script() -> None:
+    assert corral.cli.__all__ == ["main"]
+    assert callable(corral.cli.main)

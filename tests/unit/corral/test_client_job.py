@@ -1,0 +1,182 @@
+"""Jobs as Python values: Job.from_proto, JobState, JobSpec.to_proto, and the cluster values."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from google.protobuf import struct_pb2, timestamp_pb2
+
+from corral import InvalidArgument, Job, JobError, JobSpec, JobState, Stats, WorkerInfo, WorkerState
+from corral.client import list_request
+from corral.job import dict_to_struct, struct_to_dict
+from corral.v1 import admin_pb2, jobs_pb2
+
+
+def _ts(seconds: float) -> timestamp_pb2.Timestamp:
+    whole = int(seconds)
+    return timestamp_pb2.Timestamp(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(value)
+    return s
+
+
+def test_job_state_matches_the_proto_enum() -> None:
+    proto = {v.name: v.number for v in jobs_pb2.Job.State.DESCRIPTOR.values}
+    assert {s.name: s.value for s in JobState} == proto
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_only_succeeded_failed_and_cancelled_are_terminal(state: JobState) -> None:
+    assert state.is_terminal == (state in {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+def test_job_state_parse_accepts_names_numbers_and_members() -> None:
+    assert JobState.parse("running") is JobState.RUNNING
+    assert JobState.parse(" Failed ") is JobState.FAILED
+    assert JobState.parse(4) is JobState.SUCCEEDED
+    assert JobState.parse(JobState.PENDING) is JobState.PENDING
+    with pytest.raises(InvalidArgument) as info:
+        JobState.parse("done")
+    assert info.value.field == "status"
+
+
+def test_from_proto_converts_every_field() -> None:
+    # Given a job message with every field set
+    pb = jobs_pb2.Job(
+        id="j1",
+        name="n",
+        type="add_numbers",
+        payload=_struct({"a": 1, "b": 2.5, "nested": {"xs": [1, 2.0, "s"]}}),
+        priority=7,
+        thread_demand=4,
+        threads_granted=2,
+        state=jobs_pb2.Job.SUCCEEDED,
+        attempts=2,
+        max_attempts=3,
+        timeout_sec=1.5,
+        scheduled_at=_ts(1_700_000_000),
+        created_at=_ts(1_700_000_001.25),
+        started_at=_ts(1_700_000_002),
+        finished_at=_ts(1_700_000_003),
+        ready_at=_ts(1_700_000_001.5),
+        queue_seconds=0.25,
+        exec_seconds=1.0,
+        total_seconds=2.0,
+        worker_id="w1",
+        result=_struct({"sum": 3}),
+        error=jobs_pb2.JobError(code="ERROR", message="first attempt"),
+        idempotency_key="k",
+        labels={"team": "a"},
+    )
+    # When it is converted
+    job = Job.from_proto(pb)
+    # Then integral numbers are ints again, times are aware UTC datetimes, the state is a JobState
+    assert job.payload == {"a": 1, "b": 2.5, "nested": {"xs": [1, 2, "s"]}}
+    assert isinstance(job.payload["a"], int) and isinstance(job.payload["nested"]["xs"][1], int)
+    assert job.result == {"sum": 3} and isinstance(job.result["sum"], int)
+    assert job.state is JobState.SUCCEEDED and job.is_terminal
+    assert job.created_at == datetime(2023, 11, 14, 22, 13, 21, 250000, tzinfo=UTC)
+    assert job.scheduled_at is not None and job.scheduled_at.tzinfo is UTC
+    assert job.error == JobError("ERROR", "first attempt")
+    assert job.labels == {"team": "a"}
+    assert (job.priority, job.thread_demand, job.threads_granted, job.attempts, job.max_attempts) == (7, 4, 2, 2, 3)
+    assert (job.queue_seconds, job.exec_seconds, job.total_seconds, job.timeout_sec) == (0.25, 1.0, 2.0, 1.5)
+    assert (job.worker_id, job.idempotency_key, job.name, job.type) == ("w1", "k", "n", "add_numbers")
+
+
+def test_from_proto_leaves_unset_fields_empty() -> None:
+    job = Job.from_proto(jobs_pb2.Job(id="j", type="noop", state=jobs_pb2.Job.PENDING))
+    assert job.payload == {}
+    assert job.result is None and job.error is None
+    assert job.created_at is None and job.started_at is None and job.finished_at is None and job.ready_at is None
+    assert not job.is_terminal
+
+
+def test_an_empty_result_of_a_finished_job_is_an_empty_dict() -> None:
+    pb = jobs_pb2.Job(id="j", type="noop", state=jobs_pb2.Job.SUCCEEDED, result=struct_pb2.Struct())
+    assert Job.from_proto(pb).result == {}
+
+
+def test_to_dict_is_json_ready() -> None:
+    pb = jobs_pb2.Job(
+        id="j", type="t", state=jobs_pb2.Job.FAILED, created_at=_ts(0), error=jobs_pb2.JobError(code="TIMEOUT")
+    )
+    out = Job.from_proto(pb).to_dict()
+    assert out["state"] == "FAILED"
+    assert out["created_at"] == "1970-01-01T00:00:00+00:00"
+    assert out["error"] == {"code": "TIMEOUT", "message": ""}
+    json.dumps(out)
+
+
+def test_struct_round_trip_and_errors() -> None:
+    assert struct_to_dict(dict_to_struct({"a": [1, {"b": None}], "c": True})) == {"a": [1, {"b": None}], "c": True}
+    with pytest.raises(InvalidArgument) as info:
+        dict_to_struct([1, 2])  # type: ignore[arg-type]
+    assert info.value.field == "payload"
+    with pytest.raises(InvalidArgument):
+        dict_to_struct({"s": {1, 2}})
+
+
+def test_job_spec_sets_only_the_optional_fields_it_has() -> None:
+    bare = JobSpec("noop").to_proto()
+    assert not bare.HasField("thread_demand") and not bare.HasField("timeout_sec")
+    assert not bare.HasField("max_attempts") and not bare.HasField("scheduled_at")
+
+    full = JobSpec(
+        "sleep",
+        {"seconds": 1},
+        name="n",
+        priority=5,
+        thread_demand=2,
+        timeout_sec=3.5,
+        max_attempts=4,
+        scheduled_at=1_700_000_000.5,
+        idempotency_key="key",
+        labels={"a": "b"},
+    ).to_proto()
+    assert (full.thread_demand, full.timeout_sec, full.max_attempts, full.priority) == (2, 3.5, 4, 5)
+    assert full.scheduled_at.ToNanoseconds() == 1_700_000_000_500_000_000
+    assert dict(full.labels) == {"a": "b"} and full.idempotency_key == "key" and full.name == "n"
+    assert struct_to_dict(full.payload) == {"seconds": 1}
+
+
+def test_job_spec_times_naive_datetimes_as_utc() -> None:
+    naive = JobSpec("noop", scheduled_at=datetime(2030, 1, 2, 3, 4, 5)).to_proto()
+    aware = JobSpec("noop", scheduled_at=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)).to_proto()
+    assert naive.scheduled_at == aware.scheduled_at
+    with pytest.raises(InvalidArgument):
+        JobSpec("noop", scheduled_at="tomorrow").to_proto()  # type: ignore[arg-type]
+
+
+def test_list_request_takes_states_by_name_or_member() -> None:
+    request = list_request(["pending", JobState.FAILED], "sleep", 10, 5)
+    assert list(request.status) == [jobs_pb2.Job.PENDING, jobs_pb2.Job.FAILED]
+    assert (request.type, request.limit, request.offset) == ("sleep", 10, 5)
+    assert list(list_request("running", "", 50, 0).status) == [jobs_pb2.Job.RUNNING]
+
+
+def test_cluster_values_from_proto() -> None:
+    stats = Stats.from_proto(
+        jobs_pb2.Stats(queue_depth=3, workers=2, jobs_by_status={"PENDING": 3}, success_rate=0.5, dead_letter=1)
+    )
+    assert (stats.queue_depth, stats.workers, stats.jobs_by_status, stats.dead_letter) == (3, 2, {"PENDING": 3}, 1)
+    worker = WorkerInfo.from_proto(
+        admin_pb2.Worker(id="w", state=admin_pb2.Worker.BUSY, threads=4, running_jobs=["a"], last_heartbeat_at=_ts(1))
+    )
+    assert worker.state is WorkerState.BUSY and worker.running_jobs == ["a"]
+    assert worker.registered_at is None and worker.last_heartbeat_at is not None
+    assert worker.to_dict()["state"] == "BUSY"
+    json.dumps(worker.to_dict())
+    json.dumps(stats.to_dict())
+
+
+def test_unknown_wire_states_become_unspecified() -> None:
+    assert JobState.of(99) is JobState.STATE_UNSPECIFIED
+    assert WorkerState.of(99) is WorkerState.STATE_UNSPECIFIED
+    assert Job.from_proto(jobs_pb2.Job(id="j", state=99)).state is JobState.STATE_UNSPECIFIED  # type: ignore[arg-type]
