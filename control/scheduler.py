@@ -12,8 +12,8 @@ Job-facing operations are here; the worker side (register, results, disconnects)
 from __future__ import annotations
 
 import asyncio
-import copy
 import contextlib
+import copy
 import logging
 import random
 import time

@@ -1,0 +1,62 @@
+"""Backlog: control-plane memory with 100,000 queued jobs, and the dispatch rate with that backlog
+beside the rate with an empty queue."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from bench.cluster import Cluster
+from bench.report import table
+from corral.v1 import jobs_pb2
+
+
+def _drain_rate(c: Cluster, target: int, measure: int) -> float:
+    """Completed jobs per second over the first ``measure`` completions after workers start."""
+    start = c.jobs.GetStats(jobs_pb2.GetStatsRequest()).jobs_by_status["SUCCEEDED"]
+    t0 = time.perf_counter()
+    while True:
+        done = c.jobs.GetStats(jobs_pb2.GetStatsRequest()).jobs_by_status["SUCCEEDED"] - start
+        if done >= min(measure, target):
+            return done / (time.perf_counter() - t0)
+        time.sleep(0.005)
+
+
+def run_once(backlog: int, measure: int) -> dict[str, float]:
+    reqs = [jobs_pb2.SubmitJobRequest(type="noop") for _ in range(1000)]
+    with Cluster(workers=0, threads=4) as c:
+        empty_rss = c.rss_mb()
+        t0 = time.perf_counter()
+        for _ in range(backlog // 1000):
+            c.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=reqs), timeout=120)
+        submit_rate = backlog / (time.perf_counter() - t0)
+        full_rss = c.rss_mb()
+        c.add_worker()
+        c.add_worker()
+        busy_rate = _drain_rate(c, backlog, measure)
+    with Cluster(workers=2, threads=4) as c:
+        for _ in range(measure // 1000):
+            c.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=reqs), timeout=120)
+        empty_rate = _drain_rate(c, measure, measure)
+    return {
+        "rss_empty_mb": empty_rss,
+        "rss_backlog_mb": full_rss,
+        "submit_per_s": submit_rate,
+        "dispatch_backlog_per_s": busy_rate,
+        "dispatch_empty_per_s": empty_rate,
+        "ratio": busy_rate / empty_rate,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--backlog", type=int, default=100_000)
+    p.add_argument("--measure", type=int, default=10_000)
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args(argv)
+    rows = [run_once(a.backlog, a.measure) for _ in range(a.runs)]
+    table(f"backlog: {a.backlog:,} queued noop jobs; dispatch rate over {a.measure:,} completions", rows)
+
+
+if __name__ == "__main__":
+    main()

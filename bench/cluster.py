@@ -1,0 +1,87 @@
+"""A local Corral for benchmarks: the control plane and workers as real processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+
+from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Cluster:
+    """``with Cluster(workers=2, threads=4) as c: c.jobs.SubmitJobs(...)``."""
+
+    def __init__(self, workers: int = 2, threads: int = 4, imports: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.n_workers = workers
+        self.threads = threads
+        self.imports = imports
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "CORRAL_LOG_LEVEL": "warning", **(env or {})}
+        self.tmp = tempfile.TemporaryDirectory(prefix="corral-bench-")
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Cluster:
+        tmp = Path(self.tmp.name)
+        port_file = tmp / "port"
+        self.control = subprocess.Popen(
+            [sys.executable, "-m", "control", "--grpc-port", "0", "--port-file", str(port_file), "--db", str(tmp / "bench.db")],
+            cwd=ROOT, env=self.env,
+        )  # fmt: skip
+        self.procs.append(self.control)
+        deadline = time.monotonic() + 30
+        while not (port_file.exists() and port_file.read_text()):
+            if time.monotonic() > deadline or self.control.poll() is not None:
+                raise RuntimeError("control plane did not start")
+            time.sleep(0.02)
+        self.port = int(port_file.read_text())
+        self.channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", 64 << 20)])
+        self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        for _ in range(self.n_workers):
+            self.add_worker()
+        while len(self.admin.ListWorkers(admin_pb2.ListWorkersRequest()).workers) < self.n_workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not register")
+            time.sleep(0.02)
+        return self
+
+    def add_worker(self) -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-m", "worker", "--control", self.address, "--threads", str(self.threads)]
+        for module in self.imports:
+            args += ["--import", module]
+        proc = subprocess.Popen(args, cwd=ROOT, env=self.env)
+        self.procs.append(proc)
+        return proc
+
+    def rss_mb(self) -> float:
+        """Resident memory of the control plane, in MB."""
+        for line in Path(f"/proc/{self.control.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.channel.close()
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in reversed(self.procs):
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.tmp.cleanup()

@@ -1,0 +1,44 @@
+"""Latency: sequential submit -> SUCCEEDED round trips of noop jobs on an idle worker (p50, p99).
+
+Each round trip is one SubmitJob plus a WatchJob that ends at the terminal state, as a client that
+waits for its job would do it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from bench.cluster import Cluster
+from bench.report import table
+from corral.v1 import jobs_pb2
+
+
+def run_once(n: int) -> dict[str, float]:
+    with Cluster(workers=1, threads=1) as c:
+        req = jobs_pb2.SubmitJobRequest(type="noop")
+        for _ in range(20):  # warm up connections and code paths
+            job = c.jobs.SubmitJob(req).job
+            list(c.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id)))
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            job = c.jobs.SubmitJob(req).job
+            *_, last = c.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id))
+            samples.append((time.perf_counter() - t0) * 1000)
+            assert last.job.state == jobs_pb2.Job.SUCCEEDED
+    q = statistics.quantiles(samples, n=100)
+    return {"p50_ms": statistics.median(samples), "p90_ms": q[89], "p99_ms": q[98], "max_ms": max(samples)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--jobs", type=int, default=300)
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args(argv)
+    table(f"latency: {a.jobs} sequential submit -> SUCCEEDED round trips, 1 idle worker", [run_once(a.jobs) for _ in range(a.runs)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Prints benchmark runs as a table, with the median of each column."""
+
+from __future__ import annotations
+
+import statistics
+
+from rich.console import Console
+from rich.table import Table
+
+
+def table(title: str, rows: list[dict[str, float]]) -> dict[str, float]:
+    """Print one row per run plus the median row; returns the medians."""
+    cols = list(rows[0])
+    medians = {c: statistics.median(r[c] for r in rows) for c in cols}
+    t = Table(title=title)
+    t.add_column("run")
+    for c in cols:
+        t.add_column(c, justify="right")
+    for i, r in enumerate(rows, 1):
+        t.add_row(str(i), *(f"{r[c]:,.2f}" for c in cols))
+    t.add_row("median", *(f"{medians[c]:,.2f}" for c in cols), style="bold")
+    Console().print(t)
+    return medians
