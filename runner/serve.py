@@ -1,0 +1,104 @@
+"""The loop of a pre-started runner process: read a request frame, run the job, write a response.
+
+A worker's pool starts ``python -m runner.serve --in FD --out FD --parent PID [--import MODULE]...``
+and talks to it over two pipes in the :mod:`runner.wire` format. The process
+
+* dies with its parent: it asks the kernel for SIGKILL when the parent goes (``PR_SET_PDEATHSIG``),
+  then checks the parent did not die before that request, and it exits at end of file on its
+  request pipe, so no runner outlives its worker even after ``kill -9``;
+* imports the plug-in modules once, then writes READY;
+* ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
+  keeps the default SIGTERM action, which is how the worker stops a job at its deadline.
+
+Nothing here logs per job: the hot path is read, ``json.loads``, run, ``json.dumps``, write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+from typing import BinaryIO
+
+from runner import JobContext, execute, load_plugins
+from runner.errors import JobFailed
+from runner.wire import FAILED, OK, READY, REQUEST, encode_response
+
+__all__ = ["die_with_parent", "main", "serve"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent exits; exit now if it already has."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: end of file on the pipe still stops us
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def serve(requests: BinaryIO, out_fd: int) -> None:
+    """Answer requests until end of file on ``requests``."""
+    header_size = REQUEST.size
+    unpack = REQUEST.unpack
+    read = requests.read
+    dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    _write_all(out_fd, encode_response(READY))
+    while True:
+        header = read(header_size)
+        if len(header) < header_size:
+            return
+        payload_len, id_len, type_len, attempt, threads, deadline = unpack(header)
+        body = read(id_len + type_len + payload_len)
+        if len(body) < id_len + type_len + payload_len:
+            return
+        job_id = body[:id_len].decode()
+        job_type = body[id_len : id_len + type_len].decode()
+        try:
+            payload = json.loads(body[id_len + type_len :]) if payload_len else {}
+            if not isinstance(payload, dict):
+                raise JobFailed("INVALID_PAYLOAD", "payload: is not a JSON object")
+            ctx = JobContext(job_id, attempt, threads, deadline or None)
+            frame = encode_response(OK, b"", dumps(execute(job_type, payload, ctx)).encode())
+        except JobFailed as exc:
+            frame = encode_response(FAILED, exc.code.encode(), exc.message.encode("utf-8", "replace"))
+        except ValueError as exc:  # malformed payload JSON, or a result that is not JSON
+            frame = encode_response(FAILED, b"ERROR", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
+        except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
+            frame = encode_response(FAILED, b"ERROR", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
+        _write_all(out_fd, frame)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m runner.serve`` (started by the worker's pool, not by people)."""
+    parser = argparse.ArgumentParser(prog="python -m runner.serve", description=__doc__)
+    parser.add_argument("--in", dest="in_fd", type=int, required=True, help="request pipe fd")
+    parser.add_argument("--out", dest="out_fd", type=int, required=True, help="response pipe fd")
+    parser.add_argument("--parent", type=int, required=True, help="pid of the worker that started us")
+    parser.add_argument("--import", dest="imports", action="append", default=[], help="plug-in module")
+    args = parser.parse_args(argv)
+    die_with_parent(args.parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Jobs that start subprocesses must not hand them our pipes (they would hold them open).
+    os.set_inheritable(args.in_fd, False)
+    os.set_inheritable(args.out_fd, False)
+    load_plugins(args.imports)
+    with os.fdopen(args.in_fd, "rb", buffering=1 << 16) as requests:
+        serve(requests, args.out_fd)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Job types for tests, registered with the runner's decorator (load with ``--import tests.support.jobtypes``).
+
+* ``record`` {"path", "seconds"}: appends ``"<job_id> <attempt>\\n"`` to ``path`` (one O_APPEND write,
+  so concurrent runners never interleave) then sleeps; fault tests count executions with it.
+* ``ignore_sigterm_sleep`` {"seconds"}: ignores SIGTERM, then sleeps (only SIGKILL stops it).
+* ``native_block`` {"seconds"}: blocks SIGTERM and sleeps inside libc (never back in the interpreter).
+* ``py_loop`` {"n"}: ``for _ in range(n): pass``, the CPU-bound benchmark type.
+* ``crash`` {"how": "exit" | "segv"}: the runner process dies (``os._exit(7)`` or SIGSEGV).
+
+(``tests.support.probes`` has the ``pid_*`` variants that report their process id.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from typing import Any
+
+from runner.registry import JobContext, JobType, register
+
+_SECONDS = {"type": "number", "minimum": 0, "maximum": 86400}
+
+
+@register
+class Record(JobType):
+    """Append "<job_id> <attempt>" to a file, then sleep."""
+
+    name = "record"
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string", "minLength": 1}, "seconds": _SECONDS},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Record this execution, then sleep ``seconds`` (default 0)."""
+        fd = os.open(payload["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.job_id} {ctx.attempt}\n".encode())
+        finally:
+            os.close(fd)
+        time.sleep(payload.get("seconds", 0))
+        return {"job_id": ctx.job_id, "attempt": ctx.attempt}
+
+
+@register
+class IgnoreSigtermSleep(JobType):
+    """Ignore SIGTERM, then sleep."""
+
+    name = "ignore_sigterm_sleep"
+    schema = {
+        "type": "object",
+        "properties": {"seconds": _SECONDS},
+        "required": ["seconds"],
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Sleep ``seconds`` with SIGTERM ignored."""
+        _ignore_sigterm_sleep(float(payload["seconds"]))
+        return {}
+
+
+@register
+class NativeBlock(JobType):
+    """Block SIGTERM and sleep in native code."""
+
+    name = "native_block"
+    schema = {
+        "type": "object",
+        "properties": {"seconds": _SECONDS},
+        "required": ["seconds"],
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Call libc ``sleep``/``usleep`` for ``seconds`` with SIGTERM blocked."""
+        _native_block(float(payload["seconds"]))
+        return {}
+
+
+@register
+class PyLoop(JobType):
+    """Spin the interpreter n times (CPU-bound)."""
+
+    name = "py_loop"
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 10_000_000_000}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Run ``for _ in range(n): pass``."""
+        for _ in range(int(payload["n"])):
+            pass
+        return {"n": int(payload["n"])}
+
+
+@register
+class Crash(JobType):
+    """Kill the runner process itself."""
+
+    name = "crash"
+    schema = {
+        "type": "object",
+        "properties": {"how": {"enum": ["exit", "segv"]}},
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Exit with status 7, or die of SIGSEGV."""
+        if payload.get("how") == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(10)
+        os._exit(7)
+
+
+def _ignore_sigterm_sleep(seconds: float) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(seconds)
+
+
+def _native_block(seconds: float) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    libc = ctypes.CDLL(None)
+    libc.sleep(int(seconds))
+    libc.usleep(int((seconds - int(seconds)) * 1_000_000))

@@ -1,0 +1,210 @@
+"""The worker side of the Connect protocol, against a scripted in-process control plane.
+
+The fake control plane is a real ``grpc.aio`` server on 127.0.0.1:0 whose Connect handler hands
+each stream to the test as a :class:`Session` (what the worker sent, and a way to answer). The
+worker is a real :class:`worker.Agent` with real runner processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.v1 import workers_pb2 as pb
+from tests.support.fake_control import FakeControl, job
+from tests.support.waiting import until
+from worker import Agent, WorkerConfig
+
+ROOT = Path(__file__).resolve().parents[3]
+R = pb.JobResult
+
+
+@pytest.fixture(autouse=True)
+def _importable_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.syspath_prepend(str(ROOT))
+
+
+def scenario(body: Callable[[FakeControl, Agent], Awaitable[None]], **config: Any) -> None:
+    async def main() -> None:
+        control = FakeControl()
+        await control.start()
+        settings: dict[str, Any] = {
+            "threads": 2,
+            "slots": 2,
+            "worker_id": "w-test",
+            "labels": {"zone": "test"},
+            "imports": ("tests.support.jobtypes",),
+            "reconnect_max_sec": 0.2,
+            "drain_timeout_sec": 5.0,
+        }
+        settings.update(config)
+        agent = Agent(WorkerConfig(control_addr=f"127.0.0.1:{control.port}", **settings))
+        try:
+            async with agent:
+                await body(control, agent)
+        finally:
+            await control.stop()
+
+    asyncio.run(main())
+
+
+def test_registers_runs_assignments_and_forgets_acknowledged_results():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        register = await s.next("register")
+        assert (register.worker_id, register.threads, register.slots) == ("w-test", 2, 2)
+        assert dict(register.labels) == {"zone": "test"}
+        assert register.pid == os.getpid() and register.hostname and register.version
+        types = {t.name: t for t in register.job_types}
+        assert {"noop", "add_numbers", "resize_image", "record", "py_loop"} <= set(types)
+        assert json.loads(types["add_numbers"].payload_schema_json)["required"] == ["a", "b"]
+        assert not register.running and not register.finished
+        s.registered(interval=0.1)
+        s.assign(job("j1", "add_numbers", {"a": 1.0, "b": 2}), job("j2", "failing", {"message": "x"}))
+        results = await s.results(2)
+        ok, bad = results[("j1", 1)], results[("j2", 1)]
+        assert (ok.outcome, json.loads(ok.result_json)) == (R.SUCCEEDED, {"sum": 3})
+        assert 0 < ok.started_at <= ok.finished_at <= time.time()
+        assert (bad.outcome, bad.error_code, bad.error_message) == (R.FAILED, "ERROR", "x")
+        assert agent.connection is not None and agent.connection.unacked == 2
+        s.ack(("j1", 1), ("j2", 1))
+        assert await agent.connection.wait_acked(5)
+        # Heartbeats keep coming at the interval asked for.
+        assert list((await s.next("heartbeat")).running) == []
+
+    scenario(body)
+
+
+def test_results_of_one_burst_share_messages():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        s.assign(*[job(f"n{i}", "noop") for i in range(40)])
+        results = await s.results(40)
+        assert all(r.outcome == R.SUCCEEDED for r in results.values())
+        assert s.results_messages < 40
+
+    scenario(body)
+
+
+def test_reconnect_lists_running_and_finished_and_resends_unacked_results():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        s.assign(job("quick", "noop"), job("long", "sleep", {"seconds": 1.0}))
+        first = await s.results(1)
+        assert set(first) == {("quick", 1)}  # not acknowledged
+        # When the control plane goes away (the stream is cut) and comes back
+        await control.stop()
+        await control.start()
+        s2 = await control.session()
+        register = await s2.next("register")
+        # Then the worker re-registers under the same id, listing what runs and what waits for an ack
+        assert register.worker_id == "w-test"
+        assert [(r.job_id, r.attempt) for r in register.running] == [("long", 1)]
+        assert list(register.running_threads) == [1]
+        assert [(r.job_id, r.attempt) for r in register.finished] == [("quick", 1)]
+        s2.registered(adopted=[pb.AttemptRef(job_id="long", attempt=1)])
+        # And resends the unacknowledged result, then reports the job that kept running
+        resent = await s2.results(2)
+        assert resent[("quick", 1)].outcome == R.SUCCEEDED
+        assert resent[("long", 1)].outcome == R.SUCCEEDED
+        s2.ack(("quick", 1), ("long", 1))
+        assert agent.connection is not None and await agent.connection.wait_acked(5)
+
+    scenario(body)
+
+
+def test_rejected_attempts_are_killed_and_forgotten():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        s.assign(job("stale", "sleep", {"seconds": 30}))
+        await until(lambda: agent.pool.holds("stale", 1))
+        s.end()  # the stream ends; the worker reconnects
+        s2 = await control.session()
+        register = await s2.next("register")
+        assert [r.job_id for r in register.running] == ["stale"]
+        s2.registered(rejected=[pb.AttemptRef(job_id="stale", attempt=1)])
+        await until(lambda: not agent.pool.holds("stale", 1) and agent.pool.idle == 2, what="the kill of 'stale'")
+        assert agent.connection is not None and agent.connection.unacked == 0
+
+    scenario(body)
+
+
+def test_cancel_and_timeout():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        s.assign(job("cancel-me", "sleep", {"seconds": 30}), job("too-slow", "sleep", {"seconds": 30}, timeout=0.2))
+        s.send(cancel=pb.Cancel(attempt=pb.AttemptRef(job_id="cancel-me", attempt=1)))
+        results = await s.results(2)
+        assert (results[("cancel-me", 1)].outcome, results[("cancel-me", 1)].error_code) == (R.CANCELLED, "CANCELLED")
+        assert (results[("too-slow", 1)].outcome, results[("too-slow", 1)].error_code) == (R.TIMEOUT, "TIMEOUT")
+
+    scenario(body, kill_grace_sec=0.01)
+
+
+def test_drain_from_the_control_plane_finishes_running_jobs_hands_back_the_rest_and_stops():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        s.assign(job("short", "sleep", {"seconds": 0.3}), job("long", "sleep", {"seconds": 30}))
+        await until(lambda: agent.pool.busy == 2)
+        # When the control plane asks for a drain with a 1 s deadline
+        s.send(drain=pb.Drain(deadline_sec=1.0))
+        draining = await s.next("draining")
+        assert draining.deadline_sec == 1.0
+        # Then new work is handed back at once
+        s.assign(job("late", "noop"))
+        late = await s.results(1)
+        assert late[("late", 1)].outcome == R.HANDED_BACK
+        s.ack(("late", 1))
+        # The short job finishes; the long one is handed back at the deadline
+        rest = await s.results(2, within=5)
+        assert rest[("short", 1)].outcome == R.SUCCEEDED
+        assert rest[("long", 1)].outcome == R.HANDED_BACK
+        s.ack(("short", 1), ("long", 1))
+        # And the agent closes the stream and stops
+        async with asyncio.timeout(10):
+            await agent.wait_stopped()
+        assert agent.pool.pids() == []
+
+    scenario(body)
+
+
+def test_keeps_retrying_while_the_control_plane_is_down():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        assert agent.connection is not None
+        async with asyncio.timeout(5):
+            await agent.connection.registered.wait()
+        await control.stop()
+        # Several failed attempts later (capped backoff) it is still trying, and still alive.
+        tried = agent.connection.connect_attempts
+        await until(lambda: agent.connection is not None and agent.connection.connect_attempts >= tried + 4)
+        assert not agent.connection.registered.is_set()
+        await control.start()
+        s2 = await control.session(within=5)
+        assert (await s2.next("register")).worker_id == "w-test"
+        s2.registered()
+        async with asyncio.timeout(5):
+            await agent.connection.registered.wait()
+        assert agent.connection.sessions == 2, (agent.connection.sessions, agent.connection.connect_attempts)
+
+    scenario(body)

@@ -1,0 +1,306 @@
+"""RunnerPool on its own (no control plane): real runner processes, real signals, real pipes.
+
+Tests wait on conditions with deadlines, never on sleeps. Each test runs its own event loop
+(``asyncio.run``) and stops its pool in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+import worker
+from tests.support.processes import alive
+from tests.support.waiting import until
+from worker.attempt import Completion, JobSpec, Outcome
+from worker.pool import PoolConfig, RunnerPool, RunnerStartError
+
+ROOT = Path(__file__).resolve().parents[3]
+PLUGINS = ("tests.support.jobtypes",)
+GRACE = 0.025
+BOUND = 0.050  # a killed job's process is gone within this long after deadline + grace
+
+
+@pytest.fixture(autouse=True)
+def _importable_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Runner processes import tests.support.jobtypes; make the repository root importable for them.
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+class Bundle:
+    """A started pool and the completions it reported, with the time each arrived."""
+
+    def __init__(self, slots: int, grace: float = GRACE) -> None:
+        self.done: dict[tuple[str, int], Completion] = {}
+        self.arrived: dict[tuple[str, int], float] = {}
+        self.pool = RunnerPool(PoolConfig(slots=slots, imports=PLUGINS, kill_grace_sec=grace), self._on_result)
+
+    def _on_result(self, completion: Completion) -> None:
+        key = (completion.job_id, completion.attempt)
+        assert key not in self.done, f"two completions for {key}"
+        self.done[key] = completion
+        self.arrived[key] = time.time()
+
+    def submit(self, job_id: str, type_: str, payload: object = None, timeout: float | None = None) -> JobSpec:
+        deadline = time.time() + timeout if timeout is not None else None
+        spec = JobSpec(job_id, 1, type_, json.dumps(payload or {}), 1, deadline)
+        assert self.pool.submit(spec)
+        return spec
+
+    async def result(self, job_id: str, within: float = 10.0) -> Completion:
+        await until(lambda: (job_id, 1) in self.done, within, f"a completion of {job_id}")
+        return self.done[(job_id, 1)]
+
+    async def full(self) -> None:
+        """Wait until the pool is back to ``slots`` ready, idle processes."""
+        slots = self.pool.config.slots
+        await until(lambda: self.pool.idle == slots and len(self.pool.pids()) == slots, what="a full idle pool")
+
+
+def scenario(slots: int, body: Callable[[Bundle], Awaitable[None]], grace: float = GRACE) -> None:
+    async def main() -> None:
+        bundle = Bundle(slots, grace)
+        await bundle.pool.start()
+        try:
+            await body(bundle)
+        finally:
+            await bundle.pool.stop()
+
+    asyncio.run(main())
+
+
+def test_worker_exports_are_pinned():
+    assert set(worker.__all__) == {
+        "Agent",
+        "ConfigError",
+        "WorkerConfig",
+        "Completion",
+        "JobSpec",
+        "Outcome",
+        "PoolConfig",
+        "RunnerPool",
+        "RunnerStartError",
+        "Connection",
+        "Drainer",
+    }
+
+
+def test_runs_jobs_and_reports_results_and_failures():
+    async def body(b: Bundle) -> None:
+        # Given a pool of 2, when jobs of every kind are submitted (more than there are slots)
+        b.submit("add", "add_numbers", {"a": 2, "b": 3.0})
+        b.submit("fail", "failing", {"message": "nope"})
+        b.submit("unknown", "no_such_type")
+        b.submit("plugin", "py_loop", {"n": 1000})
+        b.submit("text", "reverse_string", {"text": "ab😀"})
+        # Then each ends with its own outcome
+        add = await b.result("add")
+        assert (add.outcome, json.loads(add.result_json)) == (Outcome.SUCCEEDED, {"sum": 5})
+        assert add.started_at <= add.finished_at
+        fail = await b.result("fail")
+        assert (fail.outcome, fail.error_code, fail.error_message) == (Outcome.FAILED, "ERROR", "nope")
+        unknown = await b.result("unknown")
+        assert (unknown.outcome, unknown.error_code) == (Outcome.FAILED, "UNKNOWN_TYPE")
+        assert json.loads((await b.result("plugin")).result_json) == {"n": 1000}
+        assert json.loads((await b.result("text")).result_json) == {"reversed": "😀ba"}
+        assert await b.pool.wait_idle(5)
+        assert b.pool.restarts == 0
+
+    scenario(2, body)
+
+
+def test_the_same_attempt_is_not_taken_twice():
+    async def body(b: Bundle) -> None:
+        spec = b.submit("once", "sleep", {"seconds": 0.05})
+        assert not b.pool.submit(spec)
+        assert b.pool.holds("once", 1)
+        assert (await b.result("once")).outcome is Outcome.SUCCEEDED
+
+    scenario(1, body)
+
+
+@pytest.mark.parametrize(
+    ("type_", "payload"),
+    [
+        ("sleep", {"seconds": 30}),
+        ("ignore_sigterm_sleep", {"seconds": 30}),
+        ("native_block", {"seconds": 30}),
+    ],
+)
+def test_timeout_kills_within_the_bound_and_refills_the_pool(type_: str, payload: dict[str, object]):
+    async def body(b: Bundle) -> None:
+        await b.full()
+        before = set(b.pool.pids())
+        # Given a job that would run 30 s, with a 0.3 s deadline
+        spec = b.submit("slow", type_, payload, timeout=0.3)
+        await until(lambda: b.pool.busy == 1)
+        # When the deadline passes
+        done = await b.result("slow")
+        # Then it is reported TIMEOUT as soon as its process is gone, within the bound
+        assert (done.outcome, done.error_code) == (Outcome.TIMEOUT, "TIMEOUT")
+        assert spec.deadline is not None
+        assert b.arrived[("slow", 1)] - (spec.deadline + GRACE) < BOUND
+        assert b.arrived[("slow", 1)] >= spec.deadline
+        gone = [pid for pid in before if not alive(pid)]
+        assert len(gone) == 1, "exactly the job's process was killed"
+        # And a replacement process brings the pool back to its size
+        await b.full()
+        assert len(set(b.pool.pids()) - before) == 1
+        assert b.pool.restarts == 1
+
+    scenario(2, body)
+
+
+def test_several_timeouts_at_once_keep_the_pool_at_its_size():
+    async def body(b: Bundle) -> None:
+        for i in range(6):
+            b.submit(f"t{i}", "sleep", {"seconds": 30}, timeout=0.1)
+        for i in range(6):
+            assert (await b.result(f"t{i}")).outcome is Outcome.TIMEOUT
+        await b.full()
+        assert len(b.pool.pids()) == 3
+        assert all(alive(pid) for pid in b.pool.pids())
+        b.submit("after", "noop")
+        assert (await b.result("after")).outcome is Outcome.SUCCEEDED
+
+    scenario(3, body)
+
+
+def test_cancel_running_and_queued():
+    async def body(b: Bundle) -> None:
+        b.submit("running", "sleep", {"seconds": 30})
+        b.submit("queued", "sleep", {"seconds": 30})
+        await until(lambda: b.pool.busy == 1 and b.pool.queued == 1)
+        # A queued attempt is cancelled at once, without a process
+        assert b.pool.kill("queued", 1, Outcome.CANCELLED)
+        assert (await b.result("queued")).outcome is Outcome.CANCELLED
+        # A running one is killed, then reported
+        t0 = time.time()
+        assert b.pool.kill("running", 1, Outcome.CANCELLED)
+        done = await b.result("running")
+        assert (done.outcome, done.error_code) == (Outcome.CANCELLED, "CANCELLED")
+        assert b.arrived[("running", 1)] - t0 < GRACE + BOUND
+        assert not b.pool.kill("unknown", 1, Outcome.CANCELLED)
+        await b.full()
+
+    scenario(1, body)
+
+
+def test_kill_without_outcome_forgets_the_attempt():
+    async def body(b: Bundle) -> None:
+        b.submit("rejected", "sleep", {"seconds": 30})
+        await until(lambda: b.pool.busy == 1)
+        assert b.pool.kill("rejected", 1, None)
+        await b.full()
+        assert ("rejected", 1) not in b.done
+        assert b.pool.attempts() == []
+
+    scenario(1, body)
+
+
+@pytest.mark.parametrize(("how", "status"), [("exit", "exit status 7"), ("segv", "signal SIGSEGV")])
+def test_a_process_that_dies_reports_crashed_and_is_replaced(how: str, status: str):
+    async def body(b: Bundle) -> None:
+        await b.full()
+        before = set(b.pool.pids())
+        b.submit("boom", "crash", {"how": how})
+        done = await b.result("boom")
+        assert (done.outcome, done.error_code) == (Outcome.FAILED, "CRASHED")
+        assert status in done.error_message
+        await b.full()
+        assert set(b.pool.pids()) != before
+        b.submit("next", "add_numbers", {"a": 1, "b": 1})
+        assert json.loads((await b.result("next")).result_json) == {"sum": 2}
+
+    scenario(1, body)
+
+
+def test_hand_back_and_kill_all_for_drains():
+    async def body(b: Bundle) -> None:
+        b.submit("r1", "sleep", {"seconds": 30})
+        b.submit("r2", "sleep", {"seconds": 30})
+        b.submit("q1", "sleep", {"seconds": 30})
+        await until(lambda: b.pool.busy == 2 and b.pool.queued == 1)
+        assert sorted(a[0] for a in b.pool.attempts()) == ["q1", "r1", "r2"]
+        assert b.pool.hand_back_queued() == 1
+        assert (await b.result("q1")).outcome is Outcome.HANDED_BACK
+        assert not await b.pool.wait_idle(0.05)
+        assert b.pool.kill_all(Outcome.HANDED_BACK) == 2
+        assert await b.pool.wait_idle(5)
+        assert {b.done[(k, 1)].outcome for k in ("r1", "r2")} == {Outcome.HANDED_BACK}
+
+    scenario(2, body)
+
+
+def test_a_deadline_that_passed_in_the_queue_is_a_timeout_without_running():
+    async def body(b: Bundle) -> None:
+        b.submit("blocker", "sleep", {"seconds": 0.3})
+        b.submit("late", "record", {"path": "/nonexistent/never-written"}, timeout=0.05)
+        done = await b.result("late")
+        assert (done.outcome, done.error_code) == (Outcome.TIMEOUT, "TIMEOUT")
+        assert (await b.result("blocker")).outcome is Outcome.SUCCEEDED
+
+    scenario(1, body)
+
+
+def test_no_child_is_left_after_stop():
+    async def main() -> None:
+        b = Bundle(3)
+        await b.pool.stop()  # stop before start is harmless
+        await b.pool.start()
+        b.submit("busy", "ignore_sigterm_sleep", {"seconds": 30})
+        await until(lambda: b.pool.busy == 1)
+        pids = b.pool.pids()
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        await b.pool.stop()
+        await b.pool.stop()  # idempotent
+        assert not any(alive(p) for p in pids)
+        assert b.pool.pids() == []
+
+    asyncio.run(main())
+
+
+def test_a_plugin_that_does_not_import_fails_the_start():
+    async def main() -> None:
+        pool = RunnerPool(PoolConfig(slots=2, imports=("tests.support.no_such_module",)), lambda c: None)
+        with pytest.raises(RunnerStartError):
+            await pool.start()
+        assert pool.pids() == []
+
+    asyncio.run(main())
+
+
+def test_no_orphan_after_kill_9_of_the_owner():
+    # Given a process that owns a pool of 3 (2 runners busy with long jobs, 1 idle)
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.pool_owner", "3"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline()
+        pids = json.loads(line)["pids"]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        # When it is killed with SIGKILL (no chance to clean up)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        # Then every runner process dies with it
+        deadline = time.monotonic() + 5
+        while any(alive(p) for p in pids):
+            assert time.monotonic() < deadline, f"orphans left: {[p for p in pids if alive(p)]}"
+            time.sleep(0.01)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(10)

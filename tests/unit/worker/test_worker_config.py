@@ -1,0 +1,110 @@
+"""WorkerConfig.from_env: defaults, derived defaults, and errors that name the variable and the rule.
+
+(Named test_worker_config.py: tests/unit/control/test_config.py exists and test files share one
+module namespace.)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from worker.__main__ import _parser, config_from
+from worker.config import ConfigError, WorkerConfig
+
+
+def test_defaults():
+    config = WorkerConfig.from_env({})
+    assert config.control_addr == "127.0.0.1:50051"
+    assert config.threads == (os.cpu_count() or 1)
+    assert config.slots == config.threads
+    assert config.labels == {}
+    assert config.imports == ()
+    assert config.drain_timeout_sec == 30.0
+    assert config.kill_grace_sec == 0.025
+    assert config.reconnect_max_sec == 2.0
+
+
+def test_default_worker_id_is_host_pid_suffix_and_differs_per_config():
+    first, second = WorkerConfig.from_env({}), WorkerConfig.from_env({})
+    host = socket.gethostname()
+    assert first.worker_id.startswith(f"{host[:64]}-{os.getpid()}-") or str(os.getpid()) in first.worker_id
+    assert first.worker_id != second.worker_id
+
+
+def test_every_variable_is_read():
+    config = WorkerConfig.from_env(
+        {
+            "CORRAL_CONTROL_ADDR": "127.0.0.1:6000",
+            "CORRAL_WORKER_THREADS": "8",
+            "CORRAL_WORKER_SLOTS": "3",
+            "CORRAL_WORKER_ID": "w-1",
+            "CORRAL_WORKER_LABELS": "zone=a, gpu=no",
+            "CORRAL_WORKER_IMPORTS": "tests.support.jobtypes, other.mod",
+            "CORRAL_DRAIN_TIMEOUT_SEC": "1.5",
+            "CORRAL_KILL_GRACE_SEC": "0",
+            "CORRAL_RECONNECT_MAX_SEC": "0.5",
+        }
+    )
+    assert config.control_addr == "127.0.0.1:6000"
+    assert (config.threads, config.slots, config.worker_id) == (8, 3, "w-1")
+    assert config.labels == {"zone": "a", "gpu": "no"}
+    assert config.imports == ("tests.support.jobtypes", "other.mod")
+    assert (config.drain_timeout_sec, config.kill_grace_sec, config.reconnect_max_sec) == (1.5, 0.0, 0.5)
+
+
+def test_slots_default_to_threads():
+    assert WorkerConfig.from_env({"CORRAL_WORKER_THREADS": "5"}).slots == 5
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "rule"),
+    [
+        ("CORRAL_CONTROL_ADDR", "localhost", "HOST:PORT"),
+        ("CORRAL_CONTROL_ADDR", "127.0.0.1:0", "1..65535"),
+        ("CORRAL_CONTROL_ADDR", "127.0.0.1:x", "HOST:PORT"),
+        ("CORRAL_WORKER_THREADS", "0", ">= 1"),
+        ("CORRAL_WORKER_THREADS", "two", "integer"),
+        ("CORRAL_WORKER_SLOTS", "0", ">= 1"),
+        ("CORRAL_WORKER_SLOTS", "-2", ">= 1"),
+        ("CORRAL_WORKER_ID", "has space", "[A-Za-z0-9._:-]"),
+        ("CORRAL_WORKER_LABELS", "novalue", "k=v"),
+        ("CORRAL_WORKER_LABELS", "a=1,a=2", "repeats"),
+        ("CORRAL_WORKER_IMPORTS", "not a module", "module names"),
+        ("CORRAL_DRAIN_TIMEOUT_SEC", "-1", ">= 0"),
+        ("CORRAL_KILL_GRACE_SEC", "-0.1", ">= 0"),
+        ("CORRAL_KILL_GRACE_SEC", "nan", ">= 0"),
+        ("CORRAL_RECONNECT_MAX_SEC", "0", "> 0"),
+        ("CORRAL_RECONNECT_MAX_SEC", "soon", "number"),
+    ],
+)
+def test_a_bad_value_names_the_variable_and_the_rule(name: str, value: str, rule: str):
+    with pytest.raises(ConfigError) as error:
+        WorkerConfig.from_env({name: value})
+    assert name in str(error.value)
+    assert rule in str(error.value)
+    assert repr(value) in str(error.value) or value.split("=")[0] in str(error.value)
+
+
+def test_flags_override_the_environment():
+    env = {"CORRAL_WORKER_THREADS": "8", "CORRAL_WORKER_LABELS": "zone=a", "CORRAL_CONTROL_ADDR": "127.0.0.1:1"}
+    args = _parser().parse_args(
+        [
+            *("--control", "127.0.0.1:7000", "--threads", "2", "--label", "gpu=no"),
+            *("--import", "tests.support.jobtypes", "--worker-id", "w-9", "--drain-timeout", "4"),
+        ]
+    )
+    config = config_from(args, env)
+    assert (config.control_addr, config.threads, config.slots) == ("127.0.0.1:7000", 2, 2)
+    assert config.labels == {"zone": "a", "gpu": "no"}
+    assert config.imports == ("tests.support.jobtypes",)
+    assert (config.worker_id, config.drain_timeout_sec) == ("w-9", 4.0)
+
+
+def test_a_bad_flag_is_reported_under_its_variable():
+    with pytest.raises(ConfigError, match="CORRAL_WORKER_SLOTS"):
+        config_from(_parser().parse_args(["--slots", "0"]), {})
+    with pytest.raises(ConfigError, match="--label"):
+        config_from(_parser().parse_args(["--label", "oops"]), {})

@@ -1,0 +1,117 @@
+"""``python -m worker`` as a process: configuration errors, SIGTERM drains, kill -9 leaves no orphans."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from corral.v1 import workers_pb2 as pb
+from tests.support.fake_control import FakeControl, job
+from tests.support.processes import alive, children
+from tests.support.waiting import until
+
+ROOT = Path(__file__).resolve().parents[3]
+R = pb.JobResult
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def test_a_bad_setting_exits_2_naming_the_variable():
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "--threads", "0"],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "CORRAL_WORKER_THREADS must be >= 1" in done.stderr
+
+
+def test_a_plugin_that_does_not_import_exits_1():
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "--import", "tests.support.no_such_module", "--threads", "1"],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+
+
+async def _spawn(port: int, *extra: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "worker", "--control", f"127.0.0.1:{port}", "--threads", "2"),
+        *("--worker-id", "w-main", "--import", "tests.support.jobtypes", "--log-format", "logfmt", *extra),
+        cwd=ROOT,
+        env=env(),
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_sigterm_drains_then_exits_0():
+    async def main() -> None:
+        control = FakeControl()
+        await control.start()
+        proc = await _spawn(control.port, "--drain-timeout", "5")
+        try:
+            s = await control.session(within=30)
+            assert (await s.next("register")).worker_id == "w-main"
+            s.registered()
+            s.assign(job("finishing", "sleep", {"seconds": 0.3}))
+            await asyncio.sleep(0.05)  # not for synchronisation: lets the job start before the signal
+            proc.send_signal(signal.SIGTERM)
+            assert (await s.next("draining")).deadline_sec == 5.0
+            s.assign(job("refused", "noop"))
+            results = await s.results(2)
+            assert results[("finishing", 1)].outcome == R.SUCCEEDED
+            assert results[("refused", 1)].outcome == R.HANDED_BACK
+            s.ack(("finishing", 1), ("refused", 1))
+            async with asyncio.timeout(15):
+                assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await control.stop()
+
+    asyncio.run(main())
+
+
+def test_kill_9_of_the_worker_leaves_no_runner_process():
+    async def main() -> None:
+        control = FakeControl()
+        await control.start()
+        proc = await _spawn(control.port)
+        try:
+            s = await control.session(within=30)
+            await s.next("register")
+            s.registered()
+            s.assign(job("long", "sleep", {"seconds": 60}))
+            await until(lambda: children(proc.pid), what="runner processes")
+            runners = children(proc.pid)
+            assert len(runners) == 2
+            proc.kill()
+            await proc.wait()
+            deadline = time.monotonic() + 5
+            while any(alive(p) for p in runners):
+                assert time.monotonic() < deadline, "orphaned runner processes"
+                await asyncio.sleep(0.01)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await control.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,120 @@
+"""``python -m worker``: run one worker agent until it is drained or stopped.
+
+Usage::
+
+    python -m worker [--control HOST:PORT] [--threads N] [--slots N] [--worker-id ID] [--label k=v]...
+                     [--import MODULE]... [--drain-timeout SEC] [--log-level info] [--log-format json|logfmt]
+
+Flags override the environment (see :mod:`worker.config` for every variable, default and rule).
+Signals: the first SIGTERM or SIGINT drains (finish running jobs up to the drain timeout, hand back
+the rest) and exits 0; a second one stops at once. A bad setting exits 2 with a message naming the
+variable; runner processes that cannot start (a plug-in that does not import) exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from corral.logs import configure
+from worker.agent import Agent
+from worker.config import ConfigError, WorkerConfig, parse_labels
+from worker.pool import RunnerStartError
+
+logger = logging.getLogger("worker")
+
+EXIT_OK = 0
+EXIT_START_FAILED = 1
+EXIT_BAD_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m worker", description="Run a Corral worker agent.")
+    p.add_argument("--control", metavar="HOST:PORT", help="control plane address (CORRAL_CONTROL_ADDR)")
+    p.add_argument("--threads", metavar="N", help="threads for jobs in total (CORRAL_WORKER_THREADS)")
+    p.add_argument("--slots", metavar="N", help="runner processes (CORRAL_WORKER_SLOTS, default = threads)")
+    p.add_argument("--worker-id", metavar="ID", help="worker id (CORRAL_WORKER_ID)")
+    p.add_argument("--label", action="append", default=[], metavar="k=v", help="a label (CORRAL_WORKER_LABELS)")
+    p.add_argument(
+        "--import", dest="imports", action="append", default=[], metavar="MODULE", help="plug-in module of job types"
+    )
+    p.add_argument("--drain-timeout", metavar="SEC", help="drain deadline (CORRAL_DRAIN_TIMEOUT_SEC)")
+    p.add_argument("--log-level", default=os.environ.get("CORRAL_LOG_LEVEL", "info"), help="debug, info, ...")
+    p.add_argument(
+        "--log-format",
+        choices=["json", "logfmt"],
+        default=os.environ.get("CORRAL_LOG_FORMAT", "json"),
+        help="log format",
+    )
+    return p
+
+
+def config_from(args: argparse.Namespace, environ: dict[str, str]) -> WorkerConfig:
+    """The config: the environment with the flags written over it.
+
+    Raises:
+        ConfigError: a flag or a variable breaks its rule.
+    """
+    env = dict(environ)
+    for flag, name in (
+        ("control", "CORRAL_CONTROL_ADDR"),
+        ("threads", "CORRAL_WORKER_THREADS"),
+        ("slots", "CORRAL_WORKER_SLOTS"),
+        ("worker_id", "CORRAL_WORKER_ID"),
+        ("drain_timeout", "CORRAL_DRAIN_TIMEOUT_SEC"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            env[name] = str(value)
+    if args.label:
+        parse_labels(args.label, "--label")
+        env["CORRAL_WORKER_LABELS"] = ",".join(filter(None, [env.get("CORRAL_WORKER_LABELS", ""), *args.label]))
+    if args.imports:
+        env["CORRAL_WORKER_IMPORTS"] = ",".join(filter(None, [env.get("CORRAL_WORKER_IMPORTS", ""), *args.imports]))
+    return WorkerConfig.from_env(env)
+
+
+async def run(config: WorkerConfig) -> int:
+    """Run an agent until it stops; returns the exit code."""
+    loop = asyncio.get_running_loop()
+    agent = Agent(config)
+    signals_seen = 0
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        task = loop.create_task(agent.drain() if signals_seen == 1 else agent.stop())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await agent.start()
+    except (ImportError, RunnerStartError) as exc:
+        logger.error("worker_start_failed", extra={"error": str(exc)})
+        await agent.stop()
+        return EXIT_START_FAILED
+    await agent.wait_stopped()
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        config = config_from(args, dict(os.environ))
+    except ConfigError as exc:
+        print(f"python -m worker: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    configure(args.log_level, args.log_format)
+    return asyncio.run(run(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""WorkerConfig: every setting of a worker agent, read from the environment once and checked then.
+
+Flags of ``python -m worker`` override the environment: the command line writes them over a copy
+of the environment before :meth:`WorkerConfig.from_env` reads it, so both go through the same rules
+and a bad value is reported under the variable's name.
+
+==========================  =====================================  ======================================
+variable                    default                                rule
+==========================  =====================================  ======================================
+CORRAL_CONTROL_ADDR         127.0.0.1:50051                        HOST:PORT, port 1..65535
+CORRAL_WORKER_THREADS       os.cpu_count()                         integer >= 1
+CORRAL_WORKER_SLOTS         = threads                              integer >= 1
+CORRAL_WORKER_ID            <hostname>-<pid>-<random>              [A-Za-z0-9._:-]{1,128}
+CORRAL_WORKER_LABELS        (none)                                 k=v,k=v (keys unique, non-empty)
+CORRAL_WORKER_IMPORTS       (none)                                 comma-separated module names
+CORRAL_DRAIN_TIMEOUT_SEC    30                                     number >= 0
+CORRAL_KILL_GRACE_SEC       0.025                                  number >= 0
+CORRAL_RECONNECT_MAX_SEC    2.0                                    number > 0
+==========================  =====================================  ======================================
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import secrets
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["ConfigError", "WorkerConfig"]
+
+_WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class ConfigError(ValueError):
+    """Raised when a setting breaks its rule; the message names the variable and the rule."""
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>-<6 hex>``: unique per agent process, stable for its life."""
+    host = re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname()) or "worker"
+    return f"{host[:64]}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The settings of one worker agent."""
+
+    control_addr: str = "127.0.0.1:50051"
+    """CORRAL_CONTROL_ADDR: the control plane's gRPC address, HOST:PORT."""
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """CORRAL_WORKER_THREADS: threads this worker gives to jobs in total (>= 1)."""
+    slots: int = 0
+    """CORRAL_WORKER_SLOTS: runner processes = jobs run at once (>= 1; 0 here means "= threads")."""
+    worker_id: str = field(default_factory=default_worker_id)
+    """CORRAL_WORKER_ID: the id the worker registers under, stable across reconnects."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """CORRAL_WORKER_LABELS: k=v,k=v labels sent at registration."""
+    imports: tuple[str, ...] = ()
+    """CORRAL_WORKER_IMPORTS: plug-in modules that register more job types."""
+    drain_timeout_sec: float = 30.0
+    """CORRAL_DRAIN_TIMEOUT_SEC: how long a drain lets running jobs finish (>= 0)."""
+    kill_grace_sec: float = 0.025
+    """CORRAL_KILL_GRACE_SEC: SIGTERM -> SIGKILL grace when a job is killed (>= 0)."""
+    reconnect_max_sec: float = 2.0
+    """CORRAL_RECONNECT_MAX_SEC: cap of the reconnect backoff (> 0)."""
+
+    def __post_init__(self) -> None:
+        """Apply the derived default (slots = threads) and check every rule."""
+        if self.slots == 0:
+            object.__setattr__(self, "slots", self.threads)
+        host, sep, port = self.control_addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError(
+                f"CORRAL_CONTROL_ADDR must be HOST:PORT with a port in 1..65535, got {self.control_addr!r}"
+            )
+        if self.threads < 1:
+            raise ConfigError(f"CORRAL_WORKER_THREADS must be >= 1, got {self.threads}")
+        if self.slots < 1:
+            raise ConfigError(f"CORRAL_WORKER_SLOTS must be >= 1, got {self.slots}")
+        if not _WORKER_ID.fullmatch(self.worker_id):
+            raise ConfigError(f"CORRAL_WORKER_ID must match [A-Za-z0-9._:-]{{1,128}}, got {self.worker_id!r}")
+        for key in self.labels:
+            if not key or "=" in key or "," in key:
+                raise ConfigError(f"CORRAL_WORKER_LABELS keys must be non-empty without '=' or ',', got {key!r}")
+        for module in self.imports:
+            if not _MODULE.fullmatch(module):
+                raise ConfigError(f"CORRAL_WORKER_IMPORTS must list dotted module names, got {module!r}")
+        for name, value, low, strict in (
+            ("CORRAL_DRAIN_TIMEOUT_SEC", self.drain_timeout_sec, 0.0, False),
+            ("CORRAL_KILL_GRACE_SEC", self.kill_grace_sec, 0.0, False),
+            ("CORRAL_RECONNECT_MAX_SEC", self.reconnect_max_sec, 0.0, True),
+        ):
+            if not math.isfinite(value) or value < low or (strict and value == low):
+                raise ConfigError(f"{name} must be {'>' if strict else '>='} {low:g}, got {value}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:
+        """Build the config from ``environ`` (default ``os.environ``); unset or empty -> default.
+
+        Raises:
+            ConfigError: a value is malformed or breaks its rule (the message names the variable).
+        """
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        kwargs: dict[str, object] = {}
+        if (addr := get("CORRAL_CONTROL_ADDR")) is not None:
+            kwargs["control_addr"] = addr
+        if (threads := get("CORRAL_WORKER_THREADS")) is not None:
+            kwargs["threads"] = _int("CORRAL_WORKER_THREADS", threads)
+        if (slots := get("CORRAL_WORKER_SLOTS")) is not None:
+            kwargs["slots"] = _int("CORRAL_WORKER_SLOTS", slots)
+            if kwargs["slots"] == 0:
+                raise ConfigError("CORRAL_WORKER_SLOTS must be >= 1, got 0")
+        if (worker_id := get("CORRAL_WORKER_ID")) is not None:
+            kwargs["worker_id"] = worker_id
+        if (labels := get("CORRAL_WORKER_LABELS")) is not None:
+            kwargs["labels"] = parse_labels(labels.split(","), "CORRAL_WORKER_LABELS")
+        if (imports := get("CORRAL_WORKER_IMPORTS")) is not None:
+            kwargs["imports"] = tuple(m.strip() for m in imports.split(",") if m.strip())
+        for name, attr in (
+            ("CORRAL_DRAIN_TIMEOUT_SEC", "drain_timeout_sec"),
+            ("CORRAL_KILL_GRACE_SEC", "kill_grace_sec"),
+            ("CORRAL_RECONNECT_MAX_SEC", "reconnect_max_sec"),
+        ):
+            if (raw := get(name)) is not None:
+                kwargs[attr] = _float(name, raw)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+
+def parse_labels(items: list[str], name: str = "CORRAL_WORKER_LABELS") -> dict[str, str]:
+    """``["k=v", ...]`` -> ``{"k": "v"}``; blank items are skipped.
+
+    Raises:
+        ConfigError: an item has no '=' or an empty key, or a key repeats.
+    """
+    labels: dict[str, str] = {}
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{name} must be k=v pairs, got {item!r}")
+        if key in labels:
+            raise ConfigError(f"{name} repeats the key {key!r}")
+        labels[key] = value.strip()
+    return labels
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _float(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None

@@ -1,0 +1,382 @@
+"""Connection: the worker's one bidirectional stream to the control plane (WorkerService.Connect).
+
+One session of the stream::
+
+    worker                                   control plane
+      Register{id, threads, slots, types,
+               running, finished}      --->
+                                       <---  Registered{heartbeat_interval_sec, adopted, rejected}
+      (kill rejected attempts; resend every unacknowledged result)
+      Heartbeat{running}  every interval --->
+                                       <---  Assign{assignments}  -> RunnerPool.submit
+                                       <---  Cancel{attempt}      -> RunnerPool.kill(CANCELLED)
+      Results{results}                 --->  (results of one event-loop turn or more, in one message)
+                                       <---  Ack{attempts}        -> forget those results
+                                       <---  Drain{deadline_sec}  -> on_drain(deadline_sec)
+      Draining{deadline_sec}           --->  (while draining: assignments are handed back at once)
+
+A broken stream (control plane killed, restarted, network) never stops the worker: jobs keep
+running, their results are kept, and the connection retries with exponential backoff and jitter
+(the n-th retry waits uniform(d/2, d) with d = min(reconnect_max_sec, 0.05 * 2**n)), re-registers
+under the same worker_id listing what still runs (``running``) and what finished unacknowledged
+(``finished``), then resends those results. Every result is kept until an Ack names its attempt.
+
+All writes go through one writer task (gRPC allows one write in flight); results wait in a list
+that the writer takes whole, so completions that arrive while a write is in flight share the next
+Results message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from importlib import metadata
+
+import grpc
+
+from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_REGISTERED
+from corral.v1 import workers_pb2 as pb
+from corral.v1 import workers_pb2_grpc as pb_grpc
+from runner.registry import JobType
+from worker.attempt import Completion, JobSpec, Outcome
+from worker.config import WorkerConfig
+from worker.pool import RunnerPool
+
+__all__ = ["Connection", "reconnect_delay"]
+
+logger = logging.getLogger(__name__)
+
+RECONNECT_BASE_SEC = 0.05
+"""First reconnect delay (before jitter)."""
+REGISTER_TIMEOUT_SEC = 10.0
+"""How long to wait for Registered after sending Register before trying again."""
+RESULTS_LINGER_SEC = 0.001
+"""After sending a Results message, wait this long before the next one so completions batch up.
+The first result after a quiet spell goes out at once; results of one event-loop turn always
+share a message."""
+RESULTS_BATCH_BYTES = 1 << 20
+"""A Results message is cut after about this many bytes of result and error text."""
+
+_OUTCOMES = {outcome: pb.JobResult.Outcome.Value(outcome.value) for outcome in Outcome}
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+]
+
+
+def reconnect_delay(retry: int, cap: float, rng: random.Random) -> float:
+    """Seconds to wait before reconnect attempt ``retry`` (0-based): uniform(d/2, d), d = min(cap, 0.05*2**n)."""
+    ceiling = min(cap, RECONNECT_BASE_SEC * 2 ** min(retry, 30))
+    return rng.uniform(ceiling / 2, ceiling)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("corral")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class Connection:
+    """The Connect stream, kept up for as long as the connection runs; see the module docstring."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        pool: RunnerPool,
+        job_types: Sequence[JobType],
+        on_drain: Callable[[float], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """Prepare a connection; ``on_drain(deadline_sec)`` runs when the control plane sends Drain."""
+        self._config = config
+        self._pool = pool
+        self._on_drain = on_drain
+        self._rng = rng or random.Random()
+        self._job_types = [
+            pb.JobTypeInfo(name=t.name, payload_schema_json=json.dumps(t.schema), description=t.description)
+            for t in job_types
+        ]
+        self._unacked: dict[tuple[str, int], pb.JobResult] = {}
+        self._pending: list[pb.JobResult] = []
+        self._outbox: deque[pb.WorkerMessage] = deque()
+        self._wake = asyncio.Event()
+        self._flushed = asyncio.Event()
+        self._all_acked = asyncio.Event()
+        self._all_acked.set()
+        self.registered = asyncio.Event()
+        """Set while a session is registered (cleared when the stream breaks)."""
+        self.heartbeat_interval_sec = 0.0
+        """The interval the control plane asked for in the last Registered."""
+        self.sessions = 0
+        """Sessions registered so far (1 + reconnects)."""
+        self.connect_attempts = 0
+        """Times a stream was opened (successful or not)."""
+        self._draining = False
+        self._drain_deadline_sec = 0.0
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start connecting in the background (returns at once; see :attr:`registered`)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="corral-worker-connection")
+
+    async def stop(self) -> None:
+        """Drop the stream now and stop reconnecting. Idempotent."""
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def close(self, within: float = 2.0) -> None:
+        """End the stream politely: flush what is queued, half-close, wait for the server's end."""
+        self._closing = True
+        call, task = self._call, self._task
+        if call is not None and task is not None and self.registered.is_set():
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(within):
+                    await self._flushed.wait()
+                    await call.done_writing()
+                    # The reader sees the server's end of the stream and the session ends.
+                    await asyncio.shield(task)
+        await self.stop()
+
+    # -- what the agent and the pool call -----------------------------------------------------------
+
+    def report(self, completion: Completion) -> None:
+        """Keep a completion until acknowledged, and send it as soon as the stream allows."""
+        result = pb.JobResult(
+            attempt=pb.AttemptRef(job_id=completion.job_id, attempt=completion.attempt),
+            outcome=_OUTCOMES[completion.outcome],
+            result_json=completion.result_json,
+            error_code=completion.error_code,
+            error_message=completion.error_message,
+            started_at=completion.started_at,
+            finished_at=completion.finished_at,
+        )
+        self._unacked[(completion.job_id, completion.attempt)] = result
+        self._all_acked.clear()
+        if self.registered.is_set():
+            self._pending.append(result)
+            self._wake.set()
+
+    def begin_drain(self, deadline_sec: float) -> None:
+        """Hand back every assignment from now on and tell the control plane (now and on re-register)."""
+        self._draining = True
+        self._drain_deadline_sec = deadline_sec
+        if self.registered.is_set():
+            self._send(pb.WorkerMessage(draining=pb.Draining(deadline_sec=deadline_sec)))
+
+    async def wait_acked(self, within: float) -> bool:
+        """Wait until every result sent so far was acknowledged; False if ``within`` seconds passed."""
+        try:
+            await asyncio.wait_for(self._all_acked.wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+    @property
+    def unacked(self) -> int:
+        """Results not yet acknowledged."""
+        return len(self._unacked)
+
+    # -- sessions ----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        retry = 0
+        while not self._closing:
+            logger.info(WORKER_CONNECTING, extra={"control_addr": self._config.control_addr, "retry": retry})
+            sessions = self.sessions
+            self.connect_attempts += 1
+            try:
+                await self._session()
+                reason = "stream ended"
+            except grpc.aio.AioRpcError as exc:
+                reason = f"{exc.code().name}: {exc.details()}"
+            except (TimeoutError, ConnectionError, asyncio.InvalidStateError, ProtocolError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.registered.clear()
+                self._pending.clear()
+                self._call = None
+            if self._closing:
+                return
+            retry = 0 if self.sessions > sessions else retry + 1
+            logger.info(WORKER_DISCONNECTED, extra={"reason": reason, "retry": retry})
+            await asyncio.sleep(reconnect_delay(retry, self._config.reconnect_max_sec, self._rng))
+
+    async def _session(self) -> None:
+        async with grpc.aio.insecure_channel(self._config.control_addr, options=_CHANNEL_OPTIONS) as channel:
+            call = pb_grpc.WorkerServiceStub(channel).Connect()
+            self._call = call
+            try:
+                await call.write(self._register_message())
+                async with asyncio.timeout(REGISTER_TIMEOUT_SEC):
+                    first = await call.read()
+                if first is grpc.aio.EOF or first.WhichOneof("msg") != "registered":
+                    raise ProtocolError(f"expected Registered first, got {_kind(first)}")
+                self._on_registered(first.registered)
+                tasks = [
+                    asyncio.create_task(self._reader(call)),
+                    asyncio.create_task(self._writer(call)),
+                    asyncio.create_task(self._heartbeats()),
+                ]
+                try:
+                    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                for task in done:
+                    if (exc := task.exception()) is not None:
+                        raise exc
+            finally:
+                call.cancel()
+
+    def _register_message(self) -> pb.WorkerMessage:
+        config = self._config
+        attempts = self._pool.attempts()
+        return pb.WorkerMessage(
+            register=pb.Register(
+                worker_id=config.worker_id,
+                threads=config.threads,
+                slots=config.slots,
+                labels=dict(config.labels),
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                version=_version(),
+                running=[pb.AttemptRef(job_id=job_id, attempt=attempt) for job_id, attempt, _ in attempts],
+                running_threads=[threads for _, _, threads in attempts],
+                job_types=self._job_types,
+                finished=[pb.AttemptRef(job_id=job_id, attempt=attempt) for job_id, attempt in self._unacked],
+            )
+        )
+
+    def _on_registered(self, registered: pb.Registered) -> None:
+        for ref in registered.rejected:
+            self._pool.kill(ref.job_id, ref.attempt, None)
+        self.heartbeat_interval_sec = registered.heartbeat_interval_sec
+        self.sessions += 1
+        self._outbox.clear()
+        self._pending = list(self._unacked.values())
+        if self._draining:
+            self._outbox.append(pb.WorkerMessage(draining=pb.Draining(deadline_sec=self._drain_deadline_sec)))
+        self.registered.set()
+        self._wake.set()
+        logger.info(
+            WORKER_REGISTERED,
+            extra={
+                "worker_id": self._config.worker_id,
+                "session": self.sessions,
+                "heartbeat_interval_sec": registered.heartbeat_interval_sec,
+                "adopted": len(registered.adopted),
+                "rejected": len(registered.rejected),
+                "resent": len(self._pending),
+            },
+        )
+
+    async def _reader(self, call: grpc.aio.StreamStreamCall) -> None:
+        while True:
+            message = await call.read()
+            if message is grpc.aio.EOF:
+                return
+            kind = message.WhichOneof("msg")
+            if kind == "assign":
+                self._on_assign(message.assign)
+            elif kind == "ack":
+                unacked = self._unacked
+                for ref in message.ack.attempts:
+                    unacked.pop((ref.job_id, ref.attempt), None)
+                if not unacked:
+                    self._all_acked.set()
+            elif kind == "cancel":
+                ref = message.cancel.attempt
+                self._pool.kill(ref.job_id, ref.attempt, Outcome.CANCELLED)
+            elif kind == "drain":
+                if self._on_drain is not None:
+                    self._on_drain(message.drain.deadline_sec)
+            elif kind == "registered":
+                self.heartbeat_interval_sec = message.registered.heartbeat_interval_sec
+                for ref in message.registered.rejected:
+                    self._pool.kill(ref.job_id, ref.attempt, None)
+
+    def _on_assign(self, assign: pb.Assign) -> None:
+        now = time.time()
+        pool = self._pool
+        for a in assign.assignments:
+            if self._draining:
+                self.report(
+                    Completion(
+                        a.job_id, a.attempt, Outcome.HANDED_BACK, "", "HANDED_BACK", "worker is draining", now, now
+                    )
+                )
+                continue
+            if (a.job_id, a.attempt) in self._unacked:
+                continue  # already finished here; its result is on its way
+            deadline = now + a.timeout_sec if a.timeout_sec > 0 else None
+            pool.submit(JobSpec(a.job_id, a.attempt, a.type, a.payload_json or "{}", a.threads or 1, deadline))
+
+    async def _writer(self, call: grpc.aio.StreamStreamCall) -> None:
+        outbox = self._outbox
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            self._flushed.clear()
+            while outbox or self._pending:
+                if outbox:
+                    await call.write(outbox.popleft())
+                    continue
+                batch, self._pending = _cut(self._pending)
+                await call.write(pb.WorkerMessage(results=pb.Results(results=batch)))
+                if RESULTS_LINGER_SEC > 0 and not self._closing:
+                    # Under load, let the next completions gather: one message per millisecond
+                    # instead of one per job halves the stream's cost on both ends.
+                    await asyncio.sleep(RESULTS_LINGER_SEC)
+            self._flushed.set()
+
+    async def _heartbeats(self) -> None:
+        interval = self.heartbeat_interval_sec if self.heartbeat_interval_sec > 0 else 5.0
+        while True:
+            await asyncio.sleep(interval)
+            running = [pb.AttemptRef(job_id=j, attempt=a) for j, a, _ in self._pool.attempts()]
+            self._send(pb.WorkerMessage(heartbeat=pb.Heartbeat(running=running)))
+
+    def _send(self, message: pb.WorkerMessage) -> None:
+        self._outbox.append(message)
+        self._wake.set()
+
+
+class ProtocolError(Exception):
+    """Raised when the control plane breaks the stream's protocol (no Registered first)."""
+
+
+def _cut(results: list[pb.JobResult]) -> tuple[list[pb.JobResult], list[pb.JobResult]]:
+    """Split off a first batch of about RESULTS_BATCH_BYTES; the rest waits for the next message."""
+    size = 0
+    for i, result in enumerate(results):
+        size += len(result.result_json) + len(result.error_message) + 64
+        if size > RESULTS_BATCH_BYTES and i > 0:
+            return results[:i], results[i:]
+    return results, []
+
+
+def _kind(message: object) -> str:
+    if message is grpc.aio.EOF:
+        return "end of stream"
+    which = getattr(message, "WhichOneof", None)
+    return str(which("msg")) if which else type(message).__name__

@@ -1,0 +1,410 @@
+"""RunnerPool: ``slots`` pre-started runner processes, each running one job at a time.
+
+A job (:class:`JobSpec`) goes to an idle process at once or waits in a local FIFO. Each attempt
+ends in exactly one :class:`Completion` handed to ``on_result`` (from inside the event loop, so the
+caller can batch completions of one loop turn), except attempts killed with ``outcome=None``
+("forget", for attempts the control plane rejected) and those still running at :meth:`stop`.
+
+Killing (deadline, :meth:`kill`): SIGTERM, then SIGKILL after ``kill_grace_sec``; the completion is
+sent when the process is gone (seen through its pidfd), and a replacement process is started so
+the pool keeps its size. Deadlines are event-loop timers (``loop.call_at``), not polling. A process
+that dies by itself reports its job FAILED with code ``CRASHED`` and is replaced the same way.
+
+The hot path (submit -> frame on a pipe -> frame back -> Completion) does no logging above debug,
+no validation and no JSON parsing: payload and result stay the JSON text they arrived as.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.logs import JOB_TIMED_OUT, RUNNER_RESTARTED
+from runner.wire import FAILED, OK, READY, encode_request
+from worker.attempt import Completion, JobSpec, Outcome
+from worker.process import RunnerProcess, describe_exit
+
+__all__ = ["PoolConfig", "RunnerPool", "RunnerStartError"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What a RunnerPool needs; checked when built."""
+
+    slots: int
+    """Runner processes, = jobs run at once (>= 1)."""
+    imports: tuple[str, ...] = ()
+    """Plug-in modules each runner process imports once at start."""
+    kill_grace_sec: float = 0.025
+    """Seconds between SIGTERM and SIGKILL when a job is killed (>= 0)."""
+    start_timeout_sec: float = 60.0
+    """How long :meth:`RunnerPool.start` waits for every process to be ready (> 0)."""
+    python: str = field(default=sys.executable)
+    """The interpreter runner processes run on."""
+
+    def __post_init__(self) -> None:
+        """Check the values."""
+        if self.slots < 1:
+            raise ValueError(f"slots must be >= 1, got {self.slots}")
+        if self.kill_grace_sec < 0:
+            raise ValueError(f"kill_grace_sec must be >= 0, got {self.kill_grace_sec}")
+        if self.start_timeout_sec <= 0:
+            raise ValueError(f"start_timeout_sec must be > 0, got {self.start_timeout_sec}")
+
+
+class RunnerStartError(RuntimeError):
+    """Raised when runner processes cannot be started (a plug-in does not import, ...)."""
+
+
+@dataclass(slots=True, eq=False)
+class _Running:
+    spec: JobSpec
+    proc: RunnerProcess
+    started_at: float
+    timer: asyncio.TimerHandle | None = None
+    killing: bool = False
+    kill_outcome: Outcome | None = None
+
+
+_CRASH_BACKOFF_MAX_SEC = 5.0
+
+# Error codes and messages of attempts the pool ends itself.
+_KILL_CODES = {Outcome.TIMEOUT: "TIMEOUT", Outcome.CANCELLED: "CANCELLED", Outcome.HANDED_BACK: "HANDED_BACK"}
+
+
+class RunnerPool:
+    """A fixed number of runner processes and the jobs they run; see the module docstring."""
+
+    def __init__(self, config: PoolConfig, on_result: Callable[[Completion], None]) -> None:
+        """Create a stopped pool; :meth:`start` starts the processes."""
+        self.config = config
+        self._on_result = on_result
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._procs: set[RunnerProcess] = set()
+        self._idle: list[RunnerProcess] = []
+        self._busy: dict[RunnerProcess, _Running] = {}
+        self._running: dict[tuple[str, int], _Running] = {}
+        self._queued: dict[tuple[str, int], JobSpec] = {}
+        self._queue: deque[tuple[str, int]] = deque()
+        self._idle_event = asyncio.Event()
+        self._idle_event.set()
+        self._all_exited = asyncio.Event()
+        self._ready_event = asyncio.Event()
+        self._started = False
+        self._stopping = False
+        self._crashes = 0
+        self.restarts = 0
+        """Replacement processes started so far (after kills and crashes)."""
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start ``slots`` processes and wait until every one is ready.
+
+        Raises:
+            RunnerStartError: a process exited before it was ready, or they were not ready in time.
+        """
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        for _ in range(self.config.slots):
+            self._spawn()
+        deadline = self._loop.time() + self.config.start_timeout_sec
+        while len(self._idle) < self.config.slots:
+            if self._crashes:
+                await self.stop()
+                raise RunnerStartError("a runner process exited while starting (does every --import module import?)")
+            if self._loop.time() > deadline:
+                await self.stop()
+                raise RunnerStartError(f"runner processes not ready after {self.config.start_timeout_sec} s")
+            self._ready_event.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready_event.wait(), timeout=max(0.0, deadline - self._loop.time()))
+
+    async def stop(self, grace_sec: float = 5.0) -> None:
+        """Stop every process (running jobs are killed without a completion). Idempotent."""
+        if not self._started or self._stopping:
+            if self._stopping and self._procs:
+                await self._wait_all_exited(grace_sec)
+            return
+        self._stopping = True
+        for running in list(self._running.values()):
+            if running.timer is not None:
+                running.timer.cancel()
+        self._queued.clear()
+        self._queue.clear()
+        for proc in list(self._procs):
+            proc.close_input()
+            if proc in self._busy or not proc.ready:
+                proc.signal(signal.SIGKILL)
+        await self._wait_all_exited(grace_sec)
+
+    async def _wait_all_exited(self, grace_sec: float) -> None:
+        if not self._procs:
+            return
+        self._all_exited.clear()
+        try:
+            await asyncio.wait_for(self._all_exited.wait(), grace_sec)
+        except TimeoutError:
+            for proc in list(self._procs):
+                proc.signal(signal.SIGKILL)
+            await asyncio.wait_for(self._all_exited.wait(), grace_sec)
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> bool:
+        """Run ``spec`` on an idle process, or queue it; False if that attempt is already here."""
+        key = (spec.job_id, spec.attempt)
+        if key in self._running or key in self._queued or self._stopping:
+            return False
+        self._idle_event.clear()
+        if self._idle:
+            proc = self._idle.pop()
+            if not self._start(proc, spec):
+                self._idle.append(proc)
+        else:
+            self._queued[key] = spec
+            self._queue.append(key)
+        return True
+
+    def kill(self, job_id: str, attempt: int, outcome: Outcome | None) -> bool:
+        """Stop one attempt and report it with ``outcome`` (None: report nothing); False if unknown."""
+        key = (job_id, attempt)
+        spec = self._queued.pop(key, None)
+        if spec is not None:
+            if outcome is not None:
+                now = time.time()
+                self._complete(spec, outcome, now, now, _KILL_CODES[outcome], f"{outcome.value.lower()} before start")
+            self._check_idle()
+            return True
+        running = self._running.get(key)
+        if running is None:
+            return False
+        self._kill(running, outcome)
+        return True
+
+    def hand_back_queued(self) -> int:
+        """Report every job still waiting for a process HANDED_BACK; returns how many."""
+        keys = list(self._queued)
+        for key in keys:
+            self.kill(key[0], key[1], Outcome.HANDED_BACK)
+        self._queue.clear()
+        return len(keys)
+
+    def kill_all(self, outcome: Outcome | None) -> int:
+        """Kill every running (and queued) attempt with ``outcome``; returns how many."""
+        keys = list(self._queued) + list(self._running)
+        for key in keys:
+            self.kill(key[0], key[1], outcome)
+        return len(keys)
+
+    def attempts(self) -> list[tuple[str, int, int]]:
+        """(job_id, attempt, threads) of every attempt this pool holds: running, then queued."""
+        out = [(r.spec.job_id, r.spec.attempt, r.spec.threads) for r in self._running.values()]
+        out += [(s.job_id, s.attempt, s.threads) for s in self._queued.values()]
+        return out
+
+    def holds(self, job_id: str, attempt: int) -> bool:
+        """Whether that attempt is running or queued here."""
+        key = (job_id, attempt)
+        return key in self._running or key in self._queued
+
+    @property
+    def busy(self) -> int:
+        """Attempts running now."""
+        return len(self._running)
+
+    @property
+    def queued(self) -> int:
+        """Attempts waiting for a process."""
+        return len(self._queued)
+
+    @property
+    def idle(self) -> int:
+        """Ready processes with nothing to do."""
+        return len(self._idle)
+
+    def pids(self) -> list[int]:
+        """Pids of the live runner processes."""
+        return sorted(p.pid for p in self._procs if not p.exited)
+
+    async def wait_idle(self, within: float | None = None) -> bool:
+        """Wait until no attempt is running or queued; False if ``within`` seconds passed first."""
+        try:
+            await asyncio.wait_for(self._idle_event.wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        assert self._loop is not None
+        proc = RunnerProcess(self._loop, self._on_frame, self._on_exit)
+        proc.spawn(self.config.imports, self.config.python)
+        self._procs.add(proc)
+
+    def _start(self, proc: RunnerProcess, spec: JobSpec) -> bool:
+        """Hand ``spec`` to ``proc``; False (and a TIMEOUT completion) if its deadline already passed."""
+        assert self._loop is not None
+        now = time.time()
+        deadline = spec.deadline
+        if deadline is not None and deadline <= now:
+            self._complete(spec, Outcome.TIMEOUT, now, now, "TIMEOUT", "deadline passed before start")
+            self._check_idle()
+            return False
+        running = _Running(spec, proc, now)
+        self._busy[proc] = running
+        self._running[(spec.job_id, spec.attempt)] = running
+        if deadline is not None:
+            running.timer = self._loop.call_at(self._loop.time() + (deadline - now), self._on_deadline, running)
+        proc.send(
+            encode_request(
+                spec.job_id.encode(),
+                spec.type.encode(),
+                spec.payload_json.encode(),
+                spec.attempt,
+                spec.threads,
+                deadline or 0.0,
+            )
+        )
+        return True
+
+    def _on_frame(self, proc: RunnerProcess, kind: int, code: bytes, body: bytes) -> None:
+        running = self._busy.get(proc)
+        if kind == READY:
+            proc.ready = True
+            self._crashes = 0
+            self._make_idle(proc)
+            self._ready_event.set()
+            return
+        if running is None or running.killing:
+            return  # a late answer from a process being killed: its kill outcome is reported
+        del self._busy[proc]
+        spec = running.spec
+        del self._running[(spec.job_id, spec.attempt)]
+        if running.timer is not None:
+            running.timer.cancel()
+        self._make_idle(proc)
+        now = time.time()
+        if kind == OK:
+            self._on_result(
+                Completion(spec.job_id, spec.attempt, Outcome.SUCCEEDED, body.decode(), "", "", running.started_at, now)
+            )
+        elif kind == FAILED:
+            self._on_result(
+                Completion(
+                    spec.job_id,
+                    spec.attempt,
+                    Outcome.FAILED,
+                    "",
+                    code.decode(),
+                    body.decode("utf-8", "replace"),
+                    running.started_at,
+                    now,
+                )
+            )
+        self._check_idle()
+
+    def _make_idle(self, proc: RunnerProcess) -> None:
+        while self._queue:
+            key = self._queue.popleft()
+            spec = self._queued.pop(key, None)
+            if spec is not None and self._start(proc, spec):
+                return
+        if not self._stopping:
+            self._idle.append(proc)
+
+    def _on_deadline(self, running: _Running) -> None:
+        running.timer = None
+        if running.killing:
+            return
+        spec = running.spec
+        logger.debug(JOB_TIMED_OUT, extra={"job_id": spec.job_id, "attempt": spec.attempt, "pid": running.proc.pid})
+        self._kill(running, Outcome.TIMEOUT)
+
+    def _kill(self, running: _Running, outcome: Outcome | None) -> None:
+        assert self._loop is not None
+        if running.killing:
+            return
+        running.killing = True
+        running.kill_outcome = outcome
+        if running.timer is not None:
+            running.timer.cancel()
+        running.proc.signal(signal.SIGTERM)
+        if self.config.kill_grace_sec > 0:
+            running.timer = self._loop.call_later(self.config.kill_grace_sec, running.proc.signal, signal.SIGKILL)
+        else:
+            running.proc.signal(signal.SIGKILL)
+
+    def _on_exit(self, proc: RunnerProcess) -> None:
+        self._procs.discard(proc)
+        if proc in self._idle:
+            self._idle.remove(proc)
+        running = self._busy.pop(proc, None)
+        if running is not None:
+            spec = running.spec
+            del self._running[(spec.job_id, spec.attempt)]
+            if running.timer is not None:
+                running.timer.cancel()
+            now = time.time()
+            if running.killing:
+                outcome = running.kill_outcome
+                if outcome is not None:
+                    message = f"killed ({describe_exit(proc.returncode)})"
+                    if outcome is Outcome.TIMEOUT and spec.deadline is not None:
+                        message = f"deadline of {spec.deadline - running.started_at:.3f} s passed; {message}"
+                    self._complete(spec, outcome, running.started_at, now, _KILL_CODES[outcome], message)
+            elif not self._stopping:
+                message = f"runner process {proc.pid} died ({describe_exit(proc.returncode)})"
+                self._complete(spec, Outcome.FAILED, running.started_at, now, "CRASHED", message)
+            self._check_idle()
+        if not proc.ready:
+            self._crashes += 1
+            self._ready_event.set()  # wakes start(), which fails
+        if self._stopping:
+            if not self._procs:
+                self._all_exited.set()
+            return
+        self._replace(proc, running)
+
+    def _replace(self, old: RunnerProcess, running: _Running | None) -> None:
+        assert self._loop is not None
+        self.restarts += 1
+        reason = "killed" if running is not None and running.killing else describe_exit(old.returncode)
+        delay = 0.0 if not self._crashes else min(_CRASH_BACKOFF_MAX_SEC, 0.05 * 2 ** (self._crashes - 1))
+        logger.info(RUNNER_RESTARTED, extra={"old_pid": old.pid, "reason": reason, "delay_sec": delay})
+        if delay:
+            self._loop.call_later(delay, self._respawn)
+        else:
+            self._respawn()
+
+    def _respawn(self) -> None:
+        if self._stopping:
+            return
+        try:
+            self._spawn()
+        except OSError:
+            logger.exception(RUNNER_RESTARTED, extra={"error": "spawn failed"})
+            assert self._loop is not None
+            self._crashes += 1
+            self._loop.call_later(min(_CRASH_BACKOFF_MAX_SEC, 0.05 * 2**self._crashes), self._respawn)
+
+    def _complete(
+        self, spec: JobSpec, outcome: Outcome, started: float, finished: float, code: str, message: str
+    ) -> None:
+        self._on_result(Completion(spec.job_id, spec.attempt, outcome, "", code, message, started, finished))
+
+    def _check_idle(self) -> None:
+        if not self._running and not self._queued:
+            self._idle_event.set()

@@ -1,0 +1,222 @@
+"""RunnerProcess: one pre-started runner process and the two pipes the pool talks to it through.
+
+The process runs ``python -m runner.serve`` (see :mod:`runner.serve` for its side). This module only
+moves bytes and watches the process; what the bytes mean for jobs is the pool's business:
+
+* requests go out with one non-blocking ``os.write``; a frame bigger than the pipe's buffer is
+  finished by a writer callback;
+* responses are read by an event-loop reader on the pipe and cut into :mod:`runner.wire` frames,
+  each handed to ``on_frame`` (no threads, no per-frame allocation beyond the bytes themselves);
+* exit is seen through a pidfd (Linux >= 5.3), which becomes readable the moment the process is a
+  zombie; the process is reaped there and ``on_exit`` runs after any last frames were delivered.
+
+Processes are started from the event loop's thread. That matters: ``PR_SET_PDEATHSIG`` fires when the
+*thread* that forked the child ends, so a child forked from a short-lived executor thread would be
+killed with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+from runner.wire import RESPONSE
+
+__all__ = ["RunnerProcess", "describe_exit"]
+
+_READ_SIZE = 1 << 18
+
+
+class RunnerProcess:
+    """One runner process; call :meth:`spawn` once, then :meth:`send` frames to it."""
+
+    __slots__ = (
+        "_buffer",
+        "_loop",
+        "_on_exit",
+        "_on_frame",
+        "_out_fd",
+        "_pending",
+        "_pidfd",
+        "_popen",
+        "_req_fd",
+        "exited",
+        "pid",
+        "ready",
+        "returncode",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_frame: Callable[[RunnerProcess, int, bytes, bytes], None],
+        on_exit: Callable[[RunnerProcess], None],
+    ) -> None:
+        """Prepare (not start) a process; ``on_frame(proc, kind, code, body)`` and ``on_exit(proc)``."""
+        self._loop = loop
+        self._on_frame = on_frame
+        self._on_exit = on_exit
+        self._buffer = bytearray()
+        self._pending = b""
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._req_fd = -1
+        self._out_fd = -1
+        self._pidfd = -1
+        self.pid = 0
+        self.ready = False
+        """True once the process said READY."""
+        self.exited = False
+        """True once the process has exited and was reaped."""
+        self.returncode: int | None = None
+        """The exit status (negative: killed by that signal) once exited."""
+
+    def spawn(self, imports: Sequence[str], python: str = sys.executable) -> None:
+        """Start the process (from the loop's thread) and begin watching its pipe and its pidfd."""
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        argv = [python, "-m", "runner.serve", "--in", str(req_r), "--out", str(resp_w), "--parent", str(os.getpid())]
+        for module in imports:
+            argv += ["--import", module]
+        try:
+            self._popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=2,  # a job's prints end up in the worker's stderr, never in our pipe
+                pass_fds=(req_r, resp_w),
+                start_new_session=True,  # terminal signals go to the worker, which decides
+            )
+        except BaseException:
+            for fd in (req_r, req_w, resp_r, resp_w):
+                os.close(fd)
+            raise
+        finally:
+            if self._popen is not None:
+                os.close(req_r)
+                os.close(resp_w)
+        self.pid = self._popen.pid
+        self._req_fd = req_w
+        self._out_fd = resp_r
+        os.set_blocking(req_w, False)
+        os.set_blocking(resp_r, False)
+        self._pidfd = os.pidfd_open(self.pid)
+        self._loop.add_reader(resp_r, self._on_readable)
+        self._loop.add_reader(self._pidfd, self._on_pidfd)
+
+    def send(self, frame: bytes) -> None:
+        """Write one request frame without blocking; a dead process is noticed by its exit, not here."""
+        if self._pending:
+            self._pending += frame
+            return
+        try:
+            written = os.write(self._req_fd, frame)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the process is gone (EPIPE) or its pipe closed: its exit reports it
+            return
+        if written < len(frame):
+            self._pending = frame[written:]
+            self._loop.add_writer(self._req_fd, self._on_writable)
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the process, if it still exists."""
+        if self.exited or self._popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, sig)
+
+    def close_input(self) -> None:
+        """Close the request pipe: an idle runner exits at the end of file."""
+        if self._req_fd >= 0:
+            if self._pending:
+                self._loop.remove_writer(self._req_fd)
+                self._pending = b""
+            os.close(self._req_fd)
+            self._req_fd = -1
+
+    def _on_writable(self) -> None:
+        try:
+            written = os.write(self._req_fd, self._pending)
+        except BlockingIOError:
+            return
+        except OSError:
+            written = len(self._pending)
+        self._pending = self._pending[written:]
+        if not self._pending:
+            self._loop.remove_writer(self._req_fd)
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self._out_fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # end of file: the process is exiting; the pidfd tells when it is gone
+            self._loop.remove_reader(self._out_fd)
+            return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        header = RESPONSE.size
+        unpack = RESPONSE.unpack_from
+        buffer = self._buffer
+        if buffer:
+            buffer += data
+            data = bytes(buffer)
+            buffer.clear()
+        offset = 0
+        end = len(data)
+        while end - offset >= header:
+            kind, _, code_len, body_len = unpack(data, offset)
+            start = offset + header
+            stop = start + code_len + body_len
+            if stop > end:
+                break
+            self._on_frame(self, kind, data[start : start + code_len], data[start + code_len : stop])
+            offset = stop
+        if offset < end:
+            buffer += data[offset:]
+
+    def _on_pidfd(self) -> None:
+        assert self._popen is not None
+        self._loop.remove_reader(self._pidfd)
+        # Frames written just before the exit are still in the pipe: deliver them first.
+        while self._out_fd >= 0:
+            try:
+                data = os.read(self._out_fd, _READ_SIZE)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            self._feed(data)
+        self.returncode = self._popen.wait()  # the pidfd is readable: it is a zombie, so this does not block
+        self.exited = True
+        self._close_fds()
+        self._on_exit(self)
+
+    def _close_fds(self) -> None:
+        self.close_input()
+        if self._out_fd >= 0:
+            self._loop.remove_reader(self._out_fd)
+            os.close(self._out_fd)
+            self._out_fd = -1
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a process ended, for people: "exit status 3" or "signal SIGSEGV"."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit status {returncode}"
