@@ -18,7 +18,7 @@ def _drain_rate(c: Cluster, target: int, measure: int) -> float:
     while True:
         done = c.jobs.GetStats(jobs_pb2.GetStatsRequest()).jobs_by_status["SUCCEEDED"] - start
         if done >= min(measure, target):
-            return done / (time.perf_counter() - t0)
+            return float(done) / (time.perf_counter() - t0)
         time.sleep(0.005)
 
 

@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 class Cluster:
     """``with Cluster(workers=2, threads=4) as c: c.jobs.SubmitJobs(...)``."""
 
-    def __init__(self, workers: int = 2, threads: int = 4, imports: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, workers: int = 2, threads: int = 4, imports: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> None:
         self.n_workers = workers
         self.threads = threads
         self.imports = imports

@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=300)
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args(argv)
-    table(f"latency: {a.jobs} sequential submit -> SUCCEEDED round trips, 1 idle worker", [run_once(a.jobs) for _ in range(a.runs)])
+    table(
+        f"latency: {a.jobs} sequential submit -> SUCCEEDED round trips, 1 idle worker",
+        [run_once(a.jobs) for _ in range(a.runs)],
+    )
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ def generate(out_root: Path) -> None:
         # corral.v1 because the proto package is corral.v1, so only normalise line endings here.
         text = re.sub(r"[ \t]+\n", "\n", text)
         path.write_text(text)
-    (pkg / "__init__.py").write_text('"""Generated gRPC stubs of the corral.v1 contract (protos/generate.py); do not edit."""\n')
+    (pkg / "__init__.py").write_text(
+        '"""Generated gRPC stubs of the corral.v1 contract (protos/generate.py); do not edit."""\n'
+    )
 
 
 def main() -> int:
@@ -66,7 +68,7 @@ def main() -> int:
         if args.check:
             names = sorted(p.name for p in fresh.iterdir() if p.is_file())
             committed = sorted(p.name for p in OUT_PACKAGE.iterdir() if p.is_file()) if OUT_PACKAGE.exists() else []
-            match, mismatch, errors = filecmp.cmpfiles(fresh, OUT_PACKAGE, names, shallow=False)
+            _match, mismatch, errors = filecmp.cmpfiles(fresh, OUT_PACKAGE, names, shallow=False)
             if mismatch or errors or names != committed:
                 print(f"corral/v1 drifted from protos/: differ={mismatch + errors} files={names} vs {committed}")
                 return 1

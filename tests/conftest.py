@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -91,8 +92,19 @@ class ControlProc:
         self.starts += 1
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "control", "--grpc-port", str(self.port), "--port-file", str(port_file)]
-                + ["--db", str(self.db), "--http-port", "0"],
+                [
+                    sys.executable,
+                    "-m",
+                    "control",
+                    "--grpc-port",
+                    str(self.port),
+                    "--port-file",
+                    str(port_file),
+                    "--db",
+                    str(self.db),
+                    "--http-port",
+                    "0",
+                ],
                 cwd=ROOT,
                 env=base_env(self.env),
                 stdout=log,
@@ -231,7 +243,5 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
     yield spawn
     for w in started:
         w.signal(signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             w.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass

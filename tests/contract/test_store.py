@@ -1,14 +1,17 @@
 """One conformance suite for every Store implementation (SQLite today; PostgreSQL joins the params)."""
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from control import jobs
 from control.jobs import JobRecord, JobState
-from control.store import IdempotencyEntry, JobTypeEntry, SQLiteStore, Store
+from control.store import IdempotencyEntry, JobPage, JobTypeEntry, SQLiteStore, Store
+
+T = TypeVar("T")
 
 
 @pytest.fixture(params=["sqlite"])
@@ -25,7 +28,7 @@ def record(seq: int, type_: str = "noop", state: JobState = JobState.PENDING) ->
     return job
 
 
-def run(coro):  # type: ignore[no-untyped-def]
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.new_event_loop().run_until_complete(coro)
 
 
@@ -39,7 +42,13 @@ def test_insert_commit_get_roundtrip(store: Store) -> None:
 
     got = run(go())
     assert got is not None
-    assert (got.id, got.type, got.payload_json, got.labels, got.state) == (job.id, "noop", '{"n": 1}', {"team": "ü"}, JobState.PENDING)
+    assert (got.id, got.type, got.payload_json, got.labels, got.state) == (
+        job.id,
+        "noop",
+        '{"n": 1}',
+        {"team": "ü"},
+        JobState.PENDING,
+    )
 
 
 def test_update_is_compare_and_set_on_the_attempt(store: Store) -> None:
@@ -65,9 +74,11 @@ def test_update_is_compare_and_set_on_the_attempt(store: Store) -> None:
 
 
 def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
-    store.insert([record(i, "a" if i % 2 else "b", JobState.SUCCEEDED if i < 5 else JobState.PENDING) for i in range(1, 11)])
+    store.insert(
+        [record(i, "a" if i % 2 else "b", JobState.SUCCEEDED if i < 5 else JobState.PENDING) for i in range(1, 11)]
+    )
 
-    async def go():  # type: ignore[no-untyped-def]
+    async def go() -> JobPage:
         await store.commit()
         return await store.list_jobs([JobState.PENDING], "a", 2, 1)
 

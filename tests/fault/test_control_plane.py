@@ -26,7 +26,9 @@ def _counts(cp: ControlProc) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_restart_with_running_jobs_reruns_nothing(control_plane: ControlProc, spawn_worker: Any, tmp_path: Path) -> None:
+def test_restart_with_running_jobs_reruns_nothing(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
     # Given 200 long jobs spread over workers that stay up
     log = tmp_path / "runs.log"
     for _ in range(4):
@@ -68,7 +70,9 @@ def test_kill_9_loses_no_accepted_job(control_plane: ControlProc, spawn_worker: 
     assert set(runs) == {j.id for j in jobs}
     # and a job ran twice only if it had started before the kill (it was running then)
     reruns = {job_id for job_id, n in runs.items() if n > 1}
-    assert reruns <= set(before_restart), f"re-run jobs that had not started before the kill: {reruns - set(before_restart)}"
+    assert reruns <= set(before_restart), (
+        f"re-run jobs that had not started before the kill: {reruns - set(before_restart)}"
+    )
     print(f"\nkill -9 with 1,000 jobs: {len(before_restart)} had started, {len(reruns)} re-ran")
 
 

@@ -17,7 +17,9 @@ from tests.support.calls import executions, submit, wait_done
 S = jobs_pb2.Job
 
 
-def test_kill_9_of_a_worker_reruns_its_job_elsewhere(control_plane: ControlProc, spawn_worker: Any, tmp_path: Path) -> None:
+def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
     # Given two workers and a job running on the first one
     log = tmp_path / "runs.log"
     first = spawn_worker(control_plane, threads=1)
@@ -48,8 +50,6 @@ class FakeWorker:
     """Speaks the worker protocol directly, so a test can send what a real worker would not."""
 
     def __init__(self, cp: ControlProc, worker_id: str) -> None:
-        self.requests: list[workers_pb2.WorkerMessage] = []
-        self._queue: list[workers_pb2.WorkerMessage] = []
         self.worker_id = worker_id
         import queue
 
@@ -63,10 +63,16 @@ class FakeWorker:
     def next(self, kind: str) -> workers_pb2.ControlMessage:
         for msg in self.stream:
             if msg.WhichOneof("msg") == kind:
-                return msg
+                found: workers_pb2.ControlMessage = msg
+                return found
         raise AssertionError(f"stream ended before a {kind} message")
 
-    def result(self, job_id: str, attempt: int, outcome: int = workers_pb2.JobResult.SUCCEEDED) -> None:
+    def result(
+        self,
+        job_id: str,
+        attempt: int,
+        outcome: workers_pb2.JobResult.Outcome.ValueType = workers_pb2.JobResult.SUCCEEDED,
+    ) -> None:
         r = workers_pb2.JobResult(
             attempt=workers_pb2.AttemptRef(job_id=job_id, attempt=attempt), outcome=outcome, result_json='{"x": 1}'
         )  # type: ignore[arg-type]
@@ -91,7 +97,7 @@ def test_a_result_with_a_stale_fencing_token_changes_nothing(control_plane: Cont
         # Then it is acknowledged (so the worker forgets it) but not applied
         assert [(a.job_id, a.attempt) for a in ack.ack.attempts] == [(job.id, 7)]
         now = control_plane.get(job.id)
-        assert (now.state, now.attempts, now.result.fields) == (S.RUNNING, 1, {})
+        assert (now.state, now.attempts, len(now.result.fields)) == (S.RUNNING, 1, 0)
         # and the genuine result still is
         fake.result(job.id, 1)
         done = wait_done(control_plane, job.id)
@@ -138,8 +144,10 @@ def test_sigterm_on_a_worker_finishes_its_job_takes_nothing_new_and_leaves(
     # When the worker gets SIGTERM mid-job
     w.signal(signal.SIGTERM)
     wait_until(
-        lambda: any(x.id == w.worker_id and x.state == admin_pb2.Worker.DRAINING for x in control_plane.workers())
-        or w.proc.poll() is not None,
+        lambda: (
+            any(x.id == w.worker_id and x.state == admin_pb2.Worker.DRAINING for x in control_plane.workers())
+            or w.proc.poll() is not None
+        ),
         what="worker to drain",
     )
     queued = submit(control_plane, "record", {"path": str(log)})

@@ -20,7 +20,7 @@ def _field(err: grpc.RpcError) -> str:
             for detail in status.details:
                 bad = error_details_pb2.BadRequest()
                 if detail.Unpack(bad):
-                    return bad.field_violations[0].field
+                    return str(bad.field_violations[0].field)
     return ""
 
 

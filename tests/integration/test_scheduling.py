@@ -51,7 +51,9 @@ def test_every_builtin_type_end_to_end(control_plane: ControlProc, spawn_worker:
             assert result(done) == expected, type_
         assert done.attempts == 1
         assert done.total_seconds >= done.exec_seconds >= 0
-    resized = result(wait_done(control_plane, submit(control_plane, "resize_image", cases[-1][1] | {"return_pixels": True}).id))
+    resized = result(
+        wait_done(control_plane, submit(control_plane, "resize_image", cases[-1][1] | {"return_pixels": True}).id)
+    )
     out = np.frombuffer(base64.b64decode(resized["pixels_b64"]), dtype=np.uint8).reshape(2, 2, 3)
     ref = np.frombuffer(pixels, dtype=np.uint8).reshape(4, 4, 3).astype(float).reshape(2, 2, 2, 2, 3).mean(axis=(1, 3))
     assert np.abs(out.astype(float) - ref).max() <= 1
@@ -106,7 +108,12 @@ def test_queued_jobs_start_by_priority_then_age(control_plane: ControlProc, spaw
     wait_all_done(control_plane, [j.id for j in queued])
     # Then they ran by priority, oldest first within a priority
     ran = [job_id for job_id, _ in executions(log)][1:]
-    expected = [j.id for _, _, j in sorted(((-p, i, j) for i, (p, j) in enumerate(zip(prios, queued, strict=True))), key=lambda t: t[:2])]
+    expected = [
+        j.id
+        for _, _, j in sorted(
+            ((-p, i, j) for i, (p, j) in enumerate(zip(prios, queued, strict=True))), key=lambda t: t[:2]
+        )
+    ]
     assert ran == expected
 
 

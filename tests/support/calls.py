@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from corral.v1 import jobs_pb2
+from corral.v1 import jobs_pb2, jobs_pb2_grpc
 
 TERMINAL = {jobs_pb2.Job.SUCCEEDED, jobs_pb2.Job.FAILED, jobs_pb2.Job.CANCELLED}
 
 
-class Stubs:
+class Stubs(Protocol):
     """Anything with a ``jobs`` property returning a JobServiceStub (ControlProc)."""
 
-    jobs: Any
+    @property
+    def jobs(self) -> jobs_pb2_grpc.JobServiceStub: ...
 
 
 def request(type_: str, payload: dict[str, Any] | None = None, **fields: Any) -> jobs_pb2.SubmitJobRequest:
@@ -73,8 +74,8 @@ def wait_all_done(cp: Stubs, job_ids: list[str], timeout: float = 120.0) -> list
 
 
 def result(job: jobs_pb2.Job) -> dict[str, Any]:
-    value: dict[str, Any] = json_format.MessageToDict(job.result)
-    return json.loads(json.dumps(value))
+    value: dict[str, Any] = json.loads(json.dumps(json_format.MessageToDict(job.result)))
+    return value
 
 
 def struct(value: dict[str, Any]) -> struct_pb2.Struct:

@@ -18,7 +18,10 @@ def test_environment_and_flags() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"WORKER_HEARTBEAT_TIMEOUT_SEC": "-1"}, "WORKER_HEARTBEAT_TIMEOUT_SEC must be > CORRAL_HEARTBEAT_INTERVAL_SEC"),
+        (
+            {"WORKER_HEARTBEAT_TIMEOUT_SEC": "-1"},
+            "WORKER_HEARTBEAT_TIMEOUT_SEC must be > CORRAL_HEARTBEAT_INTERVAL_SEC",
+        ),
         ({"WORKER_HEARTBEAT_TIMEOUT_SEC": "abc"}, "WORKER_HEARTBEAT_TIMEOUT_SEC must be a number"),
         ({"CORRAL_GRPC_PORT": "70000"}, "CORRAL_GRPC_PORT must be 0..65535"),
         ({"CORRAL_BACKOFF_BASE_SEC": "10", "CORRAL_BACKOFF_CAP_SEC": "5"}, "CORRAL_BACKOFF_CAP_SEC must be >="),

@@ -7,6 +7,10 @@ from control.jobs import ALLOWED, JobRecord, JobState
 from corral.errors import FailedPrecondition, StaleAttempt
 
 
+def state(job: JobRecord) -> JobState:
+    return job.state
+
+
 def make(max_attempts: int = 3, scheduled_at: float | None = None) -> JobRecord:
     job = JobRecord(id="j1", type="noop", payload_json="{}", created_at=100.0, max_attempts=max_attempts,
                     scheduled_at=scheduled_at)  # fmt: skip
@@ -28,7 +32,7 @@ def test_lease_issues_a_new_fencing_token_each_time() -> None:
     assert job.queue_seconds == pytest.approx(1.0)
     assert job.lease_expires_at == pytest.approx(101.0 + job.timeout_sec + 5)
     assert jobs.fail_attempt(job, 1, jobs.ERROR, "boom", now=102.0, delay=0.5)
-    assert job.state is JobState.SCHEDULED
+    assert state(job) is JobState.SCHEDULED
     jobs.promote(job, 103.0)
     assert jobs.lease(job, "w2", 1, now=103.0, grace=5) == 2
 
@@ -55,7 +59,7 @@ def test_attempts_exhausted_goes_to_failed_then_redrive() -> None:
     assert job.state is JobState.FAILED
     assert job.finished_at is not None
     jobs.redrive(job, 110.0)
-    assert job.state is JobState.PENDING
+    assert state(job) is JobState.PENDING
     assert job.charged_attempts == 0
     assert jobs.lease(job, "w", 1, now=111.0, grace=1) == 3
 
