@@ -295,16 +295,16 @@ class Connection:
             message = await call.read()
             if message is grpc.aio.EOF:
                 return
-            kind = message.WhichOneof("msg")
-            if kind == "assign":
-                self._on_assign(message.assign)
-            elif kind == "ack":
+            if message.HasField("ack"):
                 unacked = self._unacked
                 for ref in message.ack.attempts:
                     unacked.pop((ref.job_id, ref.attempt), None)
                 if not unacked:
                     self._all_acked.set()
-            elif kind == "cancel":
+            if message.HasField("assign"):
+                self._on_assign(message.assign)
+            kind = message.WhichOneof("msg")
+            if kind == "cancel":
                 ref = message.cancel.attempt
                 self._pool.kill(ref.job_id, ref.attempt, Outcome.CANCELLED)
             elif kind == "drain":

@@ -165,9 +165,8 @@ def reports(msg: workers_pb2.Results) -> list[Report]:
     ]
 
 
-def assign(batch: list[Assignment]) -> workers_pb2.ControlMessage:
-    msg = workers_pb2.ControlMessage()
-    add = msg.assign.assignments.add
+def add_assignments(target: workers_pb2.Assign, batch: list[Assignment]) -> None:
+    add = target.assignments.add
     for a in batch:
         add(
             job_id=a.job_id,
@@ -177,7 +176,13 @@ def assign(batch: list[Assignment]) -> workers_pb2.ControlMessage:
             threads=a.threads,
             timeout_sec=a.timeout_sec,
         )
-    return msg
+
+
+def add_attempt_refs(target: Any, keys: list[tuple[str, int]]) -> None:
+    """Append AttemptRefs for ``keys`` to a repeated field."""
+    add = target.add
+    for job_id, attempt in keys:
+        add(job_id=job_id, attempt=attempt)
 
 
 def attempt_refs(keys: list[tuple[str, int]]) -> list[workers_pb2.AttemptRef]:

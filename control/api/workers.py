@@ -1,8 +1,7 @@
 """WorkerServicer.Connect: one bidirectional stream per worker.
 
 Outgoing messages are coalesced: every assignment and every ack queued while the stream was busy
-writing goes out in one Assign and one Ack message, which keeps the per-job cost of the stream low
-under load.
+writing goes out in one message, which keeps the per-job cost of the stream low under load.
 """
 
 from __future__ import annotations
@@ -69,13 +68,14 @@ class GrpcLink:
                 other, self._other = self._other, []
                 for msg in other:
                     yield msg
-            if self._assign:
-                batch, self._assign = self._assign, []
-                yield convert.assign(batch)
-            if self._acks:
-                acks, self._acks = self._acks, []
+            if self._assign or self._acks:
                 msg = workers_pb2.ControlMessage()
-                msg.ack.attempts.extend(convert.attempt_refs(acks))
+                if self._assign:
+                    convert.add_assignments(msg.assign, self._assign)
+                    self._assign = []
+                if self._acks:
+                    convert.add_attempt_refs(msg.ack.attempts, self._acks)
+                    self._acks = []
                 yield msg
 
 

@@ -501,34 +501,38 @@ class ControlMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REGISTERED_FIELD_NUMBER: _builtins.int
-    ASSIGN_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
-    ACK_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
+    ASSIGN_FIELD_NUMBER: _builtins.int
+    ACK_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___Registered: ...
     @_builtins.property
-    def assign(self) -> Global___Assign: ...
-    @_builtins.property
     def cancel(self) -> Global___Cancel: ...
     @_builtins.property
-    def ack(self) -> Global___Ack: ...
-    @_builtins.property
     def drain(self) -> Global___Drain: ...
+    @_builtins.property
+    def assign(self) -> Global___Assign:
+        """Assignments and acknowledgements that are due at the same moment travel in one message (the
+        per-message cost of the stream dominates for short jobs); either may be absent.
+        """
+
+    @_builtins.property
+    def ack(self) -> Global___Ack: ...
     def __init__(
         self,
         *,
         registered: Global___Registered | None = ...,
-        assign: Global___Assign | None = ...,
         cancel: Global___Cancel | None = ...,
-        ack: Global___Ack | None = ...,
         drain: Global___Drain | None = ...,
+        assign: Global___Assign | None = ...,
+        ack: Global___Ack | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "assign", b"assign", "cancel", b"cancel", "drain", b"drain", "msg", b"msg", "registered", b"registered"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "assign", b"assign", "cancel", b"cancel", "drain", b"drain", "msg", b"msg", "registered", b"registered"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["registered", "assign", "cancel", "ack", "drain"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["registered", "cancel", "drain"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

@@ -62,7 +62,7 @@ class FakeWorker:
 
     def next(self, kind: str) -> workers_pb2.ControlMessage:
         for msg in self.stream:
-            if msg.WhichOneof("msg") == kind:
+            if msg.WhichOneof("msg") == kind or (kind in ("assign", "ack") and msg.HasField(kind)):
                 found: workers_pb2.ControlMessage = msg
                 return found
         raise AssertionError(f"stream ended before a {kind} message")
