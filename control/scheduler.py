@@ -123,8 +123,19 @@ class Scheduler:
 
     def _flush(self) -> None:
         self._flush_pending = False
+        if self._dispatch_pending:  # leases made this turn join the same transaction
+            self._dispatch()
         callbacks, self._after_commit = self._after_commit, []
-        self.spawn(self._commit_then(callbacks))
+        try:
+            committed = self.store.commit_now()
+        except Exception:
+            logger.exception("commit_failed")
+            return
+        if not committed:
+            self.spawn(self._commit_then(callbacks))
+            return
+        for cb in callbacks:
+            cb()
 
     async def _commit_then(self, callbacks: list[Callable[[], None]]) -> None:
         try:

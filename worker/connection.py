@@ -59,9 +59,9 @@ RECONNECT_BASE_SEC = 0.05
 REGISTER_TIMEOUT_SEC = 10.0
 """How long to wait for Registered after sending Register before trying again."""
 RESULTS_LINGER_SEC = 0.001
-"""After sending a Results message, wait this long before the next one so completions batch up.
-The first result after a quiet spell goes out at once; results of one event-loop turn always
-share a message."""
+"""Longest a finished job's result waits for others still running on this worker, so that their
+results share one Results message (the stream's per-message cost dominates short jobs). A result
+goes out at once when nothing else is running."""
 RESULTS_BATCH_BYTES = 1 << 20
 """A Results message is cut after about this many bytes of result and error text."""
 
@@ -341,13 +341,28 @@ class Connection:
                 if outbox:
                     await call.write(outbox.popleft())
                     continue
+                await self._linger()
                 batch, self._pending = _cut(self._pending)
                 await call.write(pb.WorkerMessage(results=pb.Results(results=batch)))
-                if RESULTS_LINGER_SEC > 0 and not self._closing:
-                    # Under load, let the next completions gather: one message per millisecond
-                    # instead of one per job halves the stream's cost on both ends.
-                    await asyncio.sleep(RESULTS_LINGER_SEC)
             self._flushed.set()
+
+    async def _linger(self) -> None:
+        """Wait (at most RESULTS_LINGER_SEC) while other jobs still run, so their results join this batch."""
+        if RESULTS_LINGER_SEC <= 0 or self._closing:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RESULTS_LINGER_SEC
+        while self._pool.busy > 0 and not self._outbox and not self._closing:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self._wake.clear()
+            timer = loop.call_later(left, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
+        self._wake.set()  # re-arm for whatever arrived meanwhile
 
     async def _heartbeats(self) -> None:
         interval = self.heartbeat_interval_sec if self.heartbeat_interval_sec > 0 else 5.0

@@ -59,6 +59,11 @@ class Store(Protocol):
 
     async def commit(self) -> None: ...
 
+    def commit_now(self) -> bool:
+        """Commit queued writes without waiting, when this store can (no fsync to wait for): True
+        when they are durable on return, False when the caller must ``await commit()``."""
+        ...
+
     # reads
     async def get(self, job_id: str) -> JobRecord | None: ...
 

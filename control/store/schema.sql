@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
-CREATE INDEX IF NOT EXISTS jobs_by_type ON jobs (type, state, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_type ON jobs (type, seq);
 
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     key          TEXT PRIMARY KEY,

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -42,6 +43,9 @@ _UPDATE = (
 )
 
 _Op = tuple[str, list[tuple[Any, ...]]]
+
+CHECKPOINT_SEC = 1.0
+"""How often the write-ahead log is copied back into the database file."""
 
 
 def _insert_row(j: JobRecord) -> tuple[Any, ...]:
@@ -94,6 +98,9 @@ def _connect(path: str, sync: str) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")
     conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
+    # Checkpoints (which sync) run on the reader's thread, never inside a commit on the event loop.
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
     return conn
 
 
@@ -112,6 +119,25 @@ class SQLiteStore:
         self._pending: list[_Op] = []
         self._error: BaseException | None = None
         self._closed = False
+        self._stop = threading.Event()
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="store-checkpoint", daemon=True)
+        self._checkpointer.start()
+
+    def _checkpoint_loop(self) -> None:
+        """Copy the WAL back into the database every CHECKPOINT_SEC, off the event loop: a checkpoint
+        syncs, and a sync inside a commit would stall every caller waiting on the loop."""
+        conn = _connect(self.path, self.sync)
+        try:
+            while not self._stop.wait(CHECKPOINT_SEC):
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error:
+                    logger.exception("store_checkpoint_failed")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            logger.exception("store_checkpoint_failed")
+        finally:
+            conn.close()
 
     # ---- writes -------------------------------------------------------------------------------
     def insert(self, jobs: Iterable[JobRecord]) -> None:
@@ -145,6 +171,14 @@ class SQLiteStore:
                 await asyncio.get_running_loop().run_in_executor(self._syncer, lambda: None)
         if self._error is not None:
             raise Unavailable(f"store cannot be written: {self._error}")
+
+    def commit_now(self) -> bool:
+        if self._syncer is not None:
+            return False
+        self._flush()
+        if self._error is not None:
+            raise Unavailable(f"store cannot be written: {self._error}")
+        return True
 
     def _flush(self) -> None:
         ops, self._pending = self._pending, []
@@ -243,6 +277,8 @@ class SQLiteStore:
             self._syncer.shutdown(wait=True)
         self._flush()
         self._reader.shutdown(wait=True)
+        self._stop.set()
+        self._checkpointer.join()
         for conn in (self._wconn, self._rconn):
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
