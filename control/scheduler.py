@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 import copy
 import logging
+import os
 import random
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -28,6 +28,7 @@ from control.clock import Clock
 from control.config import ControlConfig
 from control.dispatch import LeastRecentlyUsed, RoundRobin, SelectionPolicy, granted_threads, reserve_for
 from control.jobs import JobRecord, JobState
+from control.metrics import Metrics
 from control.queue import DelayedQueue, ReadyQueue
 from control.registry import Assignment, WorkerEntry, WorkerRegistry
 from control.store import IdempotencyEntry, JobPage, Store
@@ -63,6 +64,8 @@ class Scheduler:
         self.started_at = time.time()
         self.on_change: Callable[[], None] = lambda: None
         """Called when readiness may have changed (a worker came, left or started draining)."""
+        self.metrics = Metrics()
+        """Event counters and histograms (control.metrics); the ControlPlane puts in its own."""
         self._queued: dict[str, int] = {}
         self._seq = store.max_seq()
         self._dispatch_pending = False
@@ -122,9 +125,9 @@ class Scheduler:
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flush_pending = False
         if self._dispatch_pending:  # leases made this turn join the same transaction
             self._dispatch()
+        self._flush_pending = False
         callbacks, self._after_commit = self._after_commit, []
         try:
             committed = self.store.commit_now()
@@ -169,6 +172,7 @@ class Scheduler:
         before = job.state
         delay = retry_delay(attempt, base=self.config.backoff_base_sec, cap=self.config.backoff_cap_sec, rng=self.rng)
         retry = jobs.fail_attempt(job, attempt, code, message, self.clock.now(), delay, exec_seconds)
+        self.metrics.attempt_failed(job.type, code, retry)
         self.moved(job, before)
         if retry:
             logger.info(
@@ -207,6 +211,7 @@ class Scheduler:
                 field = f"jobs[{i}].idempotency_key" if batch else "idempotency_key"
                 existing = self.idempotency.lookup(sub.idempotency_key, digest, now, field)
                 if existing is not None:
+                    self.metrics.idempotent_replays.inc()
                     out.append(existing)
                     continue
             job = self._new_record(sub, now)
@@ -219,6 +224,7 @@ class Scheduler:
             if keys:
                 self.store.put_idempotency(keys)
             for job in fresh:
+                self.metrics.job_submitted(job.type)
                 self.active[job.id] = job
                 self.counts[job.state] += 1
                 if job.state is JobState.PENDING:
@@ -234,7 +240,7 @@ class Scheduler:
     def _new_record(self, sub: Submission, now: float) -> JobRecord:
         self._seq += 1
         job = JobRecord(
-            id=uuid.uuid4().hex,
+            id=os.urandom(16).hex(),
             seq=self._seq,
             type=sub.type,
             payload_json=sub.payload_json,
@@ -357,6 +363,7 @@ class Scheduler:
                     candidates = [w for w in workers if w.id not in reserved]
                 continue
             attempt = jobs.lease(job, worker.id, threads, now, grace)
+            self.metrics.dispatch_latency.observe(job.queue_seconds)
             self.moved(job, JobState.PENDING)
             worker.running[(job.id, attempt)] = threads
             worker.last_assigned_at = now
