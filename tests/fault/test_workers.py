@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
     wait_until(lambda: executions(log), what="job to start")
     assert control_plane.get(job.id).worker_id == first.worker_id
     second = spawn_worker(control_plane, threads=1)
+    runners = _children_of(first.proc.pid)
+    assert runners, "the worker should have pre-started runner processes"
     # When the first worker is killed with SIGKILL
     first.kill()
     killed_at = time.monotonic()
@@ -38,7 +41,17 @@ def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
     assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 2, second.worker_id)
     assert executions(log) == [(job.id, 1), (job.id, 2)]
     # and no runner process of the killed worker is left behind
-    assert _children_of(first.proc.pid) == []
+    wait_until(
+        lambda: not any(_alive(pid) for pid in runners), timeout=5, what="runner processes to die with their worker"
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _children_of(pid: int) -> list[int]:
@@ -171,3 +184,51 @@ def test_unregistered_stream_gets_invalid_argument(control_plane: ControlProc) -
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     else:
         raise AssertionError("expected INVALID_ARGUMENT")
+
+
+def test_a_hung_worker_loses_its_lease_at_deadline_plus_grace(control_plane: ControlProc, spawn_worker: Any) -> None:
+    # Given a worker that takes a job with a 0.5 s timeout, keeps heartbeating, and never reports
+    fake = FakeWorker(control_plane, "hung-1")
+    try:
+        fake.next("registered")
+        job = submit(control_plane, "noop", timeout_sec=0.5, max_attempts=2)
+        fake.next("assign")
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(0.2):
+                fake.send(workers_pb2.WorkerMessage(heartbeat=workers_pb2.Heartbeat()))
+
+        beats = threading.Thread(target=heartbeat, daemon=True)
+        beats.start()
+        # When the deadline plus the lease grace passes
+        cancel = fake.next("cancel")
+        # Then the control plane takes the lease back, tells the worker to cancel, and retries elsewhere
+        assert (cancel.cancel.attempt.job_id, cancel.cancel.attempt.attempt) == (job.id, 1)
+        lost = control_plane.get(job.id)
+        assert lost.error.code == "LEASE_EXPIRED"
+        assert lost.state in (S.SCHEDULED, S.PENDING)
+        real = spawn_worker(control_plane, threads=1)
+        done = wait_done(control_plane, job.id)
+        assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 2, real.worker_id)
+        # and the hung worker's late result for attempt 1 is not applied
+        fake.result(job.id, 1, workers_pb2.JobResult.FAILED)
+        fake.next("ack")
+        assert control_plane.get(job.id).state == S.SUCCEEDED
+        stop.set()
+    finally:
+        fake.close()
+
+
+def test_drain_worker_finishes_its_job_and_the_worker_leaves(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    log = tmp_path / "runs.log"
+    w = spawn_worker(control_plane, threads=1)
+    job = submit(control_plane, "record", {"path": str(log), "seconds": 0.5})
+    wait_until(lambda: executions(log), what="job to start")
+    drained = control_plane.admin.DrainWorker(admin_pb2.DrainWorkerRequest(id=w.worker_id))
+    assert drained.state == admin_pb2.Worker.DRAINING
+    assert wait_done(control_plane, job.id).state == S.SUCCEEDED
+    assert w.wait(30) == 0
+    wait_until(lambda: w.worker_id not in {x.id for x in control_plane.workers()}, what="worker to leave")
