@@ -1,0 +1,156 @@
+"""Every Prometheus metric of the control plane, defined once.
+
+Two kinds, chosen so that the hot path (about 150 µs per job) pays next to nothing:
+
+* State, read when Prometheus scrapes (:class:`StateCollector`): nothing is updated as jobs move.
+  ``corral_queue_depth{queue="ready"|"scheduled"}``, ``corral_jobs{state}``,
+  ``corral_dead_letter_jobs``, ``corral_workers{state}``, ``corral_worker_heartbeat_age_max_seconds``
+  (the oldest heartbeat) and ``corral_ready``.
+* Events, bumped where they happen (:class:`Metrics`; a cached labelled child costs about 1 µs):
+  ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
+  ``corral_jobs_failed_total{type,reason}`` (dead-lettered), ``corral_job_attempt_failures_total{type,reason}``
+  (every failed attempt), ``corral_job_retries_total{reason}``, ``corral_lease_timeouts_total``,
+  ``corral_idempotent_replays_total``, ``corral_rate_limited_requests_total``,
+  ``corral_http_requests_total{route,code}``, and the histograms ``corral_dispatch_latency_seconds``
+  (ready -> leased) and ``corral_job_run_seconds{type}`` (successful attempts, as the worker measured them).
+
+Each control plane has its own :class:`~prometheus_client.CollectorRegistry` (``Metrics.registry``),
+so two of them in one process (tests) never mix, and nothing lands in prometheus_client's global one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from control.clock import Clock
+from control.jobs import LEASE_EXPIRED, JobState
+from control.registry import WorkerRegistry, WorkerState
+
+DISPATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+"""Seconds from a job becoming ready to its lease."""
+RUN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+"""Seconds one successful attempt ran on its worker."""
+
+
+class Metrics:
+    """The event counters and histograms of one control plane, and the registry that holds them."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.submitted = Counter(
+            "corral_jobs_submitted", "Jobs accepted (idempotent replays excluded).", ["type"], registry=r
+        )
+        self.succeeded = Counter("corral_jobs_succeeded", "Jobs that ended SUCCEEDED.", ["type"], registry=r)
+        self.failed = Counter(
+            "corral_jobs_failed", "Jobs that ended FAILED (into the dead-letter queue).", ["type", "reason"], registry=r
+        )
+        self.attempt_failures = Counter(
+            "corral_job_attempt_failures", "Failed attempts, retried or not.", ["type", "reason"], registry=r
+        )
+        self.retries = Counter(
+            "corral_job_retries", "Retries scheduled after a failed attempt.", ["reason"], registry=r
+        )
+        self.lease_timeouts = Counter(
+            "corral_lease_timeouts",
+            "Leases that expired (deadline + grace) on a worker that did not report.",
+            registry=r,
+        )
+        self.idempotent_replays = Counter(
+            "corral_idempotent_replays",
+            "Submissions answered with the job an idempotency key already made.",
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            "corral_rate_limited_requests", "Requests refused with RESOURCE_EXHAUSTED by a rate limit.", registry=r
+        )
+        self.http_requests = Counter(
+            "corral_http_requests", "HTTP requests by route and status.", ["route", "code"], registry=r
+        )
+        self.dispatch_latency = Histogram(
+            "corral_dispatch_latency_seconds", "From ready to leased.", buckets=DISPATCH_BUCKETS, registry=r
+        )
+        self.run_seconds = Histogram(
+            "corral_job_run_seconds", "Run time of successful attempts.", ["type"], buckets=RUN_BUCKETS, registry=r
+        )
+        self._by_type: dict[tuple[str, str], Callable[..., None]] = {}
+
+    # ---- hooks (hot path: cached children, no formatting) -------------------------------------------
+    def job_submitted(self, job_type: str) -> None:
+        """One fresh job was accepted."""
+        inc = self._by_type.get(("submitted", job_type))
+        if inc is None:
+            inc = self._by_type[("submitted", job_type)] = self.submitted.labels(job_type).inc
+        inc()
+
+    def job_succeeded(self, job_type: str, run_seconds: float) -> None:
+        """One job ended SUCCEEDED after running ``run_seconds``."""
+        inc = self._by_type.get(("succeeded", job_type))
+        if inc is None:
+            inc = self._by_type[("succeeded", job_type)] = self.succeeded.labels(job_type).inc
+            self._by_type[("run", job_type)] = self.run_seconds.labels(job_type).observe
+        inc()
+        self._by_type[("run", job_type)](run_seconds)
+
+    def attempt_failed(self, job_type: str, reason: str, retry: bool) -> None:
+        """One attempt failed with ``reason``; ``retry`` tells whether the job will run again."""
+        self.attempt_failures.labels(job_type, reason).inc()
+        if retry:
+            self.retries.labels(reason).inc()
+        else:
+            self.failed.labels(job_type, reason).inc()
+        if reason == LEASE_EXPIRED:
+            self.lease_timeouts.inc()
+
+    def watch(self, scheduler: SchedulerView, ready: Callable[[], bool]) -> None:
+        """Expose the scheduler's state at scrape time."""
+        self.registry.register(StateCollector(scheduler, ready))
+
+
+class SchedulerView(Protocol):
+    """What :class:`StateCollector` reads (``control.scheduler.Scheduler`` has it)."""
+
+    registry: WorkerRegistry
+    clock: Clock
+
+    def state_counts(self) -> dict[JobState, int]: ...
+
+
+class StateCollector(Collector):
+    """Reads queue depths, job and worker counts at scrape time (on the event loop: no locking)."""
+
+    def __init__(self, scheduler: SchedulerView, ready: Callable[[], bool]) -> None:
+        self.s = scheduler
+        self.ready = ready
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.s.state_counts()
+        depth = GaugeMetricFamily("corral_queue_depth", "Jobs waiting: ready (PENDING) or scheduled.", labels=["queue"])
+        depth.add_metric(["ready"], counts[JobState.PENDING])
+        depth.add_metric(["scheduled"], counts[JobState.SCHEDULED])
+        yield depth
+        by_state = GaugeMetricFamily("corral_jobs", "Jobs by state.", labels=["state"])
+        for state, n in counts.items():
+            by_state.add_metric([state.name], n)
+        yield by_state
+        yield GaugeMetricFamily("corral_dead_letter_jobs", "FAILED jobs (dead-letter queue).", counts[JobState.FAILED])
+        workers = self.s.registry.all()
+        by_worker = {s: 0 for s in WorkerState}
+        for w in workers:
+            by_worker[w.state] += 1
+        wstate = GaugeMetricFamily("corral_workers", "Workers by state.", labels=["state"])
+        for ws, n in by_worker.items():
+            wstate.add_metric([ws.name], n)
+        yield wstate
+        now = self.s.clock.now()
+        oldest = max((now - w.last_seen for w in workers), default=0.0)
+        yield GaugeMetricFamily(
+            "corral_worker_heartbeat_age_max_seconds",
+            "Seconds since the least recently heard worker.",
+            max(0.0, oldest),
+        )
+        yield GaugeMetricFamily("corral_ready", "1 while the control plane is ready (as /readyz).", int(self.ready()))
