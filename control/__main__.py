@@ -21,18 +21,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--http-port", type=int, help="HTTP port (CORRAL_HTTP_PORT, default 8080)")
     p.add_argument("--db", help="SQLite file (CORRAL_DB, default corral.db)")
     p.add_argument("--port-file", type=Path, help="write the bound gRPC port here once serving")
+    p.add_argument("--http-port-file", type=Path, help="write the bound HTTP port here once serving")
     p.add_argument("--log-level", help="debug|info|warning|error (CORRAL_LOG_LEVEL)")
     p.add_argument("--log-format", help="json|logfmt (CORRAL_LOG_FORMAT)")
     return p.parse_args(argv)
 
 
-async def serve(config: ControlConfig, port_file: Path | None) -> None:
+def _write_port(path: Path, port: int) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(str(port))
+    os.replace(tmp, path)
+
+
+async def serve(config: ControlConfig, port_file: Path | None, http_port_file: Path | None = None) -> None:
     cp = ControlPlane(config)
     await cp.start()
+    if http_port_file is not None:  # before the gRPC port file: that one says "serving" to waiters
+        _write_port(http_port_file, cp.http_port)
     if port_file is not None:
-        tmp = port_file.with_suffix(port_file.suffix + ".tmp")
-        tmp.write_text(str(cp.grpc_port))
-        os.replace(tmp, port_file)
+        _write_port(port_file, cp.grpc_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -56,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral control: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.log_level, config.log_format)
-    asyncio.run(serve(config, args.port_file))
+    asyncio.run(serve(config, args.port_file, args.http_port_file))
     return 0
 
 

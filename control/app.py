@@ -1,5 +1,5 @@
 """ControlPlane: the composition root. It builds the components, starts them in dependency order
-(store -> scheduler -> sessions/reaper -> gRPC server) and stops them in reverse."""
+(store -> scheduler -> sessions/reaper -> gRPC server -> HTTP gateway) and stops them in reverse."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from types import TracebackType
 
 import grpc
 
-from control.api import AdminServicer, Health, JobServicer, WorkerServicer, create_server
+from control.api import MAX_MESSAGE_BYTES, SERVICES, AdminServicer, Health, JobServicer, WorkerServicer, create_server
 from control.clock import Clock, SystemClock
 from control.config import ControlConfig
+from control.gateway import Gateway, InProcess, Invoker, Loopback, http_routes
+from control.metrics import Metrics
 from control.reaper import Reaper
 from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
@@ -30,9 +32,12 @@ class ControlPlane:
         self.clock = clock or SystemClock()
         self.rng = rng
         self.grpc_port = 0
+        self.http_port = 0
         self.store: Store | None = None
         self.scheduler: Scheduler | None = None
         self.health = Health()
+        self.metrics = Metrics()
+        self.gateway: Gateway | None = None
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
@@ -41,30 +46,77 @@ class ControlPlane:
         cfg = self.config
         self.store = open_store(cfg.db, sync=cfg.db_sync)
         scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
+        scheduler.metrics = self.metrics
+        self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)
         scheduler.recover()
         sessions = WorkerSessions(scheduler)
         reaper = Reaper(scheduler)
         scheduler.on_change = self._update_readiness
-        self._server, self.grpc_port = create_server(
-            f"{cfg.host}:{cfg.grpc_port}",
-            JobServicer(scheduler),
-            WorkerServicer(sessions),
-            AdminServicer(sessions),
-            self.health,
-        )
+        servicers = (JobServicer(scheduler), WorkerServicer(sessions), AdminServicer(sessions))
+        self._server, self.grpc_port = create_server(f"{cfg.host}:{cfg.grpc_port}", *servicers, self.health)
         await self._server.start()
         await self.health.start()
-        self._tasks = [asyncio.ensure_future(scheduler.run_timer()), asyncio.ensure_future(reaper.run())]
+        invoker: Invoker
+        if cfg.gateway_mode == "loopback":
+            invoker = Loopback(f"{_loopback(cfg.host)}:{self.grpc_port}", MAX_MESSAGE_BYTES)
+        else:
+            invoker = InProcess({s.full_name: servicer for s, servicer in zip(SERVICES, servicers, strict=True)})
+        self.gateway = Gateway(
+            cfg.host,
+            cfg.http_port,
+            invoker,
+            http_routes(SERVICES),
+            self.readiness,
+            self.metrics,
+            cfg.http_max_body_bytes,
+            cfg.shutdown_grace_sec,
+        )
+        await self.gateway.start()
+        self.http_port = self.gateway.port
+        self._tasks = [
+            asyncio.ensure_future(scheduler.run_timer()),
+            asyncio.ensure_future(reaper.run()),
+            asyncio.ensure_future(self._refresh_readiness()),
+        ]
         scheduler.dispatch_soon()
         logger.info(
             logs.CONTROL_STARTED,
-            extra={"grpc": f"{cfg.host}:{self.grpc_port}", "db": cfg.db, "recovered_jobs": len(scheduler.active)},
+            extra={
+                "grpc": f"{cfg.host}:{self.grpc_port}",
+                "http": f"{cfg.host}:{self.http_port}",
+                "db": cfg.db,
+                "recovered_jobs": len(scheduler.active),
+            },
         )
 
-    def _update_readiness(self) -> None:
+    def not_ready_reason(self) -> str | None:
+        """None while ready (a connected worker takes work, the store can be written, not shutting
+        down), else why not: the rule of both /readyz and the gRPC readiness service."""
         s = self.scheduler
-        ready = s is not None and s.store.healthy and any(w.connected and not w.draining for w in s.registry.all())
-        self.health.update(ready)
+        if s is None:
+            return "starting"
+        if self.health.shutting_down:
+            return "shutting down"
+        if not s.store.healthy:
+            return "the store cannot be written"
+        if not any(w.connected and not w.draining for w in s.registry.all()):
+            return "no worker takes work"
+        return None
+
+    def readiness(self) -> str | None:
+        """:meth:`not_ready_reason`, also pushed to the gRPC health service."""
+        reason = self.not_ready_reason()
+        self.health.update(reason is None)
+        return reason
+
+    def _update_readiness(self) -> None:
+        self.readiness()
+
+    async def _refresh_readiness(self) -> None:
+        """Re-check readiness every second: a store that stops accepting writes raises no event."""
+        while True:
+            await asyncio.sleep(1.0)
+            self._update_readiness()
 
     async def wait(self) -> None:
         """Block until the server terminates."""
@@ -82,6 +134,8 @@ class ControlPlane:
         logger.info(logs.CONTROL_STOPPING)
         if self._server is not None:
             await self.health.shutdown()
+            if self.gateway is not None:
+                await self.gateway.stop()
             if self.scheduler is not None:
                 for w in self.scheduler.registry.all():
                     if w.link is not None:
@@ -106,3 +160,12 @@ class ControlPlane:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+def _loopback(host: str) -> str:
+    """The address that reaches a server bound to ``host`` from this machine."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

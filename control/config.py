@@ -29,6 +29,11 @@ class ControlConfig:
     """CORRAL_GRPC_PORT: 0..65535 (0 = any free port)."""
     http_port: int = 8080
     """CORRAL_HTTP_PORT: 0..65535 (0 = any free port)."""
+    http_max_body_bytes: int = 64 << 20
+    """CORRAL_HTTP_MAX_BODY_BYTES: 1..64 MiB; the largest REST request body (as big as a gRPC message)."""
+    gateway_mode: str = "inprocess"
+    """CORRAL_GATEWAY_MODE: inprocess (the REST bridge calls the servicers directly) | loopback (over a
+    gRPC channel to this process's own port, as grpc-gateway does)."""
     db: str = "corral.db"
     """CORRAL_DB: SQLite file of the store."""
     db_sync: str = "normal"
@@ -83,6 +88,18 @@ class ControlConfig:
         """Raise ConfigError for the first setting that breaks its rule."""
         _rule(0 <= self.grpc_port <= 65535, "CORRAL_GRPC_PORT", "must be 0..65535", self.grpc_port)
         _rule(0 <= self.http_port <= 65535, "CORRAL_HTTP_PORT", "must be 0..65535", self.http_port)
+        _rule(
+            1 <= self.http_max_body_bytes <= 64 << 20,
+            "CORRAL_HTTP_MAX_BODY_BYTES",
+            "must be 1..67108864",
+            self.http_max_body_bytes,
+        )
+        _rule(
+            self.gateway_mode in ("inprocess", "loopback"),
+            "CORRAL_GATEWAY_MODE",
+            "must be inprocess or loopback",
+            self.gateway_mode,
+        )
         _rule(self.db_sync in ("normal", "full"), "CORRAL_DB_SYNC", "must be normal or full", self.db_sync)
         _rule(
             _pos(self.heartbeat_interval_sec),
@@ -167,6 +184,8 @@ _ENV: dict[str, str] = {
     "host": "CORRAL_HOST",
     "grpc_port": "CORRAL_GRPC_PORT",
     "http_port": "CORRAL_HTTP_PORT",
+    "http_max_body_bytes": "CORRAL_HTTP_MAX_BODY_BYTES",
+    "gateway_mode": "CORRAL_GATEWAY_MODE",
     "db": "CORRAL_DB",
     "db_sync": "CORRAL_DB_SYNC",
     "heartbeat_interval_sec": "CORRAL_HEARTBEAT_INTERVAL_SEC",
@@ -193,6 +212,8 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "host": _text,
     "grpc_port": _INT,
     "http_port": _INT,
+    "http_max_body_bytes": _INT,
+    "gateway_mode": _lower,
     "db": _text,
     "db_sync": _lower,
     "heartbeat_interval_sec": _FLOAT,

@@ -114,8 +114,11 @@ class Metrics:
 class SchedulerView(Protocol):
     """What :class:`StateCollector` reads (``control.scheduler.Scheduler`` has it)."""
 
-    registry: WorkerRegistry
-    clock: Clock
+    @property
+    def registry(self) -> WorkerRegistry: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
     def state_counts(self) -> dict[JobState, int]: ...
 

@@ -151,6 +151,7 @@ class WorkerSessions:
                 before = job.state
                 if r.outcome is Outcome.SUCCEEDED:
                     jobs.succeed(job, r.attempt, r.result_json or "{}", now, exec_seconds)
+                    s.metrics.job_succeeded(job.type, exec_seconds)
                     s.moved(job, before)
                     if worker is not None:
                         worker.jobs_completed += 1

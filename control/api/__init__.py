@@ -2,7 +2,8 @@
 
 Modules: ``jobs`` (JobServicer), ``workers`` (WorkerServicer.Connect), ``admin`` (AdminServicer),
 ``health`` (liveness/readiness), ``convert`` (proto <-> domain), ``status`` (error -> status table),
-``decode`` (request parsing that names the field a bad byte sequence sits in).
+``decode`` (request parsing that names the field a bad byte sequence sits in), ``interceptors``
+(request ids).
 
 :func:`create_server` builds the server; it registers every RPC of the three corral.v1 services
 with request deserializers that turn undecodable bytes into an INVALID_ARGUMENT naming the field.
@@ -21,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from control.api.admin import AdminServicer
 from control.api.decode import find_invalid_utf8
 from control.api.health import Health
+from control.api.interceptors import RequestIds
 from control.api.jobs import JobServicer
 from control.api.status import Undecodable
 from control.api.workers import WorkerServicer
@@ -77,13 +79,14 @@ def create_server(
 ) -> tuple[grpc.aio.Server, int]:
     """The gRPC server with every service, health and reflection; returns it and the bound port."""
     server = grpc.aio.server(
+        interceptors=[RequestIds()],
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
-        ]
+        ],
     )
     for service, servicer in zip(SERVICES, (jobs, workers, admin), strict=True):
         server.add_generic_rpc_handlers((service_handlers(service, servicer),))

@@ -1,0 +1,136 @@
+"""How the REST bridge reaches the services: in-process (the default) or over loopback gRPC.
+
+* :class:`InProcess` awaits the servicer's method directly with a small stand-in for the
+  ``ServicerContext`` (metadata in, ``abort`` out as :class:`RpcFailure`). No serialisation, no
+  second HTTP/2 hop: the bridge costs only the JSON work. Everything a servicer does (validation,
+  the error table, idempotency) is shared; gRPC server interceptors are not on this path, so the
+  bridge applies the request-id rule itself.
+* :class:`Loopback` calls the process's own gRPC port, as grpc-gateway does: the exact gRPC path,
+  interceptors included, at the price of a serialise/parse and a loopback round trip per call.
+
+``CORRAL_GATEWAY_MODE`` picks one; ``bench/rest.py`` measures both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, NoReturn, Protocol
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import Message
+
+from control.gateway.rules import Route
+from control.gateway.status import RpcFailure
+
+Metadata = tuple[tuple[str, str], ...]
+
+
+class Invoker(Protocol):
+    """Calls one RPC of a route; failures are :class:`RpcFailure`."""
+
+    async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message: ...
+
+    def stream(self, route: Route, request: Message, metadata: Metadata) -> AsyncIterator[Message]: ...
+
+    async def close(self) -> None: ...
+
+
+class _Context:
+    """The part of ``grpc.aio.ServicerContext`` that servicers use, for in-process calls."""
+
+    def __init__(self, metadata: Metadata) -> None:
+        self._metadata = metadata
+        self._trailers: tuple[tuple[str, str | bytes], ...] = ()
+
+    def invocation_metadata(self) -> Metadata:
+        return self._metadata
+
+    def set_trailing_metadata(self, trailing_metadata: tuple[tuple[str, str | bytes], ...]) -> None:
+        self._trailers = tuple(trailing_metadata)
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def cancelled(self) -> bool:
+        return False
+
+    async def send_initial_metadata(self, metadata: Metadata) -> None:
+        return None
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple[tuple[str, str | bytes], ...] = ()
+    ) -> NoReturn:
+        raise RpcFailure.from_trailers(code, details, tuple(trailing_metadata) or self._trailers)
+
+
+class InProcess:
+    """Calls the servicers' methods on this event loop."""
+
+    def __init__(self, servicers: Mapping[str, object]) -> None:
+        self.servicers = dict(servicers)
+        """Service full name (``corral.v1.JobService``) -> servicer."""
+
+    def _method(self, route: Route) -> Any:
+        return getattr(self.servicers[route.service.full_name], route.method.name)
+
+    async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message:
+        response: Message = await self._method(route)(request, _Context(metadata))
+        return response
+
+    async def stream(self, route: Route, request: Message, metadata: Metadata) -> AsyncIterator[Message]:
+        async for item in self._method(route)(request, _Context(metadata)):
+            yield item
+
+    async def close(self) -> None:
+        return None
+
+
+class Loopback:
+    """Calls the services over a gRPC channel to ``target`` (this process's own port)."""
+
+    def __init__(self, target: str, max_message_bytes: int) -> None:
+        self.channel = grpc.aio.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+            ],
+        )
+        self._callables: dict[str, Any] = {}
+
+    def _callable(self, route: Route) -> Any:
+        path = f"/{route.service.full_name}/{route.method.name}"
+        fn = self._callables.get(path)
+        if fn is None:
+            request_cls = message_factory.GetMessageClass(route.method.input_type)
+            response_cls = message_factory.GetMessageClass(route.method.output_type)
+            make = self.channel.unary_stream if route.streaming else self.channel.unary_unary
+            fn = self._callables[path] = make(
+                path, request_serializer=request_cls.SerializeToString, response_deserializer=response_cls.FromString
+            )
+        return fn
+
+    async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message:
+        try:
+            response: Message = await self._callable(route)(request, metadata=metadata)
+        except grpc.aio.AioRpcError as err:
+            raise _failure(err) from None
+        return response
+
+    async def stream(self, route: Route, request: Message, metadata: Metadata) -> AsyncIterator[Message]:
+        call = self._callable(route)(request, metadata=metadata)
+        try:
+            async for item in call:
+                yield item
+        except grpc.aio.AioRpcError as err:
+            raise _failure(err) from None
+        finally:
+            call.cancel()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def _failure(err: grpc.aio.AioRpcError) -> RpcFailure:
+    return RpcFailure.from_trailers(err.code(), err.details() or "", err.trailing_metadata())

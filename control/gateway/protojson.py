@@ -1,0 +1,334 @@
+"""protojson for the REST bridge: JSON in, checked with the offending field named; JSON out.
+
+In: strict JSON (UTF-8, no ``NaN`` literals, no number a double cannot hold, no duplicate keys) whose
+fields may be spelled either way (``timeoutSec`` or ``timeout_sec``), as grpc-gateway v2 accepts them.
+Unknown fields, wrong types, out-of-range numbers and unknown enum names are refused with
+:class:`~corral.errors.InvalidArgument` naming the field by its proto path (``jobs[2].priority``),
+the same path the gRPC API uses. Query strings map onto the same rules (:func:`query_to_json`).
+
+Out: lowerCamelCase names, enums by name, 64-bit integers as strings, scalars at their defaults
+included, integral numbers without a fractional part (as Go's protojson prints them).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf import duration_pb2, json_format, timestamp_pb2
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+
+from control.api.convert import plain
+from corral.errors import InvalidArgument
+
+_INTEGER = re.compile(r"^-?[0-9]+$")
+_RANGES = {
+    FieldDescriptor.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.CPPTYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.CPPTYPE_UINT64: (0, 2**64 - 1),
+}
+_FLOAT_WORDS = {"NaN", "Infinity", "-Infinity"}
+_FLOAT32_MAX = 3.4028234663852886e38
+_WRAPPERS = {
+    f"google.protobuf.{n}Value"
+    for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
+}
+_ANY_JSON = {"google.protobuf.Value"}
+_OBJECT_JSON = {"google.protobuf.Struct", "google.protobuf.Any", "google.protobuf.Empty"}
+
+
+# ---- bytes -> JSON value ---------------------------------------------------------------------------
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def loads(body: bytes) -> Any:
+    """The JSON value of a request body; InvalidArgument naming the problem when it is not strict JSON."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument("", f"request body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(
+            "", f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except ValueError as exc:
+        raise InvalidArgument("", f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument("", "request body is nested too deeply") from None
+
+
+# ---- JSON value -> message -------------------------------------------------------------------------
+def to_message(value: Any, message: Message) -> None:
+    """Merge the JSON object ``value`` into ``message``; InvalidArgument names the first bad field."""
+    if value is None:
+        return
+    _check_message(value, message.DESCRIPTOR, "")
+    try:
+        json_format.ParseDict(value, message)
+    except (json_format.ParseError, ValueError, TypeError, OverflowError) as exc:
+        text = str(exc)
+        m = re.search(r" at ([A-Za-z0-9_.\[\]]+?)\.?$", text)
+        field = m.group(1).split(".", 1)[1] if m and "." in m.group(1) else ""
+        raise InvalidArgument(field, text) from None
+    except RecursionError:
+        raise InvalidArgument("", "request is nested too deeply") from None
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _check_message(value: Any, desc: Descriptor | Any, path: str) -> None:
+    full = desc.full_name
+    if full in _ANY_JSON:
+        return
+    if full in _OBJECT_JSON:
+        if not isinstance(value, dict):
+            raise InvalidArgument(path, f"must be a JSON object, got {_kind(value)}")
+        return
+    if full == "google.protobuf.ListValue":
+        if not isinstance(value, list):
+            raise InvalidArgument(path, f"must be a JSON array, got {_kind(value)}")
+        return
+    if full == "google.protobuf.Timestamp":
+        _check_text(value, path, timestamp_pb2.Timestamp(), "an RFC 3339 timestamp (2024-01-31T12:00:00Z)")
+        return
+    if full == "google.protobuf.Duration":
+        _check_text(value, path, duration_pb2.Duration(), "a duration in seconds with an 's' suffix (1.5s)")
+        return
+    if full in _WRAPPERS:
+        _check_scalar(value, desc.fields_by_name["value"], path)
+        return
+    if not isinstance(value, dict):
+        raise InvalidArgument(path, f"must be a JSON object, got {_kind(value)}")
+    seen: dict[str, str] = {}
+    for key, item in value.items():
+        field = desc.fields_by_name.get(key) or _by_json_name(desc, key)
+        if field is None:
+            raise InvalidArgument(_join(path, key), f"unknown field of {desc.name}")
+        if field.name in seen:
+            raise InvalidArgument(_join(path, field.name), f"given twice (as {seen[field.name]!r} and {key!r})")
+        seen[field.name] = key
+        if item is not None:
+            _check_field(item, field, _join(path, field.name))
+
+
+def _by_json_name(desc: Descriptor, key: str) -> FieldDescriptor | None:
+    for field in desc.fields:
+        if field.json_name == key:
+            return field
+    return None
+
+
+def _check_text(value: Any, path: str, target: Any, what: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgument(path, f"must be {what}, got {_kind(value)}")
+    try:
+        target.FromJsonString(value)
+    except (ValueError, TypeError):
+        raise InvalidArgument(path, f"must be {what}, got {value!r}") from None
+
+
+def _check_field(value: Any, field: FieldDescriptor, path: str) -> None:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        if not isinstance(value, dict):
+            raise InvalidArgument(path, f"must be a JSON object (a map), got {_kind(value)}")
+        value_field = field.message_type.fields_by_name["value"]
+        for key, item in value.items():
+            _check_string(key, f"{path}.{key}")
+            _check_single(item, value_field, f"{path}.{key}")
+        return
+    if field.is_repeated:
+        if not isinstance(value, list):
+            raise InvalidArgument(path, f"must be a JSON array, got {_kind(value)}")
+        for i, item in enumerate(value):
+            _check_single(item, field, f"{path}[{i}]")
+        return
+    _check_single(value, field, path)
+
+
+def _check_single(value: Any, field: FieldDescriptor, path: str) -> None:
+    if field.message_type is not None:
+        if value is None and field.message_type.full_name not in _ANY_JSON:
+            raise InvalidArgument(path, "must not be null")
+        _check_message(value, field.message_type, path)
+    else:
+        _check_scalar(value, field, path)
+
+
+def _check_string(value: Any, path: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgument(path, f"must be a string, got {_kind(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(path, "is not valid UTF-8 (an unpaired surrogate)") from None
+
+
+def _check_scalar(value: Any, field: FieldDescriptor, path: str) -> None:
+    cpp = field.cpp_type
+    if cpp == FieldDescriptor.CPPTYPE_STRING:
+        if field.type == FieldDescriptor.TYPE_BYTES:
+            if not isinstance(value, str):
+                raise InvalidArgument(path, f"must be a base64 string, got {_kind(value)}")
+            try:
+                base64.b64decode(value.replace("-", "+").replace("_", "/") + "==")
+            except (binascii.Error, ValueError):
+                raise InvalidArgument(path, "must be a base64 string") from None
+        else:
+            _check_string(value, path)
+    elif cpp == FieldDescriptor.CPPTYPE_BOOL:
+        if not isinstance(value, bool):
+            raise InvalidArgument(path, f"must be true or false, got {_kind(value)}")
+    elif cpp in _RANGES:
+        low, high = _RANGES[cpp]
+        number = _integer(value)
+        if number is None:
+            raise InvalidArgument(path, f"must be an integer, got {_show(value)}")
+        if not low <= number <= high:
+            raise InvalidArgument(path, f"must be between {low} and {high}, got {number}")
+    elif cpp in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+        real = _float(value)
+        if real is None:
+            raise InvalidArgument(path, f"must be a number, got {_show(value)}")
+        if cpp == FieldDescriptor.CPPTYPE_FLOAT and math.isfinite(real) and abs(real) > _FLOAT32_MAX:
+            raise InvalidArgument(path, f"is out of range for a float, got {real}")
+    elif cpp == FieldDescriptor.CPPTYPE_ENUM:
+        enum = field.enum_type
+        assert enum is not None
+        if isinstance(value, str):
+            if value not in enum.values_by_name:
+                names = ", ".join(v.name for v in enum.values)
+                raise InvalidArgument(path, f"unknown value {value!r} (one of {names})")
+        elif _integer(value) is None or isinstance(value, str):
+            raise InvalidArgument(path, f"must be an enum name or number, got {_show(value)}")
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and _INTEGER.match(value):
+        return int(value)
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        if value in _FLOAT_WORDS:
+            return float(value.replace("Infinity", "inf"))
+        try:
+            return _finite(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else _kind(value)
+
+
+# ---- query string -> JSON value --------------------------------------------------------------------
+_TRUE = {"true", "1"}
+_FALSE = {"false", "0"}
+
+
+def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor], message: str) -> dict[str, Any]:
+    """The JSON object that query parameters stand for (``status=PENDING&status=RUNNING`` -> a list).
+
+    ``fields`` are the top-level fields the query may set; a parameter naming anything else, or a
+    singular field given twice, is InvalidArgument."""
+    by_name = {f.name: f for f in fields} | {f.json_name: f for f in fields}
+    out: dict[str, Any] = {}
+    for key, raw in pairs:
+        head, _, rest = key.partition(".")
+        field = by_name.get(head)
+        if field is None:
+            raise InvalidArgument(key, f"is not a query parameter of {message}")
+        target, name = out, field.name
+        while rest:  # a dotted path into a nested message: a.b.c=1
+            if field.message_type is None or field.is_repeated:
+                raise InvalidArgument(key, f"{field.name} has no fields")
+            target = target.setdefault(name, {})
+            if not isinstance(target, dict):
+                raise InvalidArgument(key, "given more than once")
+            head, _, rest = rest.partition(".")
+            sub = field.message_type.fields_by_name.get(head) or _by_json_name(field.message_type, head)
+            if sub is None:
+                raise InvalidArgument(key, f"is not a query parameter of {message}")
+            field, name = sub, sub.name
+        value = _query_value(raw, field, key)
+        if field.is_repeated:
+            target.setdefault(name, []).append(value)
+        elif name in target:
+            raise InvalidArgument(key, "given more than once")
+        else:
+            target[name] = value
+    return out
+
+
+def _query_value(raw: str, field: FieldDescriptor, key: str) -> Any:
+    if field.message_type is not None and field.message_type.full_name not in _WRAPPERS | {
+        "google.protobuf.Timestamp",
+        "google.protobuf.Duration",
+    }:
+        raise InvalidArgument(key, "a message cannot be set from the query string")
+    if field.cpp_type == FieldDescriptor.CPPTYPE_BOOL:
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise InvalidArgument(key, f"must be true or false, got {raw!r}")
+    if field.cpp_type == FieldDescriptor.CPPTYPE_ENUM and _INTEGER.match(raw):
+        return int(raw)
+    return raw
+
+
+# ---- message -> JSON -------------------------------------------------------------------------------
+def to_json(message: Message) -> Any:
+    """The protojson value of ``message`` (grpc-gateway v2's marshaller: unpopulated scalars included)."""
+    return plain(json_format.MessageToDict(message, always_print_fields_with_no_presence=True))
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()

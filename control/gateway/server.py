@@ -1,0 +1,269 @@
+"""Gateway: the control plane's HTTP server (aiohttp, on the same event loop as grpc.aio).
+
+* ``/healthz``: liveness (the event loop answers). ``/readyz``: 200 while ready, else 503 with the
+  reason; the same rule as the gRPC health service's ``corral.v1.JobService``.
+* ``/metrics``: the Prometheus text exposition of the process's own registry.
+* Everything else: the REST bridge. The route comes from the ``google.api.http`` annotations
+  (:mod:`control.gateway.rules`), the request message from the path, the query string and the JSON
+  body (:mod:`control.gateway.protojson`), the call goes through an :class:`Invoker`, and the answer
+  is protojson, or a ``google.rpc.Status`` JSON with the HTTP status of the error table. A server
+  stream (WatchJob) is newline-delimited JSON, one ``{"result": ...}`` per message and
+  ``{"error": ...}`` if it fails, as grpc-gateway writes it.
+
+Headers: ``X-Idempotency-Key`` becomes the ``idempotency-key`` metadata, ``Authorization`` is passed
+on, and ``X-Request-ID`` is taken or made and returned on every response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import grpc
+from aiohttp import web
+from google.protobuf import message_factory
+from google.protobuf.message import Message
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from control.api.interceptors import REQUEST_ID, request_id
+from control.gateway import protojson
+from control.gateway.invoke import Invoker, Metadata
+from control.gateway.rules import Route, Router
+from control.gateway.status import RpcFailure
+from control.metrics import Metrics
+from corral.errors import InvalidArgument
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+REQUEST_ID_HEADER = "X-Request-ID"
+IDEMPOTENCY_HEADER = "X-Idempotency-Key"
+ROUTE = web.RequestKey("route", str)
+"""The route's name (``JobService.SubmitJob``, ``healthz``), the label of the request metrics."""
+RID = web.RequestKey("request_id", str)
+
+
+class Gateway:
+    """``async with Gateway(...)``: serves HTTP on ``host:port`` (0 = any free port, see ``.port``)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        invoker: Invoker,
+        routes: list[Route],
+        readiness: Callable[[], str | None],
+        metrics: Metrics,
+        max_body_bytes: int,
+        shutdown_grace_sec: float = 5.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.invoker = invoker
+        self.router = Router(routes)
+        self.readiness = readiness
+        """None when ready, else why not."""
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.shutdown_grace_sec = shutdown_grace_sec
+        self._runner: web.AppRunner | None = None
+        self._request_types: dict[str, type[Message]] = {}
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_route("*", r"/{tail:[\s\S]*}", self._bridge)  # any path, newlines too
+        app.on_response_prepare.append(self._stamp)
+        # handler_cancellation: a client that goes away ends its watch at once.
+        runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=self.shutdown_grace_sec
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(f"cannot serve HTTP on {self.host}:{self.port}: {exc.strerror or exc}") from exc
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stop listening, let requests finish up to the grace, close the invoker. Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+            await self.invoker.close()
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ---- health and metrics ---------------------------------------------------------------------
+    async def _healthz(self, request: web.Request) -> web.Response:
+        request[ROUTE] = "healthz"
+        return _json(200, {"status": "SERVING"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        request[ROUTE] = "readyz"
+        reason = self.readiness()
+        if reason is None:
+            return _json(200, {"status": "SERVING"})
+        return _json(503, {"status": "NOT_SERVING", "reason": reason})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        request[ROUTE] = "metrics"
+        resp = web.Response(body=generate_latest(self.metrics.registry))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    async def _stamp(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[REQUEST_ID_HEADER] = _request_id(request)
+        self.metrics.http_requests.labels(request.get(ROUTE, "unmatched"), str(response.status)).inc()
+
+    # ---- the REST bridge ------------------------------------------------------------------------
+    async def _bridge(self, request: web.Request) -> web.StreamResponse:
+        try:
+            match = self.router.match(request.method, request.rel_url.raw_path)
+        except UnicodeDecodeError:
+            return _failure(RpcFailure.from_error(InvalidArgument("", "the path is not valid UTF-8")))
+        route = match.route
+        if route is None:
+            if match.allowed:
+                failure = RpcFailure(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed")
+                resp = _json(405, failure.to_json())
+                resp.headers["Allow"] = ", ".join(match.allowed)
+                return resp
+            return _json(404, RpcFailure(grpc.StatusCode.NOT_FOUND, "Not Found").to_json())
+        request[ROUTE] = route.name
+        try:
+            message = await self._request_message(route, match.params, request)
+            metadata = _metadata(request)
+            if route.streaming:
+                return await self._stream(request, route, message, metadata)
+            # Shielded: a client that hangs up does not interrupt a submission half-way.
+            response = await _shielded(self.invoker.unary(route, message, metadata))
+        except InvalidArgument as err:
+            return _failure(RpcFailure.from_error(err))
+        except RpcFailure as failure:
+            return _failure(failure)
+        except Exception:
+            logger.exception("http_bridge_failed", extra={"route": route.name})
+            return _failure(RpcFailure(grpc.StatusCode.INTERNAL, f"{route.name} failed"))
+        if route.response_body:
+            return _json(200, protojson.to_json(getattr(response, route.response_body)))
+        return _json(200, protojson.to_json(response))
+
+    async def _request_message(self, route: Route, params: dict[str, str], request: web.Request) -> Message:
+        cls = self._request_types.get(route.name)
+        if cls is None:
+            cls = self._request_types[route.name] = message_factory.GetMessageClass(route.method.input_type)
+        message = cls()
+        if route.body:
+            try:
+                raw = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise InvalidArgument("", f"request body is larger than {self.max_body_bytes} bytes") from None
+            if raw.strip():
+                value = protojson.loads(raw)
+                if route.body == "*":
+                    if not isinstance(value, dict):
+                        raise InvalidArgument("", "request body must be a JSON object")
+                    protojson.to_message(value, message)
+                else:
+                    protojson.to_message({route.body: value}, message)
+        query = request.rel_url.query
+        if query:
+            fields = route.query_fields()
+            protojson.to_message(protojson.query_to_json(query.items(), fields, route.method.input_type.name), message)
+        if params:
+            protojson.to_message(_nest(params), message)
+        return message
+
+    async def _stream(
+        self, request: web.Request, route: Route, message: Message, metadata: Metadata
+    ) -> web.StreamResponse:
+        resp: web.StreamResponse | None = None
+        stream = self.invoker.stream(route, message, metadata)
+        try:
+            async for item in stream:
+                if resp is None:
+                    resp = web.StreamResponse(status=200, headers={"Content-Type": NDJSON})
+                    await resp.prepare(request)
+                await resp.write(protojson.dumps({"result": protojson.to_json(item)}) + b"\n")
+        except RpcFailure as failure:
+            chunk = protojson.dumps({"error": failure.to_json()}) + b"\n"
+            if resp is None:  # nothing sent yet: the error's own HTTP status, as grpc-gateway does
+                out = web.Response(status=failure.http_status, body=chunk, content_type=JSON)
+                out.headers.update(failure.headers())
+                return out
+            await resp.write(chunk)
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+        if resp is None:
+            resp = web.StreamResponse(status=200, headers={"Content-Type": NDJSON})
+            await resp.prepare(request)
+        await resp.write_eof()
+        return resp
+
+
+async def _shielded(call: Coroutine[Any, Any, Message]) -> Message:
+    task = asyncio.ensure_future(call)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
+    return await asyncio.shield(task)
+
+
+def _nest(params: dict[str, str]) -> dict[str, Any]:
+    """Path variables as a JSON object (``a.b`` -> ``{"a": {"b": ...}}``)."""
+    out: dict[str, Any] = {}
+    for path, value in params.items():
+        *heads, last = path.split(".")
+        target = out
+        for head in heads:
+            target = target.setdefault(head, {})
+        target[last] = value
+    return out
+
+
+def _request_id(request: web.Request) -> str:
+    rid = request.get(RID)
+    if rid is None:
+        rid = request[RID] = request_id(request.headers.get(REQUEST_ID_HEADER))
+    return rid
+
+
+def _ascii_header(request: web.Request, name: str) -> str:
+    value = request.headers.get(name, "")
+    if value and not all(" " <= c <= "~" for c in value):
+        raise InvalidArgument(name, "must be printable ASCII")
+    return value
+
+
+def _metadata(request: web.Request) -> Metadata:
+    metadata = [(REQUEST_ID, _request_id(request))]
+    key = _ascii_header(request, IDEMPOTENCY_HEADER)
+    if key:
+        metadata.append(("idempotency-key", key))
+    auth = _ascii_header(request, "Authorization")
+    if auth:
+        metadata.append(("authorization", auth))
+    return tuple(metadata)
+
+
+def _json(status: int, value: Any) -> web.Response:
+    return web.Response(status=status, body=protojson.dumps(value), content_type=JSON)
+
+
+def _failure(failure: RpcFailure) -> web.Response:
+    resp = _json(failure.http_status, failure.to_json())
+    resp.headers.update(failure.headers())
+    return resp

@@ -1,0 +1,73 @@
+"""control.metrics: event hooks bump the right series; the state collector reads the scheduler at scrape time."""
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from control.clock import FakeClock
+from control.jobs import JobState
+from control.metrics import Metrics
+from control.registry import WorkerEntry, WorkerRegistry
+
+
+class FakeScheduler:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.registry = WorkerRegistry()
+        self.counts = {s: 0 for s in JobState}
+
+    def state_counts(self) -> dict[JobState, int]:
+        return dict(self.counts)
+
+
+def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(m.registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_hooks_count_events_by_type_and_reason() -> None:
+    m = Metrics()
+    m.job_submitted("noop")
+    m.job_submitted("noop")
+    m.job_succeeded("noop", 0.02)
+    m.attempt_failed("sleep", "TIMEOUT", retry=True)
+    m.attempt_failed("sleep", "LEASE_EXPIRED", retry=False)
+    m.dispatch_latency.observe(0.001)
+    got = samples(m)
+    assert got[("corral_jobs_submitted_total", (("type", "noop"),))] == 2
+    assert got[("corral_jobs_succeeded_total", (("type", "noop"),))] == 1
+    assert got[("corral_job_run_seconds_count", (("type", "noop"),))] == 1
+    assert got[("corral_job_attempt_failures_total", (("reason", "TIMEOUT"), ("type", "sleep")))] == 1
+    assert got[("corral_job_retries_total", (("reason", "TIMEOUT"),))] == 1
+    assert got[("corral_jobs_failed_total", (("reason", "LEASE_EXPIRED"), ("type", "sleep")))] == 1
+    assert got[("corral_lease_timeouts_total", ())] == 1
+    assert got[("corral_dispatch_latency_seconds_count", ())] == 1
+    assert got[("corral_rate_limited_requests_total", ())] == 0
+
+
+def test_state_is_read_at_scrape_time() -> None:
+    m = Metrics()
+    s = FakeScheduler()
+    ready = [False]
+    m.watch(s, lambda: ready[0])
+    assert samples(m)[("corral_ready", ())] == 0
+    s.counts[JobState.PENDING] = 4
+    s.counts[JobState.FAILED] = 2
+    s.registry.add(WorkerEntry("w1", threads=2, slots=2, registered_at=s.clock.now(), last_seen=s.clock.now()))
+    s.clock.advance(3.5)
+    ready[0] = True
+    got = samples(m)
+    assert got[("corral_queue_depth", (("queue", "ready"),))] == 4
+    assert got[("corral_jobs", (("state", "FAILED"),))] == 2 and got[("corral_dead_letter_jobs", ())] == 2
+    assert got[("corral_workers", (("state", "UNAVAILABLE"),))] == 1  # no stream: not connected
+    assert got[("corral_worker_heartbeat_age_max_seconds", ())] == 3.5
+    assert got[("corral_ready", ())] == 1
+
+
+def test_each_instance_has_its_own_registry() -> None:
+    a, b = Metrics(), Metrics()
+    a.job_submitted("noop")
+    assert ("corral_jobs_submitted_total", (("type", "noop"),)) not in samples(b)
