@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from bench import backlog, cpu_bound, latency, throughput
+from bench import backlog, cpu_bound, latency, rest, throughput
 
-BENCHES = {"throughput": throughput.main, "latency": latency.main, "cpu": cpu_bound.main, "backlog": backlog.main}
+BENCHES = {
+    "throughput": throughput.main,
+    "latency": latency.main,
+    "cpu": cpu_bound.main,
+    "backlog": backlog.main,
+    "rest": rest.main,
+}
 
 
 def main() -> None:

@@ -40,7 +40,8 @@ class Cluster:
         tmp = Path(self.tmp.name)
         port_file = tmp / "port"
         self.control = subprocess.Popen(
-            [sys.executable, "-m", "control", "--grpc-port", "0", "--port-file", str(port_file), "--db", str(tmp / "bench.db")],
+            [sys.executable, "-m", "control", "--grpc-port", "0", "--port-file", str(port_file), "--http-port", "0",
+             "--http-port-file", str(tmp / "http.port"), "--db", str(tmp / "bench.db")],
             cwd=ROOT, env=self.env,
         )  # fmt: skip
         self.procs.append(self.control)
@@ -50,6 +51,7 @@ class Cluster:
                 raise RuntimeError("control plane did not start")
             time.sleep(0.02)
         self.port = int(port_file.read_text())
+        self.http_port = int((tmp / "http.port").read_text())
         self.channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", 64 << 20)])
         self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)

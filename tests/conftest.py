@@ -1,6 +1,7 @@
 """Shared fixtures: a real control plane and real workers, as subprocesses on 127.0.0.1.
 
-- ``control_plane``: ``python -m control`` on an ephemeral port over a SQLite file in tmp_path,
+- ``control_plane``: ``python -m control`` on ephemeral gRPC and HTTP ports (kept across restarts)
+  over a SQLite file in tmp_path,
   with short heartbeat/backoff settings; ``make_control_plane(**env)`` for other settings.
 - ``spawn_worker``: starts ``python -m worker`` processes (importing the test job types) and waits
   until each is registered; every process is stopped in teardown.
@@ -67,6 +68,7 @@ class ControlProc:
     workdir: Path
     env: dict[str, str]
     port: int = 0
+    http_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     _channel: grpc.Channel | None = None
     starts: int = 0
@@ -85,7 +87,9 @@ class ControlProc:
 
     def start(self, timeout: float = 20.0) -> None:
         port_file = self.workdir / "control.port"
+        http_port_file = self.workdir / "control.http.port"
         port_file.unlink(missing_ok=True)
+        http_port_file.unlink(missing_ok=True)
         if self._channel is not None:  # a channel that saw the old process go away backs off: start afresh
             self._channel.close()
             self._channel = None
@@ -103,7 +107,9 @@ class ControlProc:
                     "--db",
                     str(self.db),
                     "--http-port",
-                    "0",
+                    str(self.http_port),
+                    "--http-port-file",
+                    str(http_port_file),
                 ],
                 cwd=ROOT,
                 env=base_env(self.env),
@@ -119,6 +125,7 @@ class ControlProc:
 
         wait_until(ready, timeout, what="control plane to serve")
         self.port = int(port_file.read_text())
+        self.http_port = int(http_port_file.read_text())  # written before the gRPC port file
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         """Signal the process and wait for it; returns its exit code."""

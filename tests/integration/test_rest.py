@@ -34,17 +34,8 @@ BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 
 
 def http_port(cp: ControlProc) -> int:
-    """The control plane's bound HTTP port, from its ``control_started`` log line.
-
-    (``python -m control --http-port-file PATH`` writes it to a file; the shared fixture does not pass
-    that flag yet, so this reads the structured log the fixture keeps in its workdir.)"""
-    port_file = cp.workdir / "control.http.port"
-    if port_file.exists():
-        return int(port_file.read_text())
-    for line in reversed(cp.log.read_text().splitlines()):
-        if '"control_started"' in line:
-            return int(json.loads(line)["http"].rsplit(":", 1)[1])
-    raise AssertionError(f"no control_started line in {cp.log}")
+    """The control plane's bound HTTP port."""
+    return cp.http_port
 
 
 @dataclass
