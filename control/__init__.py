@@ -4,7 +4,9 @@ Domain (no grpc imports): ``jobs`` (record + state machine), ``scheduler`` (live
 dispatch), ``sessions`` (worker protocol), ``reaper`` (lost workers, expired leases), ``queue``,
 ``registry``, ``dispatch`` (selection policies), ``backoff``, ``clock``, ``watch``, ``admission``
 (validation, idempotency), ``store`` (durable state), ``config``.
-Edges: ``api`` (gRPC servicers, health, error mapping), ``app`` (composition root), ``__main__``.
+Edges: ``api`` (gRPC servicers, health, error mapping, interceptors), ``gateway`` (REST bridge,
+/healthz, /readyz, /metrics over HTTP), ``metrics`` (every Prometheus metric), ``app`` (composition
+root), ``__main__``.
 """
 
 from control.app import ControlPlane
