@@ -232,6 +232,8 @@ class Scheduler:
                 else:
                     self.delayed.push(job.id, job.ready_at)
                     self._timer_wake.set()
+        if self._dispatch_pending:  # lease what can start now in the submission's own transaction
+            self._dispatch()
         await self.store.commit()
         for job in fresh:
             logger.debug(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type})
