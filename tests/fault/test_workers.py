@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ import grpc
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2, workers_pb2_grpc
 from tests.conftest import ControlProc, wait_until
 from tests.support.calls import executions, submit, wait_done
+from tests.support.processes import alive, children
 
 S = jobs_pb2.Job
 
@@ -28,7 +28,7 @@ def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
     wait_until(lambda: executions(log), what="job to start")
     assert control_plane.get(job.id).worker_id == first.worker_id
     second = spawn_worker(control_plane, threads=1)
-    runners = _children_of(first.proc.pid)
+    runners = children(first.proc.pid)
     assert runners, "the worker should have pre-started runner processes"
     # When the first worker is killed with SIGKILL
     first.kill()
@@ -42,21 +42,8 @@ def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
     assert executions(log) == [(job.id, 1), (job.id, 2)]
     # and no runner process of the killed worker is left behind
     wait_until(
-        lambda: not any(_alive(pid) for pid in runners), timeout=5, what="runner processes to die with their worker"
+        lambda: not any(alive(pid) for pid in runners), timeout=5, what="runner processes to die with their worker"
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _children_of(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()]
 
 
 class FakeWorker:

@@ -17,6 +17,7 @@ from google.protobuf import timestamp_pb2
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.support.calls import executions, request, result, submit, submit_many, wait_all_done, wait_done, watch
+from tests.support.processes import alive
 
 S = jobs_pb2.Job
 
@@ -149,18 +150,10 @@ def test_cancel_a_running_job_kills_its_process(control_plane: ControlProc, spaw
     pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="job to start"))
     t0 = time.monotonic()
     assert control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id)).state == S.CANCELLED
-    wait_until(lambda: not _alive(pid), timeout=5, interval=0.002, what="the job's process to die")
+    wait_until(lambda: not alive(pid), timeout=5, interval=0.002, what="the job's process to die")
     assert time.monotonic() - t0 <= 0.2 + 0.05  # the bound, plus the documented SIGTERM grace
     # and the slot is free again
     assert wait_done(control_plane, submit(control_plane, "noop").id).state == S.SUCCEEDED
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("type_", ["pid_sleep", "pid_ignore_sigterm", "pid_native_block"])
@@ -173,7 +166,7 @@ def test_timeout_stops_the_job_and_frees_the_slot(
     job = submit(control_plane, type_, {"pid_path": str(pid_file), "seconds": 30}, timeout_sec=0.5, max_attempts=1)
     pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="job to start"))
     # When its deadline passes
-    wait_until(lambda: not _alive(pid), timeout=5, interval=0.002, what="the job's process to die")
+    wait_until(lambda: not alive(pid), timeout=5, interval=0.002, what="the job's process to die")
     died = time.time()
     done = wait_done(control_plane, job.id)
     # Then it is reported TIMEOUT, its process died within 200 ms (+ SIGTERM grace) of the deadline
