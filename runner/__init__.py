@@ -2,26 +2,31 @@
 
 Modules:
     registry   JobType, @register, get(), all_types(), JobContext: "a new job type is one registered class"
+    plugins    load_plugins(): ``--import`` modules and the ``corral.job_types`` entry points
     errors     JobFailed and the exit codes of ``python -m runner``
     payload    schema validation and reading numbers that travelled as JSON
+    arrays     numeric arrays in payloads: JSON lists and base64 ``.npy`` files
+    png        PNG images in and out (Pillow)
+    web        one HTTP request, streamed (network_intensive, webhook)
+    limits     the per-job memory limit of a runner process (RLIMIT_AS)
     jobs/      the built-in job types, one module each
-    kernels/   numeric kernels (pure-Python references; compiled twins later)
+    kernels/   numeric kernels: Python twins and their Cython builds (nogil, multi-threaded)
     wire       the frame format on the pipes between a worker's pool and its runner processes
     serve      the loop a pre-started runner process runs (``python -m runner.serve``)
     __main__   ``python -m runner --job-id ID --type T --payload JSON``: one job, exit code + JSON
 
 The public surface is :func:`execute` (run one job in this process) and :func:`load_plugins`
-(import modules that register more job types).
+(import modules that register more job types, and the installed ``corral.job_types`` entry points).
+See ``runner/README.md`` for the job types and how to add one.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterable
 from typing import Any
 
 from runner import jobs as _builtin_jobs  # noqa: F401  (registers the built-in types)
 from runner.errors import JobFailed
+from runner.plugins import load_plugins
 from runner.registry import JobContext, JobType, all_types, get, register
 
 __all__ = [  # noqa: RUF022  (grouped by concept)
@@ -45,31 +50,19 @@ def execute(job_type: str, payload: dict[str, Any], ctx: JobContext) -> dict[str
 
     Raises:
         JobFailed: ``UNKNOWN_TYPE`` for an unregistered type; the job's own code when it raised
-            JobFailed; ``ERROR`` ("ExceptionName: message") when it raised anything else or
-            returned something other than a dict.
+            JobFailed; ``MEMORY_LIMIT`` when it ran out of memory (``MemoryError``); ``ERROR``
+            ("ExceptionName: message") when it raised anything else or returned something other
+            than a dict.
     """
     impl = get(job_type)
     try:
         result = impl.run(payload, ctx)
     except JobFailed:
         raise
+    except MemoryError as exc:
+        raise JobFailed("MEMORY_LIMIT", f"the job ran out of memory ({type(exc).__name__}: {exc})") from exc
     except Exception as exc:
         raise JobFailed("ERROR", f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(result, dict):
         raise JobFailed("ERROR", f"job type {job_type!r} returned {type(result).__name__}, not an object")
     return result
-
-
-def load_plugins(modules: Iterable[str]) -> None:
-    """Import each module by dotted name; they register their job types as they are imported.
-
-    Raises:
-        ImportError: a module cannot be imported (the error names it).
-    """
-    for name in modules:
-        if not name:
-            continue
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ImportError(f"cannot import job-type plug-in {name!r}: {exc}") from exc

@@ -6,6 +6,11 @@ is reported as ``ERROR``. The codes a runner produces itself::
     ERROR            the job raised (JobFailed("ERROR", ...) or any other exception)
     INVALID_PAYLOAD  the payload is not JSON or breaks the type's schema
     UNKNOWN_TYPE     no job type has the requested name
+    MEMORY_LIMIT     the job ran out of memory (its runner's CORRAL_JOB_MEMORY_LIMIT_MB); the
+                     runner process exits after reporting it and the worker starts a fresh one
+
+Built-in job types add their own (``OVERFLOW``, ``HTTP_ERROR``, ``NETWORK_ERROR``, ``TOO_LARGE``,
+``SMTP_ERROR``, ``SMTP_NOT_CONFIGURED``, ``IO_ERROR``, ``IO_MISMATCH``; see runner/README.md).
 
 A worker adds ``TIMEOUT``, ``CANCELLED``, ``HANDED_BACK`` and ``CRASHED`` (a runner process that died).
 """

@@ -6,7 +6,10 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
 * dies with its parent: it asks the kernel for SIGKILL when the parent goes (``PR_SET_PDEATHSIG``),
   then checks the parent did not die before that request, and it exits at end of file on its
   request pipe, so no runner outlives its worker even after ``kill -9``;
-* imports the plug-in modules once, then writes READY;
+* imports the plug-in modules once, starts the compiled kernels' threads, applies the per-job
+  memory limit (``--memory-limit-mb``, see :mod:`runner.limits`), then writes READY;
+* reports a job that ran out of memory as ``MEMORY_LIMIT`` and then exits, so that the worker
+  replaces it with a fresh process;
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
   keeps the default SIGTERM action, which is how the worker stops a job at its deadline.
 
@@ -25,6 +28,7 @@ from typing import BinaryIO
 
 from runner import JobContext, execute, load_plugins
 from runner.errors import JobFailed
+from runner.limits import apply_memory_limit, warm_up_threads
 from runner.wire import FAILED, OK, READY, REQUEST, encode_response
 
 __all__ = ["die_with_parent", "main", "serve"]
@@ -43,8 +47,8 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def serve(requests: BinaryIO, out_fd: int) -> None:
-    """Answer requests until end of file on ``requests``."""
+def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
+    """Answer requests until end of file on ``requests``, or until a job ran out of memory."""
     header_size = REQUEST.size
     unpack = REQUEST.unpack
     read = requests.read
@@ -67,7 +71,16 @@ def serve(requests: BinaryIO, out_fd: int) -> None:
             ctx = JobContext(job_id, attempt, threads, deadline or None)
             frame = encode_response(OK, b"", dumps(execute(job_type, payload, ctx)).encode())
         except JobFailed as exc:
-            frame = encode_response(FAILED, exc.code.encode(), exc.message.encode("utf-8", "replace"))
+            message = exc.message
+            if exc.code == "MEMORY_LIMIT" and memory_limit_mb:
+                message = f"{message}; the limit is {memory_limit_mb} MiB (CORRAL_JOB_MEMORY_LIMIT_MB)"
+            frame = encode_response(FAILED, exc.code.encode(), message.encode("utf-8", "replace"))
+            if exc.code == "MEMORY_LIMIT":
+                _write_all(out_fd, frame)
+                return  # the worker replaces this process: its heap may be left fragmented or full
+        except MemoryError as exc:  # outside the job (its result was too large to encode)
+            _write_all(out_fd, encode_response(FAILED, b"MEMORY_LIMIT", f"result: {exc!r}".encode()))
+            return
         except ValueError as exc:  # malformed payload JSON, or a result that is not JSON
             frame = encode_response(FAILED, b"ERROR", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
@@ -88,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", dest="out_fd", type=int, required=True, help="response pipe fd")
     parser.add_argument("--parent", type=int, required=True, help="pid of the worker that started us")
     parser.add_argument("--import", dest="imports", action="append", default=[], help="plug-in module")
+    parser.add_argument(
+        "--memory-limit-mb", type=int, default=0, help="MiB a job may allocate beyond the idle process (0: no limit)"
+    )
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -95,8 +111,11 @@ def main(argv: list[str] | None = None) -> None:
     os.set_inheritable(args.in_fd, False)
     os.set_inheritable(args.out_fd, False)
     load_plugins(args.imports)
+    warm_up_threads()
+    if args.memory_limit_mb > 0:
+        apply_memory_limit(args.memory_limit_mb)
     with os.fdopen(args.in_fd, "rb", buffering=1 << 16) as requests:
-        serve(requests, args.out_fd)
+        serve(requests, args.out_fd, args.memory_limit_mb)
     sys.exit(0)
 
 

@@ -10,6 +10,11 @@ sent when the process is gone (seen through its pidfd), and a replacement proces
 the pool keeps its size. Deadlines are event-loop timers (``loop.call_at``), not polling. A process
 that dies by itself reports its job FAILED with code ``CRASHED`` and is replaced the same way.
 
+Memory: with ``memory_limit_mb`` (or ``CORRAL_JOB_MEMORY_LIMIT_MB`` in the worker's environment) each
+runner process limits its address space (see :mod:`runner.limits`). A job past the limit is reported
+FAILED with code ``MEMORY_LIMIT`` by its runner, which then exits; the pool never hands that process
+another job and starts a replacement when it is gone.
+
 The hot path (submit -> frame on a pipe -> frame back -> Completion) does no logging above debug,
 no validation and no JSON parsing: payload and result stay the JSON text they arrived as.
 """
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.logs import JOB_TIMED_OUT, RUNNER_RESTARTED
+from runner.limits import memory_limit_from_env
 from runner.wire import FAILED, OK, READY, encode_request
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
@@ -50,11 +56,16 @@ class PoolConfig:
     """How long :meth:`RunnerPool.start` waits for every process to be ready (> 0)."""
     python: str = field(default=sys.executable)
     """The interpreter runner processes run on."""
+    memory_limit_mb: int | None = None
+    """MiB each job may allocate beyond an idle runner (0: no limit; None: ``CORRAL_JOB_MEMORY_LIMIT_MB``
+    from the environment when the pool starts)."""
 
     def __post_init__(self) -> None:
         """Check the values."""
         if self.slots < 1:
             raise ValueError(f"slots must be >= 1, got {self.slots}")
+        if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
+            raise ValueError(f"memory_limit_mb must be >= 0, got {self.memory_limit_mb}")
         if self.kill_grace_sec < 0:
             raise ValueError(f"kill_grace_sec must be >= 0, got {self.kill_grace_sec}")
         if self.start_timeout_sec <= 0:
@@ -76,6 +87,8 @@ class _Running:
 
 
 _CRASH_BACKOFF_MAX_SEC = 5.0
+
+_MEMORY_LIMIT = b"MEMORY_LIMIT"  # a runner that answers this exits: never give it another job
 
 # Error codes and messages of attempts the pool ends itself.
 _KILL_CODES = {Outcome.TIMEOUT: "TIMEOUT", Outcome.CANCELLED: "CANCELLED", Outcome.HANDED_BACK: "HANDED_BACK"}
@@ -102,8 +115,9 @@ class RunnerPool:
         self._started = False
         self._stopping = False
         self._crashes = 0
+        self._memory_limit_mb = 0
         self.restarts = 0
-        """Replacement processes started so far (after kills and crashes)."""
+        """Replacement processes started so far (after kills, crashes and memory limits)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -111,10 +125,18 @@ class RunnerPool:
         """Start ``slots`` processes and wait until every one is ready.
 
         Raises:
-            RunnerStartError: a process exited before it was ready, or they were not ready in time.
+            RunnerStartError: a process exited before it was ready, or they were not ready in time,
+                or ``CORRAL_JOB_MEMORY_LIMIT_MB`` is malformed.
         """
         if self._started:
             return
+        if self.config.memory_limit_mb is not None:
+            self._memory_limit_mb = self.config.memory_limit_mb
+        else:
+            try:
+                self._memory_limit_mb = memory_limit_from_env()
+            except ValueError as exc:
+                raise RunnerStartError(str(exc)) from None
         self._started = True
         self._loop = asyncio.get_running_loop()
         for _ in range(self.config.slots):
@@ -251,7 +273,7 @@ class RunnerPool:
     def _spawn(self) -> None:
         assert self._loop is not None
         proc = RunnerProcess(self._loop, self._on_frame, self._on_exit)
-        proc.spawn(self.config.imports, self.config.python)
+        proc.spawn(self.config.imports, self.config.python, self._memory_limit_mb)
         self._procs.add(proc)
 
     def _start(self, proc: RunnerProcess, spec: JobSpec) -> bool:
@@ -295,7 +317,10 @@ class RunnerPool:
         del self._running[(spec.job_id, spec.attempt)]
         if running.timer is not None:
             running.timer.cancel()
-        self._make_idle(proc)
+        if kind == FAILED and code == _MEMORY_LIMIT:
+            proc.close_input()  # the runner exits after this answer; _on_exit starts its replacement
+        else:
+            self._make_idle(proc)
         now = time.time()
         if kind == OK:
             self._on_result(

@@ -75,13 +75,18 @@ class RunnerProcess:
         self.returncode: int | None = None
         """The exit status (negative: killed by that signal) once exited."""
 
-    def spawn(self, imports: Sequence[str], python: str = sys.executable) -> None:
-        """Start the process (from the loop's thread) and begin watching its pipe and its pidfd."""
+    def spawn(self, imports: Sequence[str], python: str = sys.executable, memory_limit_mb: int = 0) -> None:
+        """Start the process (from the loop's thread) and begin watching its pipe and its pidfd.
+
+        ``memory_limit_mb`` > 0 limits what each job may allocate (see :mod:`runner.limits`).
+        """
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         argv = [python, "-m", "runner.serve", "--in", str(req_r), "--out", str(resp_w), "--parent", str(os.getpid())]
         for module in imports:
             argv += ["--import", module]
+        if memory_limit_mb > 0:
+            argv += ["--memory-limit-mb", str(memory_limit_mb)]
         try:
             self._popen = subprocess.Popen(
                 argv,

@@ -1,0 +1,3 @@
+"""Typed surface of the compiled ``runner.kernels._hash_rounds`` (contract in hash_rounds.py)."""
+
+def hash_rounds(seed: int, rounds: int, threads: int = 1) -> int: ...

@@ -1,0 +1,3 @@
+"""Typed surface of the compiled ``runner.kernels._monte_carlo`` (contract in monte_carlo.py)."""
+
+def count_inside(seed: int, samples: int, threads: int = 1) -> int: ...

@@ -1,0 +1,3 @@
+"""Typed surface of the compiled ``runner.kernels._primes`` (contract in primes.py)."""
+
+def count_primes(n: int, threads: int = 1) -> int: ...

@@ -1,0 +1,75 @@
+"""The per-job memory limit of a runner process: ``RLIMIT_AS`` over its idle footprint.
+
+A worker started with ``CORRAL_JOB_MEMORY_LIMIT_MB=N`` (N >= 1; unset or 0: no limit) gives each
+runner process ``--memory-limit-mb N``. Once the process has imported everything and started its
+compiled kernels' thread pool, :func:`apply_memory_limit` sets its address-space limit to what it
+uses then plus N MiB: a job may allocate up to N MiB more than an idle runner (the interpreter,
+numpy and the thread stacks are not counted against the job, and do not vary with the payload).
+
+A job that needs more gets ``MemoryError`` (numpy and the kernels raise it when an allocation fails);
+the runner reports the attempt FAILED with code ``MEMORY_LIMIT`` and exits, and the worker starts a
+fresh process in its place, so the pool keeps its size and no job runs in a process whose heap was
+left full.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Mapping
+
+__all__ = ["ENV", "MIB", "address_space_bytes", "apply_memory_limit", "memory_limit_from_env", "warm_up_threads"]
+
+ENV = "CORRAL_JOB_MEMORY_LIMIT_MB"
+"""The worker's environment variable."""
+MIB = 1 << 20
+
+
+def memory_limit_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The limit in MiB from ``CORRAL_JOB_MEMORY_LIMIT_MB`` (0: none).
+
+    Raises:
+        ValueError: the value is not an integer >= 0 (the message names the variable).
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV, "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV} must be an integer number of MiB >= 0, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{ENV} must be an integer number of MiB >= 0, got {value}")
+    return value
+
+
+def address_space_bytes() -> int:
+    """This process's address space now (``VmSize`` of /proc/self/status), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
+
+
+def warm_up_threads(threads: int | None = None) -> None:
+    """Start the compiled kernels' OpenMP threads now, so their stacks are part of the idle footprint."""
+    from runner.kernels.hash_rounds import hash_rounds
+
+    hash_rounds(0, 0, threads or max(2, os.cpu_count() or 1))
+
+
+def apply_memory_limit(limit_mb: int) -> int:
+    """Limit this process's address space to its current size plus ``limit_mb`` MiB; returns the limit.
+
+    Raises:
+        ValueError: ``limit_mb`` < 1.
+        OSError: the limit cannot be set (above the hard limit).
+    """
+    if limit_mb < 1:
+        raise ValueError(f"the memory limit must be >= 1 MiB, got {limit_mb}")
+    limit = address_space_bytes() + limit_mb * MIB
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit
