@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import backlog, cpu_bound, latency, rest, throughput
+from bench import backlog, cpu_bound, kernels, latency, rest, throughput
 
 BENCHES = {
     "throughput": throughput.main,
@@ -12,6 +12,7 @@ BENCHES = {
     "cpu": cpu_bound.main,
     "backlog": backlog.main,
     "rest": rest.main,
+    "kernels": kernels.main,
 }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from corral.client import DEFAULT_ADDRESS, REWATCH_PAUSE_SEC, Metadata, list_request
+from corral.client import DEFAULT_ADDRESS, DEFAULT_CHANNEL_OPTIONS, REWATCH_PAUSE_SEC, Metadata, list_request
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import DeadlineExceeded
 from corral.job import Job, JobPage, JobState
@@ -56,7 +56,7 @@ class AsyncClient:
         self.address = address
         self.timeout = timeout
         self.metadata = tuple(metadata)
-        self._options = list(options)
+        self._options = [*DEFAULT_CHANNEL_OPTIONS, *options]
         self._channel: Any = None
         self._jobs_stub: Any = None
         self._admin_stub: Any = None

@@ -30,6 +30,9 @@ from corral.spec import JobSpec, When
 from corral.status import translate_errors
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
+DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (("grpc.max_receive_message_length", 64 << 20),)
+"""Jobs carry their payloads and results (a binary array can be megabytes): accept up to 64 MiB."""
+
 __all__ = ["DEFAULT_ADDRESS", "Client", "Metadata", "list_request"]
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -63,7 +66,7 @@ class Client:
         self.address = address
         self.timeout = timeout
         self.metadata = tuple(metadata)
-        self._channel = grpc.insecure_channel(address, options=list(options))
+        self._channel = grpc.insecure_channel(address, options=[*DEFAULT_CHANNEL_OPTIONS, *options])
         self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
 

@@ -29,6 +29,8 @@ MAX_KEY = 256
 MAX_LABELS = 64
 MAX_LABEL_KEY = 63
 MAX_LABEL_VALUE = 256
+MAX_RULE_TEXT = 400
+"""Longest rule text in an error: a schema message quoting a huge value is shortened in the middle."""
 
 
 @dataclass(slots=True)
@@ -113,7 +115,10 @@ class JobTypeCatalog:
         error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
         if error is not None:
             path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-            raise InvalidArgument(f"{field_prefix}payload{path}", error.message)
+            message = error.message
+            if len(message) > MAX_RULE_TEXT:  # the message quotes the bad value, which may be megabytes
+                message = message[: MAX_RULE_TEXT // 2] + " ... " + message[-MAX_RULE_TEXT // 2 :]
+            raise InvalidArgument(f"{field_prefix}payload{path}", message)
 
 
 @dataclass(frozen=True, slots=True)
