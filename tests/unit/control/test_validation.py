@@ -67,3 +67,10 @@ def test_equal_requests_hash_equal() -> None:
     b = Submission("noop", {"y": [1, 2], "x": 1}, labels={"b": "2", "a": "1"})
     assert a.request_hash() == b.request_hash()
     assert a.request_hash() != Submission("noop", {"x": 2}).request_hash()
+
+
+def test_an_error_about_a_huge_value_stays_short() -> None:
+    err = check(Submission("add_numbers", {"a": "x" * 500_000, "b": 1}))
+    assert err.field == "payload.a"
+    assert len(err.message) < 500
+    assert "is not of type 'integer'" in err.message
