@@ -70,7 +70,9 @@ def test_equal_requests_hash_equal() -> None:
 
 
 def test_an_error_about_a_huge_value_stays_short() -> None:
-    err = check(Submission("add_numbers", {"a": "x" * 500_000, "b": 1}))
+    with pytest.raises(InvalidArgument) as info:
+        validate(Submission("add_numbers", {"a": "x" * 500_000, "b": 1}), JobTypeCatalog(), Limits(1 << 20, 10))
+    err = info.value
     assert err.field == "payload.a"
     assert len(err.message) < 500
     assert "is not of type 'integer'" in err.message
