@@ -11,15 +11,15 @@ from bench.report import table
 from corral.v1 import jobs_pb2
 
 
-def _drain_rate(c: Cluster, target: int, measure: int) -> float:
-    """Completed jobs per second over the first ``measure`` completions after workers start."""
-    start = c.jobs.GetStats(jobs_pb2.GetStatsRequest()).jobs_by_status["SUCCEEDED"]
-    t0 = time.perf_counter()
-    while True:
-        done = c.jobs.GetStats(jobs_pb2.GetStatsRequest()).jobs_by_status["SUCCEEDED"] - start
-        if done >= min(measure, target):
-            return float(done) / (time.perf_counter() - t0)
+def _completed(c: Cluster) -> int:
+    return int(c.jobs.GetStats(jobs_pb2.GetStatsRequest()).jobs_by_status["SUCCEEDED"])
+
+
+def _rate(c: Cluster, base: int, count: int, t0: float) -> float:
+    """Completions per second from ``t0`` until ``count`` more than ``base`` have succeeded."""
+    while _completed(c) - base < count:
         time.sleep(0.005)
+    return count / (time.perf_counter() - t0)
 
 
 def run_once(backlog: int, measure: int) -> dict[str, float]:
@@ -33,11 +33,13 @@ def run_once(backlog: int, measure: int) -> dict[str, float]:
         full_rss = c.rss_mb()
         c.add_worker()
         c.add_worker()
-        busy_rate = _drain_rate(c, backlog, measure)
+        c.wait_for_workers(2)
+        busy_rate = _rate(c, _completed(c), measure, time.perf_counter())
     with Cluster(workers=2, threads=4) as c:
+        t0 = time.perf_counter()
         for _ in range(measure // 1000):
             c.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=reqs), timeout=120)
-        empty_rate = _drain_rate(c, measure, measure)
+        empty_rate = _rate(c, 0, measure, t0)
     return {
         "rss_empty_mb": empty_rss,
         "rss_backlog_mb": full_rss,

@@ -57,11 +57,16 @@ class Cluster:
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
         for _ in range(self.n_workers):
             self.add_worker()
-        while len(self.admin.ListWorkers(admin_pb2.ListWorkersRequest()).workers) < self.n_workers:
+        self.wait_for_workers(self.n_workers)
+        return self
+
+    def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
+        """Block until ``n`` workers are registered."""
+        deadline = time.monotonic() + timeout
+        while len(self.admin.ListWorkers(admin_pb2.ListWorkersRequest()).workers) < n:
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not register")
             time.sleep(0.02)
-        return self
 
     def add_worker(self) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "worker", "--control", self.address, "--threads", str(self.threads)]
