@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import backlog, cpu_bound, kernels, latency, rest, throughput
+from bench import backlog, cpu_bound, kernels, latency, rest, throughput, timeouts
 
 BENCHES = {
     "throughput": throughput.main,
@@ -13,6 +13,7 @@ BENCHES = {
     "backlog": backlog.main,
     "rest": rest.main,
     "kernels": kernels.main,
+    "timeouts": timeouts.main,
 }
 
 
