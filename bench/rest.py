@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import socket
 import statistics
 import threading
 import time
@@ -23,13 +22,6 @@ from corral.v1 import jobs_pb2
 
 BODY = json.dumps({"type": "noop"}).encode()
 HEADERS = {"Content-Type": "application/json"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _rest_submitter(port: int) -> Callable[[], None]:
@@ -85,8 +77,8 @@ def _throughput(make: Callable[[], Callable[[], None]], threads: int, per_thread
 
 
 def run_once(mode: str, n: int, threads: int, per_thread: int) -> dict[str, float]:
-    port = _free_port()
-    with Cluster(workers=1, threads=2, env={"CORRAL_HTTP_PORT": str(port), "CORRAL_GATEWAY_MODE": mode}) as c:
+    with Cluster(workers=1, threads=2, env={"CORRAL_GATEWAY_MODE": mode}) as c:
+        port = c.http_port
         grpc_ms = _latencies(_grpc_submitter(c), n)
         rest_ms = _latencies(_rest_submitter(port), n)
         grpc_tp = _throughput(lambda: _grpc_submitter(c), threads, per_thread)
