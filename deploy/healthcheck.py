@@ -1,0 +1,164 @@
+"""Health checks of Corral's container images (Docker HEALTHCHECK, Kubernetes exec probes).
+
+Usage::
+
+    python healthcheck.py control   # GET /healthz on CORRAL_HTTP_PORT answers 200
+    python healthcheck.py worker    # the worker agent holds its stream to the control plane
+
+``control``: the HTTP liveness endpoint of the control plane in this container, at
+``http://CORRAL_HOST:CORRAL_HTTP_PORT/healthz`` (a wildcard CORRAL_HOST such as 0.0.0.0 is reached on
+127.0.0.1). Liveness, not readiness: a control plane that has no worker yet is healthy.
+
+``worker``: a ``python -m worker`` process in this container has an ESTABLISHED TCP connection to
+the port of CORRAL_CONTROL_ADDR, read from /proc (its socket inodes against /proc/PID/net/tcp{,6}).
+The worker has no port of its own; that connection is its Connect stream, the thing that makes it
+useful. A worker whose control plane restarts reconnects with backoff; the check's retries ride
+that out.
+
+Exit status 0 healthy, 1 unhealthy (the reason on stderr), as Docker expects. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+ESTABLISHED = "01"
+"""The TCP state code of an established connection in /proc/net/tcp."""
+
+WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+class Unhealthy(Exception):
+    """Raised when a check fails; the message says why."""
+
+
+def check_control(environ: dict[str, str], timeout: float = 4.0) -> str:
+    """GET /healthz of the control plane configured by ``environ``; returns a one-line summary.
+
+    Raises:
+        Unhealthy: the port is not an integer, the request failed, or the answer was not 200.
+    """
+    host = environ.get("CORRAL_HOST", "").strip()
+    host = "127.0.0.1" if host in WILDCARDS else host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal in a URL
+    raw = environ.get("CORRAL_HTTP_PORT", "").strip() or "8080"
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise Unhealthy(f"CORRAL_HTTP_PORT must be a port in 1..65535 for the health check, got {raw!r}")
+    url = f"http://{host}:{raw}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except OSError as exc:
+        raise Unhealthy(f"{url}: {exc}") from None
+    if status != 200:
+        raise Unhealthy(f"{url} answered {status}")
+    return f"{url} answered 200"
+
+
+def control_port(environ: dict[str, str]) -> int:
+    """The port of CORRAL_CONTROL_ADDR (default 127.0.0.1:50051, as the worker's own default).
+
+    Raises:
+        Unhealthy: the address is not HOST:PORT.
+    """
+    addr = environ.get("CORRAL_CONTROL_ADDR", "").strip() or "127.0.0.1:50051"
+    _, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise Unhealthy(f"CORRAL_CONTROL_ADDR must be HOST:PORT, got {addr!r}")
+    return int(port)
+
+
+def worker_pids(proc: Path) -> list[int]:
+    """Pids of the ``python -m worker`` processes visible in ``proc``."""
+    pids = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if argv[1:3] == [b"-m", b"worker"]:
+            pids.append(int(entry.name))
+    return pids
+
+
+def socket_inodes(proc: Path, pid: int) -> set[int]:
+    """Inodes of the sockets process ``pid`` has open."""
+    inodes: set[int] = set()
+    fds = proc / str(pid) / "fd"
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return inodes
+    for name in names:
+        try:
+            target = os.readlink(fds / name)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def established_to(proc: Path, pid: int, port: int) -> bool:
+    """Whether process ``pid`` has an established TCP connection (v4 or v6) to remote ``port``."""
+    inodes = socket_inodes(proc, pid)
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / str(pid) / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != ESTABLISHED:
+                continue
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and int(fields[9]) in inodes:
+                return True
+    return False
+
+
+def check_worker(environ: dict[str, str], proc: Path = Path("/proc")) -> str:
+    """Whether a worker agent here is connected to its control plane; returns a one-line summary.
+
+    Raises:
+        Unhealthy: no worker process, or none connected to the control plane's port.
+    """
+    port = control_port(environ)
+    pids = worker_pids(proc)
+    if not pids:
+        raise Unhealthy("no `python -m worker` process is running")
+    for pid in pids:
+        if established_to(proc, pid, port):
+            return f"worker pid {pid} is connected to port {port}"
+    raise Unhealthy(f"worker pid {pids[0]} has no established connection to the control plane's port {port}")
+
+
+CHECKS: dict[str, Callable[[dict[str, str]], str]] = {"control": check_control, "worker": check_worker}
+
+
+def main(argv: list[str]) -> int:
+    """Run the check named by ``argv[0]``; 0 healthy, 1 unhealthy, 2 usage error."""
+    if len(argv) != 1 or argv[0] not in CHECKS:
+        print(f"usage: healthcheck.py {'|'.join(CHECKS)}", file=sys.stderr)
+        return 2
+    try:
+        print(CHECKS[argv[0]](dict(os.environ)))
+    except Unhealthy as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
