@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import backlog, cpu_bound, kernels, latency, rest, throughput, timeouts
+from bench import autoscale, backlog, cpu_bound, edge, kernels, latency, rest, throughput, timeouts
 
 BENCHES = {
     "throughput": throughput.main,
@@ -12,8 +12,10 @@ BENCHES = {
     "cpu": cpu_bound.main,
     "backlog": backlog.main,
     "rest": rest.main,
+    "edge": edge.main,
     "kernels": kernels.main,
     "timeouts": timeouts.main,
+    "autoscale": autoscale.main,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,15 +20,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Cluster:
-    """``with Cluster(workers=2, threads=4) as c: c.jobs.SubmitJobs(...)``."""
+    """``with Cluster(workers=2, threads=4) as c: c.jobs.SubmitJobs(...)``.
+
+    With ``token``, auth is on: the control plane accepts that client token, the workers get a random
+    worker token, and every call must pass ``metadata=c.metadata`` (``authorization: Bearer <token>``).
+    """
 
     def __init__(
-        self, workers: int = 2, threads: int = 4, imports: tuple[str, ...] = (), env: dict[str, str] | None = None
+        self,
+        workers: int = 2,
+        threads: int = 4,
+        imports: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         self.n_workers = workers
         self.threads = threads
         self.imports = imports
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "CORRAL_LOG_LEVEL": "warning", **(env or {})}
+        auth = {"CORRAL_AUTH_TOKENS": token, "CORRAL_WORKER_TOKEN": secrets.token_urlsafe(32)} if token else {}
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        """Metadata every call needs (empty without a token)."""
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "CORRAL_LOG_LEVEL": "warning", **auth, **(env or {})}
         self.tmp = tempfile.TemporaryDirectory(prefix="corral-bench-")
         self.procs: list[subprocess.Popen[bytes]] = []
         self.port = 0
@@ -63,7 +76,7 @@ class Cluster:
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
         """Block until ``n`` workers are registered."""
         deadline = time.monotonic() + timeout
-        while len(self.admin.ListWorkers(admin_pb2.ListWorkersRequest()).workers) < n:
+        while len(self.admin.ListWorkers(admin_pb2.ListWorkersRequest(), metadata=self.metadata).workers) < n:
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not register")
             time.sleep(0.02)

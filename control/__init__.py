@@ -3,7 +3,8 @@
 Domain (no grpc imports): ``jobs`` (record + state machine), ``scheduler`` (live jobs, queues,
 dispatch), ``sessions`` (worker protocol), ``reaper`` (lost workers, expired leases), ``queue``,
 ``registry``, ``dispatch`` (selection policies), ``backoff``, ``clock``, ``watch``, ``admission``
-(validation, idempotency), ``store`` (durable state), ``config``.
+(validation, idempotency), ``store`` (durable state), ``config``, ``auth`` (who may call what:
+client and worker tokens), ``tls`` (the TLS files, checked at start-up).
 Edges: ``api`` (gRPC servicers, health, error mapping, interceptors), ``gateway`` (REST bridge,
 /healthz, /readyz, /metrics over HTTP), ``metrics`` (every Prometheus metric), ``app`` (composition
 root), ``__main__``.

@@ -1,4 +1,9 @@
-"""``python -m control``: run one control plane until SIGTERM or SIGINT."""
+"""``python -m control``: run one control plane until SIGTERM or SIGINT.
+
+Flags override the environment (:mod:`control.config`); every setting without a flag listed here has
+``--SETTING-NAME`` (``--max-batch 500``). ``--check-config[=json]`` prints the effective settings and
+exits 0, or the first bad one and exits 2 (``corral config --check``), as start-up would.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from pathlib import Path
 from control.app import ControlPlane
 from control.config import ConfigError, ControlConfig
 from corral import logs
+from corral.cli.config_check import CHECK_FLAG, add_setting_flags, check, flag_environ, flagged_fields
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -22,8 +28,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--db", help="SQLite file (CORRAL_DB, default corral.db)")
     p.add_argument("--port-file", type=Path, help="write the bound gRPC port here once serving")
     p.add_argument("--http-port-file", type=Path, help="write the bound HTTP port here once serving")
+    p.add_argument("--worker-port", type=int, help="mutual-TLS worker port (CORRAL_WORKER_PORT, default 50052)")
+    p.add_argument("--worker-port-file", type=Path, help="write the bound worker port here (0 when not served)")
     p.add_argument("--log-level", help="debug|info|warning|error (CORRAL_LOG_LEVEL)")
     p.add_argument("--log-format", help="json|logfmt (CORRAL_LOG_FORMAT)")
+    p.add_argument(
+        CHECK_FLAG,
+        dest="check_config",
+        nargs="?",
+        const="table",
+        choices=("table", "json"),
+        help="print every setting (variable, value, source) and exit 0, or the first bad one and exit 2",
+    )
+    add_setting_flags(p, ControlConfig)  # --FIELD-NAME for each setting without a flag of its own
     return p.parse_args(argv)
 
 
@@ -33,11 +50,18 @@ def _write_port(path: Path, port: int) -> None:
     os.replace(tmp, path)
 
 
-async def serve(config: ControlConfig, port_file: Path | None, http_port_file: Path | None = None) -> None:
+async def serve(
+    config: ControlConfig,
+    port_file: Path | None,
+    http_port_file: Path | None = None,
+    worker_port_file: Path | None = None,
+) -> None:
     cp = ControlPlane(config)
     await cp.start()
     if http_port_file is not None:  # before the gRPC port file: that one says "serving" to waiters
         _write_port(http_port_file, cp.http_port)
+    if worker_port_file is not None:
+        _write_port(worker_port_file, cp.worker_port)
     if port_file is not None:
         _write_port(port_file, cp.grpc_port)
     stop = asyncio.Event()
@@ -50,20 +74,29 @@ async def serve(config: ControlConfig, port_file: Path | None, http_port_file: P
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        config = ControlConfig.from_env(
+    environ = {**os.environ, **flag_environ(args, ControlConfig)}
+
+    def build() -> ControlConfig:
+        return ControlConfig.from_env(
+            environ,
             host=args.host,
             grpc_port=args.grpc_port,
             http_port=args.http_port,
+            worker_port=args.worker_port,
             db=args.db,
             log_level=args.log_level,
             log_format=args.log_format,
         )
+
+    if args.check_config:
+        return check(build, environ, flagged_fields(args, ControlConfig), (ConfigError,), args.check_config)
+    try:
+        config = build()
     except ConfigError as exc:
         print(f"corral control: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.log_level, config.log_format)
-    asyncio.run(serve(config, args.port_file, args.http_port_file))
+    asyncio.run(serve(config, args.port_file, args.http_port_file, args.worker_port_file))
     return 0
 
 

@@ -10,7 +10,20 @@ from types import TracebackType
 
 import grpc
 
-from control.api import MAX_MESSAGE_BYTES, SERVICES, AdminServicer, Health, JobServicer, WorkerServicer, create_server
+from control.admission import IdempotencySweeper
+from control.api import (
+    MAX_MESSAGE_BYTES,
+    SERVICES,
+    AdminServicer,
+    Health,
+    JobServicer,
+    WorkerServicer,
+    add_port,
+    create_server,
+    server_credentials,
+)
+from control.auth import Authenticator
+from control.autoscale import Autoscaler
 from control.clock import Clock, SystemClock
 from control.config import ControlConfig
 from control.gateway import Gateway, InProcess, Invoker, Loopback, http_routes
@@ -19,6 +32,7 @@ from control.reaper import Reaper
 from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
 from control.store import Store, open_store
+from control.tls import ServerTls
 from corral import logs
 
 logger = logging.getLogger(__name__)
@@ -33,11 +47,14 @@ class ControlPlane:
         self.rng = rng
         self.grpc_port = 0
         self.http_port = 0
+        self.worker_port = 0
+        """The mutual-TLS port for workers (0: not served; only with CORRAL_TLS_CLIENT_CA)."""
         self.store: Store | None = None
         self.scheduler: Scheduler | None = None
         self.health = Health()
         self.metrics = Metrics()
         self.gateway: Gateway | None = None
+        self.autoscaler: Autoscaler | None = None
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
@@ -48,17 +65,40 @@ class ControlPlane:
         scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
         scheduler.metrics = self.metrics
         self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)
+        if scheduler.exec_limits is not None:
+            self.metrics.watch_exec_limits(scheduler.exec_limits)
         scheduler.recover()
         sessions = WorkerSessions(scheduler)
         reaper = Reaper(scheduler)
+        self.autoscaler = Autoscaler(cfg, scheduler, sessions, self.metrics, self.clock)
         scheduler.on_change = self._update_readiness
-        servicers = (JobServicer(scheduler), WorkerServicer(sessions), AdminServicer(sessions))
-        self._server, self.grpc_port = create_server(f"{cfg.host}:{cfg.grpc_port}", *servicers, self.health)
+        servicers = (
+            JobServicer(scheduler),
+            WorkerServicer(sessions),
+            AdminServicer(sessions, autoscaler=self.autoscaler),
+        )
+        auth = Authenticator.from_config(cfg)
+        tls = ServerTls.load(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca) if cfg.tls_cert else None
+        self._server, self.grpc_port = create_server(
+            f"{cfg.host}:{cfg.grpc_port}",
+            *servicers,
+            self.health,
+            auth=auth,
+            credentials=server_credentials(tls) if tls else None,
+        )
+        if tls is not None and tls.client_ca is not None:
+            mutual = server_credentials(tls, require_client_cert=True)
+            self.worker_port = add_port(self._server, f"{cfg.host}:{cfg.worker_port}", mutual)
+        bridge_target = f"{_loopback(cfg.host)}:{self.grpc_port}"
+        if tls is not None and cfg.gateway_mode == "loopback":
+            # The bridge's own way in, plaintext on 127.0.0.1 only: tokens are still checked there, and no
+            # worker passes the certificate check on it (no TLS session, no verified certificate).
+            bridge_target = f"127.0.0.1:{add_port(self._server, '127.0.0.1:0', None)}"
         await self._server.start()
         await self.health.start()
         invoker: Invoker
         if cfg.gateway_mode == "loopback":
-            invoker = Loopback(f"{_loopback(cfg.host)}:{self.grpc_port}", MAX_MESSAGE_BYTES)
+            invoker = Loopback(bridge_target, MAX_MESSAGE_BYTES)
         else:
             invoker = InProcess({s.full_name: servicer for s, servicer in zip(SERVICES, servicers, strict=True)})
         self.gateway = Gateway(
@@ -70,20 +110,27 @@ class ControlPlane:
             self.metrics,
             cfg.http_max_body_bytes,
             cfg.shutdown_grace_sec,
+            auth=auth,
+            ssl_context=tls.ssl_context() if tls else None,
         )
         await self.gateway.start()
         self.http_port = self.gateway.port
         self._tasks = [
             asyncio.ensure_future(scheduler.run_timer()),
             asyncio.ensure_future(reaper.run()),
+            asyncio.ensure_future(IdempotencySweeper(scheduler.idempotency, self.store, self.clock).run()),
             asyncio.ensure_future(self._refresh_readiness()),
         ]
         scheduler.dispatch_soon()
+        await self.autoscaler.start(self.grpc_port)
         logger.info(
             logs.CONTROL_STARTED,
             extra={
                 "grpc": f"{cfg.host}:{self.grpc_port}",
                 "http": f"{cfg.host}:{self.http_port}",
+                "worker_grpc": f"{cfg.host}:{self.worker_port}" if self.worker_port else "",
+                "tls": tls is not None,
+                "auth": auth is not None,
                 "db": cfg.db,
                 "recovered_jobs": len(scheduler.active),
             },
@@ -132,6 +179,8 @@ class ControlPlane:
             return
         self._stopped = True
         logger.info(logs.CONTROL_STOPPING)
+        if self.autoscaler is not None:  # first: no container is started or removed while stopping
+            await self.autoscaler.stop()
         if self._server is not None:
             await self.health.shutdown()
             if self.gateway is not None:

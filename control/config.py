@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
+
+from control.auth import TokenError, parse_tokens, read_token_file, token_problem
+from control.exec_limits import parse_exec_limits
+from control.tls import ServerTls, TlsError
 
 T = TypeVar("T")
 
@@ -62,12 +67,83 @@ class ControlConfig:
     """CORRAL_SELECTION: round_robin | lru."""
     idempotency_ttl_sec: float = 86_400.0
     """IDEMPOTENCY_TTL_SEC: > 0; how long an idempotency key is remembered."""
+    rate_limit_jobs_per_min: float = 0.0
+    """RATE_LIMIT_JOBS_PER_MIN: >= 0; jobs submitted per minute across all clients (0 = no limit)."""
+    rate_limit_burst: int = 0
+    """CORRAL_RATE_LIMIT_BURST: >= 0; jobs that may be submitted at once (the largest batch that can
+    pass); 0 = a minute's worth (RATE_LIMIT_JOBS_PER_MIN rounded up)."""
+    rate_limit_per_client_jobs_per_min: float = 0.0
+    """CORRAL_RATE_LIMIT_PER_CLIENT_JOBS_PER_MIN: >= 0; jobs per minute for each client (the
+    authenticated principal, else the peer address); 0 = no per-client limit."""
+    rate_limit_per_client_burst: int = 0
+    """CORRAL_RATE_LIMIT_PER_CLIENT_BURST: >= 0; a client's burst; 0 = a minute of its rate."""
+    exec_rate_limits: str = ""
+    """CORRAL_EXEC_RATE_LIMITS: comma-separated ``type:NAME=RATE/UNIT[:BURST]`` or
+    ``key:RATE_KEY=RATE/UNIT[:BURST]`` rules (unit s, m or h; burst >= 1, default 1), e.g.
+    ``type:webhook=10/s,key:api.example.com=5/s:10``: how fast such jobs may start (control.exec_limits)."""
     shutdown_grace_sec: float = 5.0
     """CORRAL_SHUTDOWN_GRACE_SEC: >= 0; how long in-flight calls may finish on SIGTERM."""
     log_level: str = "info"
     """CORRAL_LOG_LEVEL: debug | info | warning | error."""
     log_format: str = "json"
     """CORRAL_LOG_FORMAT: json | logfmt."""
+    auth_tokens: tuple[str, ...] = field(default=(), repr=False)
+    """CORRAL_AUTH_TOKENS: comma-separated client tokens, each ``TOKEN`` or ``NAME:TOKEN`` (a token: >= 16
+    printable ASCII characters without spaces, ',' or ':'; a name: [A-Za-z0-9._@-]{1,64}). Any client
+    token set: every JobService/AdminService call and REST route needs one (control.auth)."""
+    auth_token_file: str = ""
+    """CORRAL_AUTH_TOKEN_FILE: a readable file of more client tokens, one ``TOKEN`` or ``NAME:TOKEN`` a
+    line (blank lines and ``#`` comments skipped), read at start-up."""
+    tls_cert: str = ""
+    """CORRAL_TLS_CERT: PEM certificate chain; with CORRAL_TLS_KEY, the gRPC port speaks TLS and the HTTP
+    port HTTPS (set both or neither)."""
+    tls_key: str = ""
+    """CORRAL_TLS_KEY: the unencrypted PEM private key of CORRAL_TLS_CERT."""
+    tls_client_ca: str = ""
+    """CORRAL_TLS_CLIENT_CA: PEM CA certificates that sign workers' certificates; needs CORRAL_TLS_CERT.
+    Opens the worker port (CORRAL_WORKER_PORT, mutual TLS) and makes WorkerService accept only calls
+    whose TLS session carries a certificate it verified (control.tls says why a port of its own)."""
+    worker_port: int = 50052
+    """CORRAL_WORKER_PORT: 0..65535 (0 = any free port), not CORRAL_GRPC_PORT or CORRAL_HTTP_PORT; the
+    mutual-TLS gRPC port for workers, served only with CORRAL_TLS_CLIENT_CA."""
+    autoscale_mode: str = "off"
+    """AUTOSCALE_MODE: off | recommend (decisions are logged and counted only) | docker (acts)."""
+    autoscale_interval_sec: float = 5.0
+    """AUTOSCALE_INTERVAL: > 0; seconds between two looks at the queue."""
+    queue_threshold_high: int = 10
+    """QUEUE_THRESHOLD_HIGH: >= 1; more ready jobs than this (beyond free capacity) scale up."""
+    queue_threshold_low: int = 2
+    """QUEUE_THRESHOLD_LOW: 0..QUEUE_THRESHOLD_HIGH-1; fewer ready jobs than this, for
+    SCALE_DOWN_STABLE_SEC with capacity to spare, scale down (0 = never scale down)."""
+    min_workers: int = 1
+    """MIN_WORKERS: >= 0; the autoscaler never goes below this."""
+    max_workers: int = 10
+    """MAX_WORKERS: >= MIN_WORKERS and >= 1; the autoscaler never goes above this."""
+    scale_down_stable_sec: float = 60.0
+    """SCALE_DOWN_STABLE_SEC: >= 0; how long the queue must stay low before a scale-down."""
+    scale_cooldown_sec: float = 30.0
+    """CORRAL_SCALE_COOLDOWN_SEC: >= 0; no second scale action (either way) sooner than this after one."""
+    scale_max_wait_sec: float = 60.0
+    """CORRAL_SCALE_MAX_WAIT_SEC: >= 0; a ready job waiting this long scales up even under
+    QUEUE_THRESHOLD_HIGH (0 = the age of the oldest job is not a trigger)."""
+    worker_image: str = "corral-worker:latest"
+    """WORKER_IMAGE: the image of the worker containers the docker autoscaler starts (never pulled)."""
+    worker_threads: int = 4
+    """CORRAL_WORKER_THREADS: >= 1; threads of each worker container (its CORRAL_WORKER_THREADS)."""
+    worker_network: str = "host"
+    """CORRAL_WORKER_NETWORK: host | bridge | none | container:NAME | a network name; where worker
+    containers run (host: they reach a control plane bound to 127.0.0.1)."""
+    autoscale_control_address: str = ""
+    """CORRAL_AUTOSCALE_CONTROL_ADDRESS: HOST:PORT the worker containers dial (default
+    127.0.0.1:<the bound gRPC port>)."""
+    autoscale_group: str = "corral"
+    """CORRAL_AUTOSCALE_GROUP: [A-Za-z0-9_.-]{1,64}; the label value that marks this control plane's
+    worker containers (it adopts and removes only those)."""
+    worker_token: str = field(default="", repr=False)
+    """CORRAL_WORKER_TOKEN: the worker token; passed to the worker containers the autoscaler starts. Set:
+    WorkerService calls need it (>= 16 printable ASCII characters without spaces, ',' or ':'; not a client
+    token). Required when client tokens are set, unless CORRAL_TLS_CLIENT_CA is (else anyone could
+    register a worker and take jobs)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ControlConfig:
@@ -139,6 +215,7 @@ class ControlConfig:
             self.selection in ("round_robin", "lru"), "CORRAL_SELECTION", "must be round_robin or lru", self.selection
         )
         _rule(_pos(self.idempotency_ttl_sec), "IDEMPOTENCY_TTL_SEC", "must be > 0", self.idempotency_ttl_sec)
+        self._check_rate_limits()
         _rule(_nonneg(self.shutdown_grace_sec), "CORRAL_SHUTDOWN_GRACE_SEC", "must be >= 0", self.shutdown_grace_sec)
         _rule(
             self.log_level in ("debug", "info", "warning", "error"),
@@ -147,6 +224,128 @@ class ControlConfig:
             self.log_level,
         )
         _rule(self.log_format in ("json", "logfmt"), "CORRAL_LOG_FORMAT", "must be json or logfmt", self.log_format)
+        self._check_auth()
+        self._check_tls()
+        self._check_autoscale()
+
+    def _check_auth(self) -> None:
+        entries = [(f"entry {n}", token) for n, token in enumerate(self.auth_tokens, 1)]
+        try:
+            clients = parse_tokens(entries)
+        except TokenError as exc:
+            raise ConfigError(f"CORRAL_AUTH_TOKENS {exc}") from None
+        if self.auth_token_file:
+            try:
+                lines = read_token_file(self.auth_token_file)
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                raise ConfigError(
+                    f"CORRAL_AUTH_TOKEN_FILE must be a readable file of tokens, got {self.auth_token_file!r} ({reason})"
+                ) from None
+            _rule(bool(lines), "CORRAL_AUTH_TOKEN_FILE", "must hold at least one token", self.auth_token_file)
+            try:
+                clients = parse_tokens(entries + lines)
+            except TokenError as exc:
+                raise ConfigError(f"CORRAL_AUTH_TOKEN_FILE {self.auth_token_file!r} {exc}") from None
+        if self.worker_token:
+            problem = token_problem(self.worker_token)
+            if problem is not None:
+                raise ConfigError(f"CORRAL_WORKER_TOKEN: {problem}")
+            if self.worker_token in clients:
+                raise ConfigError("CORRAL_WORKER_TOKEN must differ from every client token")
+        elif clients and not self.tls_client_ca:
+            raise ConfigError(
+                "CORRAL_WORKER_TOKEN must be set when client tokens are (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE),"
+                " else anyone could register a worker and take jobs (or set CORRAL_TLS_CLIENT_CA)"
+            )
+
+    def _check_tls(self) -> None:
+        _rule(0 <= self.worker_port <= 65535, "CORRAL_WORKER_PORT", "must be 0..65535", self.worker_port)
+        if bool(self.tls_cert) != bool(self.tls_key):
+            cert, key = "CORRAL_TLS_CERT", "CORRAL_TLS_KEY"
+            given, missing = (cert, key) if self.tls_cert else (key, cert)
+            raise ConfigError(f"{missing} must be set together with {given}")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("CORRAL_TLS_CLIENT_CA needs CORRAL_TLS_CERT and CORRAL_TLS_KEY (mutual TLS is TLS first)")
+        if self.tls_cert:
+            try:
+                ServerTls.load(self.tls_cert, self.tls_key, self.tls_client_ca)
+            except TlsError as exc:
+                raise ConfigError(str(exc)) from None
+        if self.tls_client_ca and self.worker_port:
+            _rule(
+                self.worker_port not in (self.grpc_port, self.http_port),
+                "CORRAL_WORKER_PORT",
+                f"must differ from CORRAL_GRPC_PORT ({self.grpc_port}) and CORRAL_HTTP_PORT ({self.http_port})",
+                self.worker_port,
+            )
+
+    def _check_rate_limits(self) -> None:
+        _rule(
+            _nonneg(self.rate_limit_jobs_per_min),
+            "RATE_LIMIT_JOBS_PER_MIN",
+            "must be >= 0",
+            self.rate_limit_jobs_per_min,
+        )
+        _rule(self.rate_limit_burst >= 0, "CORRAL_RATE_LIMIT_BURST", "must be >= 0", self.rate_limit_burst)
+        _rule(
+            _nonneg(self.rate_limit_per_client_jobs_per_min),
+            "CORRAL_RATE_LIMIT_PER_CLIENT_JOBS_PER_MIN",
+            "must be >= 0",
+            self.rate_limit_per_client_jobs_per_min,
+        )
+        _rule(
+            self.rate_limit_per_client_burst >= 0,
+            "CORRAL_RATE_LIMIT_PER_CLIENT_BURST",
+            "must be >= 0",
+            self.rate_limit_per_client_burst,
+        )
+        try:
+            parse_exec_limits(self.exec_rate_limits)
+        except ValueError as exc:
+            raise ConfigError(f"CORRAL_EXEC_RATE_LIMITS {exc}") from None
+
+    def _check_autoscale(self) -> None:
+        _rule(
+            self.autoscale_mode in ("off", "recommend", "docker"),
+            "AUTOSCALE_MODE",
+            "must be off, recommend or docker",
+            self.autoscale_mode,
+        )
+        _rule(_pos(self.autoscale_interval_sec), "AUTOSCALE_INTERVAL", "must be > 0", self.autoscale_interval_sec)
+        _rule(self.queue_threshold_high >= 1, "QUEUE_THRESHOLD_HIGH", "must be >= 1", self.queue_threshold_high)
+        _rule(
+            0 <= self.queue_threshold_low < self.queue_threshold_high,
+            "QUEUE_THRESHOLD_LOW",
+            f"must be >= 0 and < QUEUE_THRESHOLD_HIGH ({self.queue_threshold_high})",
+            self.queue_threshold_low,
+        )
+        _rule(self.min_workers >= 0, "MIN_WORKERS", "must be >= 0", self.min_workers)
+        _rule(
+            self.max_workers >= max(1, self.min_workers),
+            "MAX_WORKERS",
+            f"must be >= 1 and >= MIN_WORKERS ({self.min_workers})",
+            self.max_workers,
+        )
+        _rule(_nonneg(self.scale_down_stable_sec), "SCALE_DOWN_STABLE_SEC", "must be >= 0", self.scale_down_stable_sec)
+        _rule(_nonneg(self.scale_cooldown_sec), "CORRAL_SCALE_COOLDOWN_SEC", "must be >= 0", self.scale_cooldown_sec)
+        _rule(_nonneg(self.scale_max_wait_sec), "CORRAL_SCALE_MAX_WAIT_SEC", "must be >= 0", self.scale_max_wait_sec)
+        _rule(bool(self.worker_image), "WORKER_IMAGE", "must not be empty", self.worker_image)
+        _rule(self.worker_threads >= 1, "CORRAL_WORKER_THREADS", "must be >= 1", self.worker_threads)
+        _rule(bool(self.worker_network), "CORRAL_WORKER_NETWORK", "must not be empty", self.worker_network)
+        host, sep, port = self.autoscale_control_address.rpartition(":")
+        _rule(
+            not self.autoscale_control_address or (bool(sep and host) and port.isdigit() and 1 <= int(port) <= 65535),
+            "CORRAL_AUTOSCALE_CONTROL_ADDRESS",
+            "must be HOST:PORT with a port in 1..65535 (or empty for 127.0.0.1:<gRPC port>)",
+            self.autoscale_control_address,
+        )
+        _rule(
+            re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.autoscale_group) is not None,
+            "CORRAL_AUTOSCALE_GROUP",
+            "must match [A-Za-z0-9_.-]{1,64}",
+            self.autoscale_group,
+        )
 
 
 def _pos(x: float) -> bool:
@@ -180,6 +379,11 @@ def _lower(var: str, raw: str) -> str:
     return raw.strip().lower()
 
 
+def _list(var: str, raw: str) -> tuple[str, ...]:
+    """Comma-separated items, blanks dropped."""
+    return tuple(item for part in raw.split(",") if (item := part.strip()))
+
+
 _ENV: dict[str, str] = {
     "host": "CORRAL_HOST",
     "grpc_port": "CORRAL_GRPC_PORT",
@@ -200,9 +404,35 @@ _ENV: dict[str, str] = {
     "max_batch": "CORRAL_MAX_BATCH",
     "selection": "CORRAL_SELECTION",
     "idempotency_ttl_sec": "IDEMPOTENCY_TTL_SEC",
+    "rate_limit_jobs_per_min": "RATE_LIMIT_JOBS_PER_MIN",
+    "rate_limit_burst": "CORRAL_RATE_LIMIT_BURST",
+    "rate_limit_per_client_jobs_per_min": "CORRAL_RATE_LIMIT_PER_CLIENT_JOBS_PER_MIN",
+    "rate_limit_per_client_burst": "CORRAL_RATE_LIMIT_PER_CLIENT_BURST",
+    "exec_rate_limits": "CORRAL_EXEC_RATE_LIMITS",
     "shutdown_grace_sec": "CORRAL_SHUTDOWN_GRACE_SEC",
     "log_level": "CORRAL_LOG_LEVEL",
     "log_format": "CORRAL_LOG_FORMAT",
+    "auth_tokens": "CORRAL_AUTH_TOKENS",
+    "auth_token_file": "CORRAL_AUTH_TOKEN_FILE",
+    "tls_cert": "CORRAL_TLS_CERT",
+    "tls_key": "CORRAL_TLS_KEY",
+    "tls_client_ca": "CORRAL_TLS_CLIENT_CA",
+    "worker_port": "CORRAL_WORKER_PORT",
+    "autoscale_mode": "AUTOSCALE_MODE",
+    "autoscale_interval_sec": "AUTOSCALE_INTERVAL",
+    "queue_threshold_high": "QUEUE_THRESHOLD_HIGH",
+    "queue_threshold_low": "QUEUE_THRESHOLD_LOW",
+    "min_workers": "MIN_WORKERS",
+    "max_workers": "MAX_WORKERS",
+    "scale_down_stable_sec": "SCALE_DOWN_STABLE_SEC",
+    "scale_cooldown_sec": "CORRAL_SCALE_COOLDOWN_SEC",
+    "scale_max_wait_sec": "CORRAL_SCALE_MAX_WAIT_SEC",
+    "worker_image": "WORKER_IMAGE",
+    "worker_threads": "CORRAL_WORKER_THREADS",
+    "worker_network": "CORRAL_WORKER_NETWORK",
+    "autoscale_control_address": "CORRAL_AUTOSCALE_CONTROL_ADDRESS",
+    "autoscale_group": "CORRAL_AUTOSCALE_GROUP",
+    "worker_token": "CORRAL_WORKER_TOKEN",
 }
 """Field -> environment variable."""
 
@@ -228,7 +458,33 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "max_batch": _INT,
     "selection": _lower,
     "idempotency_ttl_sec": _FLOAT,
+    "rate_limit_jobs_per_min": _FLOAT,
+    "rate_limit_burst": _INT,
+    "rate_limit_per_client_jobs_per_min": _FLOAT,
+    "rate_limit_per_client_burst": _INT,
+    "exec_rate_limits": _text,
     "shutdown_grace_sec": _FLOAT,
     "log_level": _lower,
     "log_format": _lower,
+    "auth_tokens": _list,
+    "auth_token_file": _text,
+    "tls_cert": _text,
+    "tls_key": _text,
+    "tls_client_ca": _text,
+    "worker_port": _INT,
+    "autoscale_mode": _lower,
+    "autoscale_interval_sec": _FLOAT,
+    "queue_threshold_high": _INT,
+    "queue_threshold_low": _INT,
+    "min_workers": _INT,
+    "max_workers": _INT,
+    "scale_down_stable_sec": _FLOAT,
+    "scale_cooldown_sec": _FLOAT,
+    "scale_max_wait_sec": _FLOAT,
+    "worker_image": _text,
+    "worker_threads": _INT,
+    "worker_network": _text,
+    "autoscale_control_address": _text,
+    "autoscale_group": _text,
+    "worker_token": _text,
 }

@@ -101,6 +101,7 @@ class JobRecord:
         "priority",
         "queue_seconds",
         "ready_at",
+        "request_id",
         "result_json",
         "scheduled_at",
         "seq",
@@ -132,8 +133,11 @@ class JobRecord:
         seq: int = 0,
         state: JobState = JobState.PENDING,
         ready_at: float | None = None,
+        request_id: str | None = None,
     ) -> None:
         self.id = id
+        self.request_id = request_id
+        """The id of the request that created the job, for its log lines (in memory only: None after a restart)."""
         self.seq = seq
         self.name = name
         self.type = type

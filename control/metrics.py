@@ -10,9 +10,15 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
   ``corral_jobs_failed_total{type,reason}`` (dead-lettered), ``corral_job_attempt_failures_total{type,reason}``
   (every failed attempt), ``corral_job_retries_total{reason}``, ``corral_lease_timeouts_total``,
-  ``corral_idempotent_replays_total``, ``corral_rate_limited_requests_total``,
+  ``corral_idempotent_replays_total``, ``corral_rate_limited_requests_total`` (submissions refused by
+  a submission rate limit), ``corral_exec_rate_delayed_jobs_total{limit}`` (jobs held back by an
+  execution rate limit; ``corral_exec_rate_waiting_jobs{limit}`` is how many wait now),
   ``corral_http_requests_total{route,code}``, and the histograms ``corral_dispatch_latency_seconds``
   (ready -> leased) and ``corral_job_run_seconds{type}`` (successful attempts, as the worker measured them).
+* The autoscaler (set by ``control.autoscale``): ``corral_autoscaler_decisions_total{action,reason}``
+  (every evaluation, ``action`` = up | down | none), ``corral_autoscaler_workers{state}`` (current,
+  desired, starting, draining), ``corral_autoscaler_errors_total{kind}`` and
+  ``corral_autoscaler_containers_replaced_total``.
 
 Each control plane has its own :class:`~prometheus_client.CollectorRegistry` (``Metrics.registry``),
 so two of them in one process (tests) never mix, and nothing lands in prometheus_client's global one.
@@ -23,11 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from control.clock import Clock
+from control.exec_limits import ExecLimits
 from control.jobs import LEASE_EXPIRED, JobState
 from control.registry import WorkerRegistry, WorkerState
 
@@ -77,6 +84,35 @@ class Metrics:
         self.run_seconds = Histogram(
             "corral_job_run_seconds", "Run time of successful attempts.", ["type"], buckets=RUN_BUCKETS, registry=r
         )
+        self.autoscaler_decisions = Counter(
+            "corral_autoscaler_decisions",
+            "Autoscaler evaluations by outcome (action up|down|none) and reason.",
+            ["action", "reason"],
+            registry=r,
+        )
+        self.autoscaler_workers = Gauge(
+            "corral_autoscaler_workers",
+            "Autoscaled workers: current, desired, starting (not yet registered), draining.",
+            ["state"],
+            registry=r,
+        )
+        self.autoscaler_errors = Counter(
+            "corral_autoscaler_errors",
+            "Autoscaler failures (Docker unreachable, image missing, ...).",
+            ["kind"],
+            registry=r,
+        )
+        self.autoscaler_replaced = Counter(
+            "corral_autoscaler_containers_replaced",
+            "Worker containers that exited unexpectedly and were replaced.",
+            registry=r,
+        )
+        self.exec_rate_delayed = Counter(
+            "corral_exec_rate_delayed_jobs",
+            "Jobs held in the queue by an execution rate limit (once per wait), by rule target.",
+            ["limit"],
+            registry=r,
+        )
         self._by_type: dict[tuple[str, str], Callable[..., None]] = {}
 
     # ---- hooks (hot path: cached children, no formatting) -------------------------------------------
@@ -109,6 +145,10 @@ class Metrics:
     def watch(self, scheduler: SchedulerView, ready: Callable[[], bool]) -> None:
         """Expose the scheduler's state at scrape time."""
         self.registry.register(StateCollector(scheduler, ready))
+
+    def watch_exec_limits(self, limits: ExecLimits) -> None:
+        """Expose ``corral_exec_rate_waiting_jobs{limit}``: jobs each execution limit holds now."""
+        self.registry.register(ExecLimitsCollector(limits))
 
 
 class SchedulerView(Protocol):
@@ -157,3 +197,18 @@ class StateCollector(Collector):
             max(0.0, oldest),
         )
         yield GaugeMetricFamily("corral_ready", "1 while the control plane is ready (as /readyz).", int(self.ready()))
+
+
+class ExecLimitsCollector(Collector):
+    """Reads how many jobs each execution rate limit holds back, at scrape time."""
+
+    def __init__(self, limits: ExecLimits) -> None:
+        self.limits = limits
+
+    def collect(self) -> Iterator[Metric]:
+        waiting = GaugeMetricFamily(
+            "corral_exec_rate_waiting_jobs", "Jobs parked by an execution rate limit now.", labels=["limit"]
+        )
+        for gate in self.limits.gates:
+            waiting.add_metric([gate.rule.target], gate.waiting)
+        yield waiting

@@ -23,10 +23,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from control import jobs
 from control.admission import IdempotencyKeys, JobTypeCatalog, Limits, Submission, validate, validate_batch
+from control.admission.ratelimit import SubmitRateLimiter
 from control.backoff import retry_delay
 from control.clock import Clock
 from control.config import ControlConfig
 from control.dispatch import LeastRecentlyUsed, RoundRobin, SelectionPolicy, granted_threads, reserve_for
+from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
 from control.metrics import Metrics
 from control.queue import DelayedQueue, ReadyQueue
@@ -34,12 +36,14 @@ from control.registry import Assignment, WorkerEntry, WorkerRegistry
 from control.store import IdempotencyEntry, JobPage, Store
 from control.watch import Watchers
 from corral import logs
-from corral.errors import FailedPrecondition, NotFound
+from corral.errors import FailedPrecondition, NotFound, RateLimited
 
 logger = logging.getLogger(__name__)
 
 MAX_SCAN = 64
 """Jobs the dispatcher may look past when the best ones fit no free worker (backfill depth)."""
+MAX_HOLD = 1024
+"""Jobs one dispatch pass may park behind execution rate limits before it yields to the event loop."""
 
 
 class Scheduler:
@@ -54,6 +58,20 @@ class Scheduler:
         self.limits = Limits(config.max_payload_bytes, config.max_batch)
         self.catalog = JobTypeCatalog(store.load_job_types())
         self.idempotency = IdempotencyKeys(config.idempotency_ttl_sec, store.load_idempotency(clock.now()))
+        self.submit_limits = SubmitRateLimiter(
+            clock,
+            config.rate_limit_jobs_per_min,
+            config.rate_limit_burst,
+            config.rate_limit_per_client_jobs_per_min,
+            config.rate_limit_per_client_burst,
+        )
+        rules = parse_exec_limits(config.exec_rate_limits)
+        self.exec_limits = (
+            ExecLimits(rules, clock, self._released, lambda target: self.metrics.exec_rate_delayed.labels(target).inc())
+            if rules
+            else None
+        )
+        """Execution rate limits (CORRAL_EXEC_RATE_LIMITS), None when there are none."""
         self.registry = WorkerRegistry()
         self.watchers = Watchers()
         self.active: dict[str, JobRecord] = {}
@@ -177,14 +195,30 @@ class Scheduler:
         if retry:
             logger.info(
                 logs.JOB_RETRY_SCHEDULED,
-                extra={"job_id": job.id, "attempt": attempt, "reason": code, "delay_sec": round(delay, 3)},
+                extra={
+                    "job_id": job.id,
+                    "attempt": attempt,
+                    "reason": code,
+                    "delay_sec": round(delay, 3),
+                    "request_id": job.request_id,
+                },
             )
         else:
-            logger.info(logs.JOB_FAILED, extra={"job_id": job.id, "attempt": attempt, "reason": code})
+            logger.info(
+                logs.JOB_FAILED,
+                extra={"job_id": job.id, "attempt": attempt, "reason": code, "request_id": job.request_id},
+            )
 
     def _enqueue(self, job: JobRecord) -> None:
         self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq)
         self.dispatch_soon()
+
+    def _released(self, job_ids: list[str]) -> None:
+        """An execution limit let these parked jobs go: back to the ready queue, in their old place."""
+        for job_id in job_ids:
+            job = self.active.get(job_id)
+            if job is not None and job.state is JobState.PENDING:
+                self._enqueue(job)
 
     def _is_queued(self, job_id: str, token: int) -> bool:
         if self._queued.get(job_id) != token:
@@ -194,8 +228,10 @@ class Scheduler:
         return job is not None and job.state is JobState.PENDING
 
     # ---- submissions ----------------------------------------------------------------------------
-    async def submit(self, subs: list[Submission], batch: bool = False) -> list[JobRecord]:
-        """Admit, store and queue jobs; returns them once committed (idempotent replays included)."""
+    async def submit(self, subs: list[Submission], batch: bool = False, client: str = "") -> list[JobRecord]:
+        """Admit, store and queue jobs; returns them once committed (idempotent replays included).
+
+        ``client`` is the caller's identity, for the per-client submission rate limit."""
         if batch:
             validate_batch(subs, self.catalog, self.limits)
         else:
@@ -205,18 +241,27 @@ class Scheduler:
         out: list[JobRecord | str] = []
         fresh: list[JobRecord] = []
         keys: list[IdempotencyEntry] = []
+        # Resolve every key before reserving any (a refused batch leaves nothing behind), and reserve
+        # before the first await: a concurrent duplicate then finds this call's job (see admission).
+        keyed = {i: (sub.idempotency_key, sub.request_hash()) for i, sub in enumerate(subs) if sub.idempotency_key}
+        earlier = self.idempotency.resolve(keyed, now, "jobs[{}].idempotency_key" if batch else "idempotency_key")
+        if self.submit_limits.enabled:
+            # Charged for the jobs it would create, before anything is reserved or stored: a replay
+            # creates nothing, so a client re-sending after a lost answer is never refused for it.
+            try:
+                self.submit_limits.admit(client, len(subs) - len(earlier), batch)
+            except RateLimited:
+                self.metrics.rate_limited.inc()
+                raise
         for i, sub in enumerate(subs):
-            if sub.idempotency_key:
-                digest = sub.request_hash()
-                field = f"jobs[{i}].idempotency_key" if batch else "idempotency_key"
-                existing = self.idempotency.lookup(sub.idempotency_key, digest, now, field)
-                if existing is not None:
-                    self.metrics.idempotent_replays.inc()
-                    out.append(existing)
-                    continue
+            if i in earlier:
+                self.metrics.idempotent_replays.inc()
+                prior = earlier[i]
+                out.append(prior if isinstance(prior, str) else out[prior])
+                continue
             job = self._new_record(sub, now)
-            if sub.idempotency_key:
-                keys.append(self.idempotency.reserve(sub.idempotency_key, digest, job.id, now))
+            if i in keyed:
+                keys.append(self.idempotency.reserve(*keyed[i], job.id, now))
             fresh.append(job)
             out.append(job)
         if fresh:
@@ -236,7 +281,7 @@ class Scheduler:
             self._dispatch()
         await self.store.commit()
         for job in fresh:
-            logger.debug(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type})
+            logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
 
     def _new_record(self, sub: Submission, now: float) -> JobRecord:
@@ -255,6 +300,7 @@ class Scheduler:
             scheduled_at=sub.scheduled_at,
             idempotency_key=sub.idempotency_key,
             labels=sub.labels,
+            request_id=logs.current_request.get(),
         )
         jobs.new_job(job, now)
         return job
@@ -296,6 +342,8 @@ class Scheduler:
         attempt, worker_id = job.attempts, job.worker_id
         before = jobs.cancel(job, self.clock.now())
         self.moved(job, before)
+        if before is JobState.PENDING and self.exec_limits is not None:
+            self.exec_limits.discard(job.id)  # it may be parked by an execution limit
         self.store.update([job])
         await self.store.commit()
         logger.info(logs.JOB_CANCELLED, extra={"job_id": job.id, "was": before.name})
@@ -349,11 +397,26 @@ class Scheduler:
         batches: dict[str, list[Assignment]] = {}
         leased: list[JobRecord] = []
         candidates: list[WorkerEntry] = workers
+        limits = self.exec_limits
+        gates = NO_GATES
+        held = 0
         while free > 0 and len(deferred) < MAX_SCAN:
             job_id = self.ready.pop()
             if job_id is None:
                 break
             job = self.active[job_id]
+            if limits is not None:
+                gates = limits.gates_for(job.type, job.labels)
+                if gates:
+                    order = (-job.priority, job.ready_at, job.seq)
+                    gate = limits.blocker(gates, order, now)
+                    if gate is not None:  # parked until its gate's next token: skip to the jobs behind
+                        limits.hold(gate, order, job.id, now)
+                        held += 1
+                        if held >= MAX_HOLD:  # a long run of limited jobs: let the loop breathe
+                            self.dispatch_soon()
+                            break
+                        continue
             threads = granted_threads(job.thread_demand, max_threads)
             worker = self.policy.choose(candidates, threads)
             if worker is None:
@@ -364,6 +427,8 @@ class Scheduler:
                     free -= hold.free_slots if hold.accepts_work else 0
                     candidates = [w for w in workers if w.id not in reserved]
                 continue
+            if gates and limits is not None:
+                limits.take(gates, job.id, now)
             attempt = jobs.lease(job, worker.id, threads, now, grace)
             self.metrics.dispatch_latency.observe(job.queue_seconds)
             self.moved(job, JobState.PENDING)
@@ -384,9 +449,17 @@ class Scheduler:
                     if w is not None and w.link is not None:
                         w.link.assign(batch)
 
-            if logger.isEnabledFor(logging.DEBUG):
+            if logger.isEnabledFor(logging.INFO):
                 for job in leased:
-                    logger.debug(logs.JOB_DISPATCHED, extra={"job_id": job.id, "worker_id": job.worker_id})
+                    logger.info(
+                        logs.JOB_DISPATCHED,
+                        extra={
+                            "job_id": job.id,
+                            "attempt": job.attempts,
+                            "worker_id": job.worker_id,
+                            "request_id": job.request_id,
+                        },
+                    )
             self.later(leased, send)
 
     # ---- delayed jobs ---------------------------------------------------------------------------

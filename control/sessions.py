@@ -155,7 +155,16 @@ class WorkerSessions:
                     s.moved(job, before)
                     if worker is not None:
                         worker.jobs_completed += 1
-                    logger.debug(logs.JOB_COMPLETED, extra={"job_id": job.id, "attempt": r.attempt})
+                    logger.info(
+                        logs.JOB_COMPLETED,
+                        extra={
+                            "job_id": job.id,
+                            "attempt": r.attempt,
+                            "worker_id": worker_id,
+                            "exec_sec": round(exec_seconds, 6),
+                            "request_id": job.request_id,
+                        },
+                    )
                 elif r.outcome is Outcome.HANDED_BACK:
                     jobs.hand_back(job, r.attempt, now)
                     s.moved(job, before)

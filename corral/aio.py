@@ -24,7 +24,16 @@ from typing import Any
 
 import grpc
 
-from corral.client import DEFAULT_ADDRESS, DEFAULT_CHANNEL_OPTIONS, REWATCH_PAUSE_SEC, Metadata, list_request
+from corral.client import (
+    DEFAULT_ADDRESS,
+    DEFAULT_CHANNEL_OPTIONS,
+    REWATCH_PAUSE_SEC,
+    Metadata,
+    TlsCa,
+    auth_metadata,
+    list_request,
+    ssl_credentials,
+)
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import DeadlineExceeded
 from corral.job import Job, JobPage, JobState
@@ -43,6 +52,8 @@ class AsyncClient:
         timeout: Deadline in seconds of each unary call (``None``: no deadline). Streams have none.
         metadata: Sent with every call.
         options: Extra gRPC channel options.
+        token: A client token, sent as ``authorization: Bearer <token>`` with every call.
+        tls_ca: Speak TLS and verify the control plane against this CA (PEM file path or bytes).
     """
 
     def __init__(
@@ -52,11 +63,14 @@ class AsyncClient:
         timeout: float | None = 30,
         metadata: Metadata = (),
         options: Sequence[tuple[str, Any]] = (),
+        token: str | None = None,
+        tls_ca: TlsCa | None = None,
     ) -> None:
         self.address = address
         self.timeout = timeout
-        self.metadata = tuple(metadata)
+        self.metadata = auth_metadata(token, metadata)
         self._options = [*DEFAULT_CHANNEL_OPTIONS, *options]
+        self._credentials = None if tls_ca is None else ssl_credentials(tls_ca)
         self._channel: Any = None
         self._jobs_stub: Any = None
         self._admin_stub: Any = None
@@ -74,7 +88,10 @@ class AsyncClient:
         return self._admin_stub  # type: ignore[no-any-return]
 
     def _open(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
+        if self._credentials is None:
+            self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
+        else:
+            self._channel = grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
         self._jobs_stub = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._admin_stub = admin_pb2_grpc.AdminServiceStub(self._channel)
 

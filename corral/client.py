@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import os
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from contextlib import closing
@@ -33,13 +34,32 @@ from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (("grpc.max_receive_message_length", 64 << 20),)
 """Jobs carry their payloads and results (a binary array can be megabytes): accept up to 64 MiB."""
 
-__all__ = ["DEFAULT_ADDRESS", "Client", "Metadata", "list_request"]
+__all__ = ["DEFAULT_ADDRESS", "Client", "Metadata", "auth_metadata", "list_request", "ssl_credentials"]
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 """Where the control plane listens for gRPC by default."""
 
 Metadata = Sequence[tuple[str, str]]
 """gRPC metadata sent with every call, e.g. ``[("x-request-id", "abc")]``."""
+
+TlsCa = str | os.PathLike[str] | bytes
+"""A CA for TLS: a PEM file's path, or the PEM bytes themselves."""
+
+
+def auth_metadata(token: str | None, metadata: Metadata = ()) -> tuple[tuple[str, str], ...]:
+    """``metadata`` plus ``authorization: Bearer <token>`` when there is a token."""
+    if token:
+        return (*metadata, ("authorization", f"Bearer {token}"))
+    return tuple(metadata)
+
+
+def ssl_credentials(tls_ca: TlsCa) -> grpc.ChannelCredentials:
+    """Channel credentials that verify the control plane against ``tls_ca``."""
+    if isinstance(tls_ca, bytes):
+        return grpc.ssl_channel_credentials(tls_ca)
+    with open(tls_ca, "rb") as f:
+        return grpc.ssl_channel_credentials(f.read())
+
 
 REWATCH_PAUSE_SEC = 0.2
 """Pause before :meth:`Client.wait` watches again after a stream ended early (control plane restarting)."""
@@ -53,6 +73,8 @@ class Client:
         timeout: Deadline in seconds of each unary call (``None``: no deadline). Streams have none.
         metadata: Sent with every call.
         options: Extra gRPC channel options.
+        token: A client token, sent as ``authorization: Bearer <token>`` with every call.
+        tls_ca: Speak TLS and verify the control plane against this CA (PEM file path or bytes).
     """
 
     def __init__(
@@ -62,11 +84,17 @@ class Client:
         timeout: float | None = 30,
         metadata: Metadata = (),
         options: Sequence[tuple[str, Any]] = (),
+        token: str | None = None,
+        tls_ca: TlsCa | None = None,
     ) -> None:
         self.address = address
         self.timeout = timeout
-        self.metadata = tuple(metadata)
-        self._channel = grpc.insecure_channel(address, options=[*DEFAULT_CHANNEL_OPTIONS, *options])
+        self.metadata = auth_metadata(token, metadata)
+        channel_options = [*DEFAULT_CHANNEL_OPTIONS, *options]
+        if tls_ca is None:
+            self._channel = grpc.insecure_channel(address, options=channel_options)
+        else:
+            self._channel = grpc.secure_channel(address, ssl_credentials(tls_ca), options=channel_options)
         self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
 

@@ -10,6 +10,8 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 # Jobs
@@ -42,46 +44,109 @@ RUNNER_RESTARTED = "runner_restarted"
 # Autoscaler
 SCALE_UP = "scale_up"
 SCALE_DOWN = "scale_down"
+SCALE_RECOMMENDATION = "scale_recommendation"
+SCALE_DECISION = "scale_decision"
+AUTOSCALER_STARTED = "autoscaler_started"
+AUTOSCALER_ERROR = "autoscaler_error"
+AUTOSCALER_RECOVERED = "autoscaler_recovered"
+WORKER_CONTAINER_STARTED = "worker_container_started"
+WORKER_CONTAINER_ADOPTED = "worker_container_adopted"
+WORKER_CONTAINER_REPLACED = "worker_container_replaced"
+WORKER_CONTAINER_REMOVED = "worker_container_removed"
+
+LEVELS = ("debug", "info", "warning", "error")
+"""Accepted ``--log-level`` / CORRAL_LOG_LEVEL values."""
+FORMATS = ("json", "logfmt")
+"""Accepted ``--log-format`` / CORRAL_LOG_FORMAT values."""
+
+REQUEST_ID = "request_id"
+"""The field that carries a request id (see :data:`current_request`)."""
+current_request: ContextVar[str | None] = ContextVar("corral_request_id", default=None)
+"""The request id of the call being served (set by the server for the call's task). Every line
+logged meanwhile carries it as ``request_id``, unless the line names one itself: a line about a job
+gives the id of the request that created the job, and ``None`` (no such request known) leaves it out."""
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def _extras(record: logging.LogRecord) -> Iterator[tuple[str, Any]]:
+    """The record's own fields (``extra=``), without those set to None."""
+    for key, value in record.__dict__.items():
+        if value is not None and key not in _RESERVED and key[0] != "_":
+            yield key, value
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds :data:`current_request` to records that do not name a request id themselves."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if REQUEST_ID not in record.__dict__:
+            rid = current_request.get()
+            if rid is not None:
+                record.request_id = rid
+        return True
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, event, then the record's extra fields."""
 
+    _second = -1
+    _stamp = ""
+
+    def _ts(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:  # strftime costs more than the rest of a line; once a second is enough
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp}.{int(record.msecs):03d}Z"
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": self._ts(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _RESERVED and not key.startswith("_"):
-                out[key] = value
+        out.update(_extras(record))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
 class LogfmtFormatter(logging.Formatter):
-    """``key=value`` pairs, for people reading a terminal."""
+    """``key=value`` pairs, for people reading a terminal; values with spaces, quotes or ``=`` are quoted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        parts = [f"level={record.levelname.lower()}", f"event={record.getMessage()}"]
-        for key, value in record.__dict__.items():
-            if key not in _RESERVED and not key.startswith("_"):
-                text = str(value)
-                parts.append(f"{key}={json.dumps(text) if (' ' in text or not text) else text}")
+        parts = [f"level={record.levelname.lower()}", f"event={_logfmt_value(record.getMessage())}"]
+        for key, value in _extras(record):
+            parts.append(f"{key}={_logfmt_value(str(value))}")
         if record.exc_info:
             parts.append(f"exc={json.dumps(self.formatException(record.exc_info))}")
         return " ".join(parts)
 
 
+def _logfmt_value(text: str) -> str:
+    """``text`` as it is, or quoted when it is empty or has a space, quote, ``=`` or control character."""
+    if text and text.isprintable() and not any(c in text for c in ' "=\\'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
 def configure(level: str = "info", fmt: str = "json", stream: Any = None) -> None:
-    """Route the root logger to ``stream`` (stderr) in ``fmt`` ("json" or "logfmt")."""
+    """Route the root logger to ``stream`` (stderr) in ``fmt`` ("json" or "logfmt"), one event a line.
+
+    Raises:
+        ValueError: ``level`` is not one of :data:`LEVELS` or ``fmt`` not one of :data:`FORMATS`.
+    """
+    if level.lower() not in LEVELS:
+        raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    handler.addFilter(RequestIdFilter())
+    # No formatter prints the caller's file and line: skip looking them up (the logging docs' own advice).
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -72,6 +72,17 @@ class ControlProc:
     proc: subprocess.Popen[bytes] | None = None
     _channel: grpc.Channel | None = None
     starts: int = 0
+    token: str = ""
+    """A client token: :meth:`workers`, :meth:`get` and :attr:`metadata` carry it (auth tests set it)."""
+    tls_ca: Path | None = None
+    """Set when the control plane speaks TLS: the channel verifies it against this CA."""
+    worker_port: int = 0
+    """The mutual-TLS worker port (0 unless CORRAL_TLS_CLIENT_CA is set)."""
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """What a call needs to pass auth (nothing without :attr:`token`)."""
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
     @property
     def db(self) -> Path:
@@ -88,8 +99,10 @@ class ControlProc:
     def start(self, timeout: float = 20.0) -> None:
         port_file = self.workdir / "control.port"
         http_port_file = self.workdir / "control.http.port"
+        worker_port_file = self.workdir / "control.worker.port"
         port_file.unlink(missing_ok=True)
         http_port_file.unlink(missing_ok=True)
+        worker_port_file.unlink(missing_ok=True)
         if self._channel is not None:  # a channel that saw the old process go away backs off: start afresh
             self._channel.close()
             self._channel = None
@@ -110,6 +123,8 @@ class ControlProc:
                     str(self.http_port),
                     "--http-port-file",
                     str(http_port_file),
+                    "--worker-port-file",
+                    str(worker_port_file),
                 ],
                 cwd=ROOT,
                 env=base_env(self.env),
@@ -126,6 +141,7 @@ class ControlProc:
         wait_until(ready, timeout, what="control plane to serve")
         self.port = int(port_file.read_text())
         self.http_port = int(http_port_file.read_text())  # written before the gRPC port file
+        self.worker_port = int(worker_port_file.read_text())
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
         """Signal the process and wait for it; returns its exit code."""
@@ -142,7 +158,11 @@ class ControlProc:
 
     def channel(self) -> grpc.Channel:
         if self._channel is None:
-            self._channel = grpc.insecure_channel(self.address)
+            if self.tls_ca is None:
+                self._channel = grpc.insecure_channel(self.address)
+            else:
+                credentials = grpc.ssl_channel_credentials(self.tls_ca.read_bytes())
+                self._channel = grpc.secure_channel(self.address, credentials)
         return self._channel
 
     @property
@@ -154,10 +174,10 @@ class ControlProc:
         return admin_pb2_grpc.AdminServiceStub(self.channel())
 
     def workers(self) -> list[admin_pb2.Worker]:
-        return list(self.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10).workers)
+        return list(self.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10, metadata=self.metadata).workers)
 
     def get(self, job_id: str) -> jobs_pb2.Job:
-        job: jobs_pb2.Job = self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id), timeout=10)
+        job: jobs_pb2.Job = self.jobs.GetJob(jobs_pb2.GetJobRequest(id=job_id), timeout=10, metadata=self.metadata)
         return job
 
     def close(self) -> None:
@@ -225,9 +245,11 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
         imports: tuple[str, ...] = ("tests.support.jobtypes", "tests.support.probes"),
         env: dict[str, str] | None = None,
         wait: bool = True,
+        address: str | None = None,
     ) -> WorkerProc:
         wid = worker_id or f"w-{uuid.uuid4().hex[:8]}"
-        args = [sys.executable, "-m", "worker", "--control", cp.address, "--threads", str(threads), "--worker-id", wid]
+        control = address or cp.address  # e.g. the worker port, for mutual TLS
+        args = [sys.executable, "-m", "worker", "--control", control, "--threads", str(threads), "--worker-id", wid]
         if slots is not None:
             args += ["--slots", str(slots)]
         for module in imports:

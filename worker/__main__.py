@@ -4,8 +4,12 @@ Usage::
 
     python -m worker [--control HOST:PORT] [--threads N] [--slots N] [--worker-id ID] [--label k=v]...
                      [--import MODULE]... [--drain-timeout SEC] [--log-level info] [--log-format json|logfmt]
+                     [--token TOKEN] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 
-Flags override the environment (see :mod:`worker.config` for every variable, default and rule).
+Flags override the environment (see :mod:`worker.config` for every variable, default and rule);
+a setting without a flag listed here has ``--SETTING-NAME`` (``--kill-grace-sec 0.1``).
+``--check-config[=json]`` prints the effective settings and exits 0, or the first bad one and exits 2
+(``corral config --check --worker``).
 Signals: the first SIGTERM or SIGINT drains (finish running jobs up to the drain timeout, hand back
 the rest) and exits 0; a second one stops at once. A bad setting exits 2 with a message naming the
 variable; runner processes that cannot start (a plug-in that does not import) exit 1.
@@ -19,7 +23,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
+from corral.cli.config_check import CHECK_FLAG, add_setting_flags, check, flag_environ, flagged_fields
 from corral.logs import configure
 from worker.agent import Agent
 from worker.config import ConfigError, WorkerConfig, parse_labels
@@ -43,13 +49,24 @@ def _parser() -> argparse.ArgumentParser:
         "--import", dest="imports", action="append", default=[], metavar="MODULE", help="plug-in module of job types"
     )
     p.add_argument("--drain-timeout", metavar="SEC", help="drain deadline (CORRAL_DRAIN_TIMEOUT_SEC)")
-    p.add_argument("--log-level", default=os.environ.get("CORRAL_LOG_LEVEL", "info"), help="debug, info, ...")
     p.add_argument(
-        "--log-format",
-        choices=["json", "logfmt"],
-        default=os.environ.get("CORRAL_LOG_FORMAT", "json"),
-        help="log format",
+        "--token", metavar="TOKEN", help="the worker token (CORRAL_WORKER_TOKEN; the variable keeps it out of ps)"
     )
+    p.add_argument("--tls-ca", metavar="FILE", help="CA that verifies the control plane; turns TLS on (CORRAL_TLS_CA)")
+    p.add_argument("--tls-cert", metavar="FILE", help="client certificate for mutual TLS (CORRAL_WORKER_TLS_CERT)")
+    p.add_argument("--tls-key", metavar="FILE", help="its private key (CORRAL_WORKER_TLS_KEY)")
+    p.add_argument("--log-level", metavar="LEVEL", help="debug|info|warning|error (CORRAL_LOG_LEVEL, default info)")
+    p.add_argument("--log-format", metavar="FORMAT", help="json|logfmt (CORRAL_LOG_FORMAT, default json)")
+    p.add_argument(
+        CHECK_FLAG,
+        dest="check_config",
+        nargs="?",
+        const="table",
+        choices=("table", "json"),
+        help="print every setting (variable, value, source) and exit 0, or the first bad one and exit 2",
+    )
+    # --FIELD-NAME for each setting without a flag of its own (these three have one by another name)
+    add_setting_flags(p, WorkerConfig, covered=("control_addr", "labels", "drain_timeout_sec"))
     return p
 
 
@@ -59,23 +76,43 @@ def config_from(args: argparse.Namespace, environ: dict[str, str]) -> WorkerConf
     Raises:
         ConfigError: a flag or a variable breaks its rule.
     """
-    env = dict(environ)
+    return WorkerConfig.from_env({**environ, **flag_variables(args, environ)})
+
+
+def flag_variables(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables the given flags set: each flag's value for its variable (``--label`` and
+    ``--import`` add to the variable's list), and the ``--FIELD-NAME`` flags of the settings that
+    have no flag of their own.
+
+    Raises:
+        ConfigError: a ``--label`` is not k=v.
+    """
+    env: dict[str, str] = {}
     for flag, name in (
         ("control", "CORRAL_CONTROL_ADDR"),
         ("threads", "CORRAL_WORKER_THREADS"),
         ("slots", "CORRAL_WORKER_SLOTS"),
         ("worker_id", "CORRAL_WORKER_ID"),
         ("drain_timeout", "CORRAL_DRAIN_TIMEOUT_SEC"),
+        ("log_level", "CORRAL_LOG_LEVEL"),
+        ("log_format", "CORRAL_LOG_FORMAT"),
+        ("token", "CORRAL_WORKER_TOKEN"),
+        ("tls_ca", "CORRAL_TLS_CA"),
+        ("tls_cert", "CORRAL_WORKER_TLS_CERT"),
+        ("tls_key", "CORRAL_WORKER_TLS_KEY"),
     ):
         value = getattr(args, flag)
         if value is not None:
             env[name] = str(value)
     if args.label:
         parse_labels(args.label, "--label")
-        env["CORRAL_WORKER_LABELS"] = ",".join(filter(None, [env.get("CORRAL_WORKER_LABELS", ""), *args.label]))
+        labels = [environ.get("CORRAL_WORKER_LABELS", ""), *args.label]
+        env["CORRAL_WORKER_LABELS"] = ",".join(filter(None, labels))
     if args.imports:
-        env["CORRAL_WORKER_IMPORTS"] = ",".join(filter(None, [env.get("CORRAL_WORKER_IMPORTS", ""), *args.imports]))
-    return WorkerConfig.from_env(env)
+        imports = [environ.get("CORRAL_WORKER_IMPORTS", ""), *args.imports]
+        env["CORRAL_WORKER_IMPORTS"] = ",".join(filter(None, imports))
+    env.update(flag_environ(args, WorkerConfig))
+    return env
 
 
 async def run(config: WorkerConfig) -> int:
@@ -107,12 +144,22 @@ async def run(config: WorkerConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = _parser().parse_args(argv)
+    environ = dict(os.environ)
+    if args.check_config:
+        try:
+            flags = flag_variables(args, environ)
+        except ConfigError:
+            flags = {}  # config_from raises it again, and check reports it
+        flagged = flagged_fields(args, WorkerConfig, flags)
+        return check(
+            lambda: config_from(args, environ), {**environ, **flags}, flagged, (ConfigError,), args.check_config
+        )
     try:
-        config = config_from(args, dict(os.environ))
+        config = config_from(args, environ)
     except ConfigError as exc:
         print(f"python -m worker: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    configure(args.log_level, args.log_format)
+    configure(config.log_level, config.log_format)
     return asyncio.run(run(config))
 
 

@@ -16,7 +16,19 @@ CORRAL_WORKER_IMPORTS       (none)                                 comma-separat
 CORRAL_DRAIN_TIMEOUT_SEC    30                                     number >= 0
 CORRAL_KILL_GRACE_SEC       0.025                                  number >= 0
 CORRAL_RECONNECT_MAX_SEC    2.0                                    number > 0
+CORRAL_LOG_LEVEL            info                                   debug | info | warning | error
+CORRAL_LOG_FORMAT           json                                   json | logfmt
+CORRAL_WORKER_TOKEN         (none)                                 the control plane's worker token
+CORRAL_TLS_CA               (none)                                 readable PEM file: TLS, verifying the
+                                                                   control plane against this CA
+CORRAL_WORKER_TLS_CERT      (none)                                 readable PEM file: this worker's client
+                                                                   certificate (mutual TLS); with the key
+CORRAL_WORKER_TLS_KEY       (none)                                 readable PEM file: its private key
 ==========================  =====================================  ======================================
+
+TLS is on when CORRAL_TLS_CA or a client certificate is set (without CORRAL_TLS_CA the system's CAs
+verify the control plane). With mutual TLS the worker connects to the control plane's worker port
+(CORRAL_WORKER_PORT there), not its client port.
 """
 
 from __future__ import annotations
@@ -28,6 +40,8 @@ import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from corral.logs import FORMATS, LEVELS
 
 __all__ = ["ConfigError", "WorkerConfig"]
 
@@ -67,6 +81,23 @@ class WorkerConfig:
     """CORRAL_KILL_GRACE_SEC: SIGTERM -> SIGKILL grace when a job is killed (>= 0)."""
     reconnect_max_sec: float = 2.0
     """CORRAL_RECONNECT_MAX_SEC: cap of the reconnect backoff (> 0)."""
+    log_level: str = "info"
+    """CORRAL_LOG_LEVEL: debug | info | warning | error."""
+    log_format: str = "json"
+    """CORRAL_LOG_FORMAT: json | logfmt; one event per line either way."""
+    token: str = field(default="", repr=False)
+    """CORRAL_WORKER_TOKEN: sent as ``authorization: Bearer <token>`` on the worker stream."""
+    tls_ca: str = ""
+    """CORRAL_TLS_CA: PEM CA certificates that verify the control plane (turns TLS on)."""
+    tls_cert: str = ""
+    """CORRAL_WORKER_TLS_CERT: PEM client certificate for mutual TLS (with CORRAL_WORKER_TLS_KEY)."""
+    tls_key: str = ""
+    """CORRAL_WORKER_TLS_KEY: the PEM private key of CORRAL_WORKER_TLS_CERT."""
+
+    @property
+    def tls(self) -> bool:
+        """Whether the worker speaks TLS to the control plane."""
+        return bool(self.tls_ca or self.tls_cert)
 
     def __post_init__(self) -> None:
         """Apply the derived default (slots = threads) and check every rule."""
@@ -89,6 +120,10 @@ class WorkerConfig:
         for module in self.imports:
             if not _MODULE.fullmatch(module):
                 raise ConfigError(f"CORRAL_WORKER_IMPORTS must list dotted module names, got {module!r}")
+        if self.log_level not in LEVELS:
+            raise ConfigError(f"CORRAL_LOG_LEVEL must be debug, info, warning or error, got {self.log_level!r}")
+        if self.log_format not in FORMATS:
+            raise ConfigError(f"CORRAL_LOG_FORMAT must be json or logfmt, got {self.log_format!r}")
         for name, value, low, strict in (
             ("CORRAL_DRAIN_TIMEOUT_SEC", self.drain_timeout_sec, 0.0, False),
             ("CORRAL_KILL_GRACE_SEC", self.kill_grace_sec, 0.0, False),
@@ -96,6 +131,18 @@ class WorkerConfig:
         ):
             if not math.isfinite(value) or value < low or (strict and value == low):
                 raise ConfigError(f"{name} must be {'>' if strict else '>='} {low:g}, got {value}")
+        if self.token and not all("!" <= c <= "~" for c in self.token):
+            raise ConfigError("CORRAL_WORKER_TOKEN must be printable ASCII without spaces")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            given, missing = ("CERT", "KEY") if self.tls_cert else ("KEY", "CERT")
+            raise ConfigError(f"CORRAL_WORKER_TLS_{missing} must be set together with CORRAL_WORKER_TLS_{given}")
+        for name, path in (
+            ("CORRAL_TLS_CA", self.tls_ca),
+            ("CORRAL_WORKER_TLS_CERT", self.tls_cert),
+            ("CORRAL_WORKER_TLS_KEY", self.tls_key),
+        ):
+            if path and not os.access(path, os.R_OK):
+                raise ConfigError(f"{name} must be a readable file, got {path!r}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:
@@ -132,6 +179,17 @@ class WorkerConfig:
         ):
             if (raw := get(name)) is not None:
                 kwargs[attr] = _float(name, raw)
+        for name, attr in (("CORRAL_LOG_LEVEL", "log_level"), ("CORRAL_LOG_FORMAT", "log_format")):
+            if (raw := get(name)) is not None:
+                kwargs[attr] = raw.lower()
+        for name, attr in (
+            ("CORRAL_WORKER_TOKEN", "token"),
+            ("CORRAL_TLS_CA", "tls_ca"),
+            ("CORRAL_WORKER_TLS_CERT", "tls_cert"),
+            ("CORRAL_WORKER_TLS_KEY", "tls_key"),
+        ):
+            if (raw := get(name)) is not None:
+                kwargs[attr] = raw
         return cls(**kwargs)  # type: ignore[arg-type]
 
 

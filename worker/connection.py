@@ -21,6 +21,11 @@ running, their results are kept, and the connection retries with exponential bac
 under the same worker_id listing what still runs (``running``) and what finished unacknowledged
 (``finished``), then resends those results. Every result is kept until an Ack names its attempt.
 
+With a worker token the stream carries ``authorization: Bearer <token>``; with TLS settings the channel
+is TLS (mutual TLS with a client certificate). The files are read once, when the connection is made.
+A control plane that refuses the credentials (UNAUTHENTICATED) is retried like any broken stream, and
+the reason is logged each time.
+
 All writes go through one writer task (gRPC allows one write in flight); results wait in a list
 that the writer takes whole, so completions that arrive while a write is in flight share the next
 Results message.
@@ -42,7 +47,7 @@ from importlib import metadata
 
 import grpc
 
-from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_REGISTERED
+from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_HEARTBEAT, WORKER_REGISTERED
 from corral.v1 import workers_pb2 as pb
 from corral.v1 import workers_pb2_grpc as pb_grpc
 from runner.registry import JobType
@@ -50,7 +55,7 @@ from worker.attempt import Completion, JobSpec, Outcome
 from worker.config import WorkerConfig
 from worker.pool import RunnerPool
 
-__all__ = ["Connection", "reconnect_delay"]
+__all__ = ["Connection", "channel_credentials", "reconnect_delay"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +132,8 @@ class Connection:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
+        self._credentials = channel_credentials(config)
+        self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -221,8 +228,13 @@ class Connection:
             await asyncio.sleep(reconnect_delay(retry, self._config.reconnect_max_sec, self._rng))
 
     async def _session(self) -> None:
-        async with grpc.aio.insecure_channel(self._config.control_addr, options=_CHANNEL_OPTIONS) as channel:
-            call = pb_grpc.WorkerServiceStub(channel).Connect()
+        address = self._config.control_addr
+        if self._credentials is None:
+            channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        else:
+            channel = grpc.aio.secure_channel(address, self._credentials, options=_CHANNEL_OPTIONS)
+        async with channel:
+            call = pb_grpc.WorkerServiceStub(channel).Connect(metadata=self._metadata)
             self._call = call
             try:
                 await call.write(self._register_message())
@@ -370,10 +382,25 @@ class Connection:
             await asyncio.sleep(interval)
             running = [pb.AttemptRef(job_id=j, attempt=a) for j, a, _ in self._pool.attempts()]
             self._send(pb.WorkerMessage(heartbeat=pb.Heartbeat(running=running)))
+            logger.debug(WORKER_HEARTBEAT, extra={"worker_id": self._config.worker_id, "running": len(running)})
 
     def _send(self, message: pb.WorkerMessage) -> None:
         self._outbox.append(message)
         self._wake.set()
+
+
+def channel_credentials(config: WorkerConfig) -> grpc.ChannelCredentials | None:
+    """TLS credentials from the config's CA and client certificate files, or None for plaintext."""
+    if not config.tls:
+        return None
+
+    def read(path: str) -> bytes | None:
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    return grpc.ssl_channel_credentials(read(config.tls_ca), read(config.tls_key), read(config.tls_cert))
 
 
 class ProtocolError(Exception):

@@ -2,28 +2,72 @@
 
 A key is remembered (durably, in the store) with a digest of the request that first used it and
 the job it made, for ``ttl`` seconds. The same key with an equal request maps to that job; with a
-different request it is refused with AlreadyExists. Checking and reserving happen in one step on
-the event loop, so concurrent duplicates cannot both create a job.
+different request it is refused with AlreadyExists. After ``ttl`` the key is forgotten: using it
+again makes a new job.
+
+Concurrent duplicates: :meth:`IdempotencyKeys.resolve` and :meth:`IdempotencyKeys.reserve` run on
+the event loop with no ``await`` between them (see ``Scheduler.submit``), so of any number of
+concurrent submissions with one key exactly one makes the job; the others see its reservation and
+get that job. Inside one batch, a repeated key maps to the batch's first job with that key, and a
+batch that reuses a key for a different request is refused whole, before anything is reserved.
+
+Expiry: :class:`IdempotencySweeper` removes expired keys from memory and from the store every
+:func:`sweep_interval` seconds, at most :data:`SWEEP_BATCH` at a time (yielding to the event loop
+between batches), so a sweep never holds the store or the loop for long. Lookups ignore expired
+keys anyway, so the sweep only bounds memory and disk, never decides an answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import heapq
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
+from control.clock import Clock
 from control.store.base import IdempotencyEntry
 from corral.errors import AlreadyExists
 
+logger = logging.getLogger(__name__)
+
+SWEEP_BATCH = 1000
+"""Most keys one sweep step deletes (one short store transaction)."""
+SWEEP_INTERVAL_MAX_SEC = 60.0
+"""The sweep runs at least this often."""
+SWEEP_INTERVAL_MIN_SEC = 0.05
+
+
+def sweep_interval(ttl: float) -> float:
+    """Seconds between sweeps for keys that live ``ttl`` seconds: a quarter of the TTL, within
+    [SWEEP_INTERVAL_MIN_SEC, SWEEP_INTERVAL_MAX_SEC], so an expired key lingers at most that long."""
+    return min(SWEEP_INTERVAL_MAX_SEC, max(SWEEP_INTERVAL_MIN_SEC, ttl / 4))
+
+
+Earlier = str | int
+"""What :meth:`IdempotencyKeys.resolve` finds for a submission: the id of the job a previous request
+made (str), or the index of an earlier submission of the same call with the same key (int)."""
+
 
 class IdempotencyKeys:
-    """Live keys by name (loaded from the store at start-up)."""
+    """Live keys by name (loaded from the store at start-up), and their expiry order."""
 
     def __init__(self, ttl: float, entries: Iterable[IdempotencyEntry] = ()) -> None:
         self.ttl = ttl
         self._keys: dict[str, IdempotencyEntry] = {e.key: e for e in entries}
+        # (expires_at, key), a min-heap; an item whose key was reserved again since is skipped when popped.
+        self._expiry: list[tuple[float, str]] = [(e.expires_at, e.key) for e in self._keys.values()]
+        heapq.heapify(self._expiry)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
     def lookup(self, key: str, request_hash: str, now: float, field: str = "idempotency_key") -> str | None:
-        """The job id this key already made for an equal request, else None. Raises AlreadyExists when
-        the key was used with a different request."""
+        """The job id this key already made for an equal request, else None.
+
+        Raises:
+            AlreadyExists: the key is live and was used with a different request.
+        """
         entry = self._keys.get(key)
         if entry is None or entry.expires_at <= now:
             return None
@@ -34,18 +78,104 @@ class IdempotencyKeys:
             )
         return entry.job_id
 
+    def resolve(
+        self, keyed: Mapping[int, tuple[str, str]], now: float, field: str = "idempotency_key"
+    ) -> dict[int, Earlier]:
+        """For submissions ``{index: (key, request hash)}`` of one call: what each maps to, if anything.
+
+        ``field`` names the key in errors; a ``{}`` in it is replaced by the index (``jobs[{}].idempotency_key``).
+        Changes nothing, so a refused call leaves no reservation behind.
+
+        Raises:
+            AlreadyExists: a key is live for a different request, or repeats in the call with another request.
+        """
+        found: dict[int, Earlier] = {}
+        first: dict[str, int] = {}
+        for i, (key, digest) in keyed.items():
+            name = field.format(i)
+            j = first.get(key)
+            if j is not None:
+                if keyed[j][1] != digest:
+                    raise AlreadyExists(
+                        f"{name}: key {key!r} is used for a different request at {field.format(j)} in the same "
+                        "call; use a new key for a new job"
+                    )
+                found[i] = j
+                continue
+            job_id = self.lookup(key, digest, now, name)
+            if job_id is not None:
+                found[i] = job_id
+            first[key] = i
+        return found
+
     def reserve(self, key: str, request_hash: str, job_id: str, now: float) -> IdempotencyEntry:
-        """Remember the key for ``job_id``; returns the entry to persist."""
+        """Remember the key for ``job_id`` until ``now + ttl``; returns the entry to persist."""
         entry = IdempotencyEntry(key, request_hash, job_id, now + self.ttl)
         self._keys[key] = entry
+        heapq.heappush(self._expiry, (entry.expires_at, key))
         return entry
 
     def forget(self, key: str) -> None:
+        """Drop ``key`` from memory (its heap item is skipped when it comes up)."""
         self._keys.pop(key, None)
 
-    def expire(self, now: float) -> int:
-        """Drop expired keys from memory; returns how many."""
-        dead = [k for k, e in self._keys.items() if e.expires_at <= now]
-        for k in dead:
-            del self._keys[k]
-        return len(dead)
+    def expire(self, now: float, limit: int | None = None) -> int:
+        """Drop up to ``limit`` (default: all) keys that expired by ``now`` from memory; returns how many."""
+        dropped = 0
+        heap = self._expiry
+        while heap and heap[0][0] <= now and (limit is None or dropped < limit):
+            expires_at, key = heapq.heappop(heap)
+            entry = self._keys.get(key)
+            if entry is not None and entry.expires_at == expires_at:
+                del self._keys[key]
+                dropped += 1
+        return dropped
+
+
+class KeyStore(Protocol):
+    """The part of :class:`control.store.Store` the sweeper uses."""
+
+    async def delete_expired_idempotency(self, now: float, limit: int) -> int: ...
+
+
+class IdempotencySweeper:
+    """Deletes expired keys from memory and the store, in bounded batches (see the module docstring)."""
+
+    def __init__(
+        self,
+        keys: IdempotencyKeys,
+        store: KeyStore,
+        clock: Clock,
+        interval: float | None = None,
+        batch: int = SWEEP_BATCH,
+    ) -> None:
+        self.keys = keys
+        self.store = store
+        self.clock = clock
+        self.interval = sweep_interval(keys.ttl) if interval is None else interval
+        self.batch = batch
+        self.swept = 0
+        """Keys deleted from the store so far."""
+
+    async def sweep(self) -> int:
+        """Delete every key expired by now, ``batch`` at a time; returns how many rows the store dropped."""
+        total = 0
+        while True:
+            now = self.clock.now()
+            in_memory = self.keys.expire(now, self.batch)
+            in_store = await self.store.delete_expired_idempotency(now, self.batch)
+            total += in_store
+            if in_memory < self.batch and in_store < self.batch:
+                break
+            await asyncio.sleep(0)  # let submissions and results in between two batches
+        self.swept += total
+        return total
+
+    async def run(self) -> None:
+        """Sweep every ``interval`` seconds until cancelled."""
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # a failed sweep must not stop later ones; lookups stay correct meanwhile
+                logger.exception("idempotency_sweep_failed")
+            await asyncio.sleep(self.interval)

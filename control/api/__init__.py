@@ -3,7 +3,7 @@
 Modules: ``jobs`` (JobServicer), ``workers`` (WorkerServicer.Connect), ``admin`` (AdminServicer),
 ``health`` (liveness/readiness), ``convert`` (proto <-> domain), ``status`` (error -> status table),
 ``decode`` (request parsing that names the field a bad byte sequence sits in), ``interceptors``
-(request ids).
+(request ids, authentication), ``identity`` (who is calling).
 
 :func:`create_server` builds the server; it registers every RPC of the three corral.v1 services
 with request deserializers that turn undecodable bytes into an INVALID_ARGUMENT naming the field.
@@ -22,13 +22,24 @@ from grpc_reflection.v1alpha import reflection
 from control.api.admin import AdminServicer
 from control.api.decode import find_invalid_utf8
 from control.api.health import Health
-from control.api.interceptors import RequestIds
+from control.api.interceptors import Authenticate, RequestIds
 from control.api.jobs import JobServicer
 from control.api.status import Undecodable
 from control.api.workers import WorkerServicer
+from control.auth import Authenticator
+from control.tls import ServerTls
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
 
-__all__ = ["AdminServicer", "Health", "JobServicer", "WorkerServicer", "create_server", "service_handlers"]
+__all__ = [
+    "AdminServicer",
+    "Health",
+    "JobServicer",
+    "WorkerServicer",
+    "add_port",
+    "create_server",
+    "server_credentials",
+    "service_handlers",
+]
 
 MAX_MESSAGE_BYTES = 64 << 20
 
@@ -74,12 +85,41 @@ def service_handlers(service: ServiceDescriptor, servicer: object) -> grpc.Gener
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
+def server_credentials(tls: ServerTls, *, require_client_cert: bool = False) -> grpc.ServerCredentials:
+    """TLS credentials of a port; ``require_client_cert``: mutual TLS against ``tls.client_ca``."""
+    pairs = [(tls.private_key, tls.cert_chain)]
+    if require_client_cert:
+        return grpc.ssl_server_credentials(pairs, root_certificates=tls.client_ca, require_client_auth=True)
+    return grpc.ssl_server_credentials(pairs)
+
+
+def add_port(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Listen on ``address`` too (TLS with ``credentials``, else plaintext); returns the bound port."""
+    port: int = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return port
+
+
 def create_server(
-    address: str, jobs: JobServicer, workers: WorkerServicer, admin: AdminServicer, health: Health
+    address: str,
+    jobs: JobServicer,
+    workers: WorkerServicer,
+    admin: AdminServicer,
+    health: Health,
+    *,
+    auth: Authenticator | None = None,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """The gRPC server with every service, health and reflection; returns it and the bound port."""
+    """The gRPC server with every service, health and reflection; returns it and the bound port.
+
+    ``auth``: who may call what (no interceptor at all without it); ``credentials``: TLS on ``address``.
+    """
+    interceptors: list[grpc.aio.ServerInterceptor] = [RequestIds()]
+    if auth is not None:
+        interceptors.append(Authenticate(auth))  # inside RequestIds: a refusal carries the request id too
     server = grpc.aio.server(
-        interceptors=[RequestIds()],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -93,7 +133,4 @@ def create_server(
     health.add_to(server)
     names = [s.full_name for s in SERVICES] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot listen on {address}")
-    return server, port
+    return server, add_port(server, address, credentials)

@@ -6,6 +6,7 @@ import grpc
 
 from control.api import convert
 from control.api.status import grpc_errors
+from control.autoscale import Autoscaler
 from control.sessions import WorkerSessions
 from corral.errors import InvalidArgument
 from corral.v1 import admin_pb2
@@ -14,9 +15,12 @@ from corral.v1 import admin_pb2
 class AdminServicer:
     """corral.v1.AdminService."""
 
-    def __init__(self, sessions: WorkerSessions, drain_deadline_sec: float = 30.0) -> None:
+    def __init__(
+        self, sessions: WorkerSessions, drain_deadline_sec: float = 30.0, autoscaler: Autoscaler | None = None
+    ) -> None:
         self.sessions = sessions
         self.drain_deadline_sec = drain_deadline_sec
+        self.autoscaler = autoscaler
 
     @grpc_errors
     async def ListWorkers(
@@ -37,5 +41,7 @@ class AdminServicer:
     async def GetAutoscaler(
         self, request: admin_pb2.GetAutoscalerRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.AutoscalerStatus:
+        if self.autoscaler is not None:
+            return convert.autoscaler(self.autoscaler.status())
         connected = len(self.sessions.s.registry.connected())
         return admin_pb2.AutoscalerStatus(mode="off", current_workers=connected, desired_workers=connected)

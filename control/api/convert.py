@@ -10,6 +10,7 @@ from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
 from control.admission import Submission
+from control.autoscale import AutoscalerState
 from control.jobs import JobRecord
 from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
@@ -72,7 +73,7 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
         max_attempts=req.max_attempts if req.HasField("max_attempts") else None,
         scheduled_at=_time(req, "scheduled_at"),
         idempotency_key=req.idempotency_key or idempotency_key,
-        labels=dict(req.labels),
+        labels=dict(req.labels) if req.labels else {},  # iterating an empty proto map costs µs
     )
 
 
@@ -187,3 +188,36 @@ def add_attempt_refs(target: Any, keys: list[tuple[str, int]]) -> None:
 
 def attempt_refs(keys: list[tuple[str, int]]) -> list[workers_pb2.AttemptRef]:
     return [workers_pb2.AttemptRef(job_id=j, attempt=a) for j, a in keys]
+
+
+def autoscaler(st: AutoscalerState) -> admin_pb2.AutoscalerStatus:
+    """The autoscaler's state as GET /v1/autoscaler shows it."""
+    out = admin_pb2.AutoscalerStatus(
+        mode=st.mode,
+        current_workers=st.current,
+        desired_workers=st.desired,
+        min_workers=st.min_workers,
+        max_workers=st.max_workers,
+        last_error=st.last_error,
+        starting_workers=st.starting,
+        draining_workers=st.draining,
+        scale_ups=st.scale_ups,
+        scale_downs=st.scale_downs,
+        cooldown_remaining_sec=st.cooldown_remaining,
+    )
+    if st.last_decision is not None:
+        out.last_decision = st.last_decision.summary()
+        _set_time(out.last_decision_at, st.last_decision_at)
+    if st.last_error_at:
+        _set_time(out.last_error_at, st.last_error_at)
+    if st.last_action is not None:
+        out.last_action = st.last_action.action.value
+        out.last_action_step = st.last_action.step
+        out.last_action_reason = st.last_action.reason
+        _set_time(out.last_action_at, st.last_action_at)
+    if st.snapshot is not None:
+        out.ready_jobs = st.snapshot.ready_jobs
+        out.ready_threads = st.snapshot.ready_threads
+        out.oldest_ready_age_sec = st.snapshot.oldest_ready_age
+        out.free_threads = st.snapshot.free_threads
+    return out

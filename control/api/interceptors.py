@@ -7,6 +7,15 @@ Unary calls use the trailers because grpc.aio sends explicit initial metadata as
 own, which cost about 140 µs per call (a sixth of a SubmitJob) when measured; trailers travel with
 the status for free. The REST bridge applies the same rule to the ``X-Request-ID`` header
 (:func:`request_id`).
+
+:class:`Authenticate` (installed only when some role needs credentials): checks each call's bearer
+token for the role of its service (:mod:`control.auth`) before the servicer runs, so a refused call
+changes nothing. A refused call gets a handler of the same shape that aborts with UNAUTHENTICATED
+(through the error table, so the status carries the same rich details as every other error) without
+reading the request. An accepted call runs the servicer's own handler unchanged, with its principal in
+:data:`control.api.identity.PRINCIPAL`: grpc.aio runs each call's interceptors and handler in one task,
+so the context variable set here is the one the handler reads. Only WorkerService calls are wrapped,
+when workers need a certificate: the TLS session is visible from the servicer context alone.
 """
 
 from __future__ import annotations
@@ -17,6 +26,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
+
+from control.api.identity import PRINCIPAL
+from control.api.status import rich_status
+from control.auth import Authenticator, Role, role_of
+from corral import logs
+from corral.errors import Unauthenticated
 
 REQUEST_ID = "x-request-id"
 """The metadata key (and, capitalised, the HTTP header) that carries the request id."""
@@ -70,6 +85,7 @@ def _wrap(fn: Behavior, metadata: Metadata, streaming: bool) -> Behavior:
     if inspect.isasyncgenfunction(fn):
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            logs.current_request.set(metadata[0][1])
             await context.send_initial_metadata(metadata)
             async for item in fn(request, context):
                 yield item
@@ -77,6 +93,8 @@ def _wrap(fn: Behavior, metadata: Metadata, streaming: bool) -> Behavior:
         return stream
 
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        # Each call runs in a task of its own: the id tags the log lines of this call (and its jobs) only.
+        logs.current_request.set(metadata[0][1])
         if streaming:
             await context.send_initial_metadata(metadata)
         else:
@@ -116,3 +134,100 @@ class RequestIds(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+AUTHORIZATION = "authorization"
+"""The metadata key of the bearer token (the REST bridge passes the ``Authorization`` header on as it)."""
+
+
+def _metadata_value(metadata: Sequence[tuple[str, str | bytes]] | None, key: str) -> str | bytes | None:
+    for k, value in metadata or ():
+        if k == key:
+            return value
+    return None
+
+
+def _refusal(handler: grpc.RpcMethodHandler, err: Unauthenticated) -> grpc.RpcMethodHandler:
+    """A handler of ``handler``'s shape that aborts with ``err`` and never parses the request."""
+    code, message, trailers = rich_status(err)
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(code, message, trailing_metadata=trailers)
+
+    kind = (bool(handler.request_streaming), bool(handler.response_streaming))
+    return _MAKERS[kind](refuse, request_deserializer=None, response_serializer=handler.response_serializer)
+
+
+def _with_certificate(handler: grpc.RpcMethodHandler, principal: str) -> grpc.RpcMethodHandler:
+    """``handler`` that first requires a client certificate verified in this call's TLS session."""
+    kind = (bool(handler.request_streaming), bool(handler.response_streaming))
+    fn = getattr(handler, _ATTRS[kind])
+    code, message, trailers = rich_status(
+        Unauthenticated(
+            "a worker must present a client certificate signed by CORRAL_TLS_CLIENT_CA: connect to the worker"
+            " port (CORRAL_WORKER_PORT) with --tls-cert and --tls-key"
+        )
+    )
+
+    async def verify(context: grpc.aio.ServicerContext) -> None:
+        # None unless the handshake verified a certificate, which only the worker port asks for.
+        identities = context.peer_identities()
+        if not identities:
+            await context.abort(code, message, trailing_metadata=trailers)
+            return
+        PRINCIPAL.set(f"{principal}:{identities[0].decode('utf-8', 'replace')}")
+
+    if inspect.isasyncgenfunction(fn):
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await verify(context)
+            async for item in fn(request, context):
+                yield item
+
+        behavior: Behavior = stream
+    else:
+
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await verify(context)
+            result = fn(request, context)
+            return await result if inspect.isawaitable(result) else result
+
+        behavior = call
+    return _MAKERS[kind](
+        behavior, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+    )
+
+
+class Authenticate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses calls without the credentials their service's role needs (see the module docstring)."""
+
+    def __init__(self, auth: Authenticator) -> None:
+        self._auth = auth
+        self._roles: dict[str, Role] = {}
+
+    def _role(self, method: str) -> Role:
+        role = self._roles.get(method)
+        if role is None:
+            role = role_of(method[1 : method.rfind("/")])
+            if len(self._roles) < 1024:  # the methods served; unknown names from callers are not kept
+                self._roles[method] = role
+        return role
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        role = self._role(handler_call_details.method)
+        handler = await continuation(handler_call_details)
+        if handler is None or role is Role.OPEN:
+            return handler
+        authorization = _metadata_value(handler_call_details.invocation_metadata, AUTHORIZATION)
+        try:
+            principal = self._auth.authenticate(role, authorization)
+        except Unauthenticated as err:
+            return _refusal(handler, err)
+        if role is Role.WORKER and self._auth.worker_cert:
+            return _with_certificate(handler, principal or "worker")
+        PRINCIPAL.set(principal)
+        return handler

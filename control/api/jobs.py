@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from control.api import convert
+from control.api.identity import client_identity
 from control.api.status import grpc_errors
 from control.jobs import JobState
 from control.registry import WorkerState
@@ -36,7 +37,7 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobResponse:
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
-        (job,) = await self.s.submit([sub])
+        (job,) = await self.s.submit([sub], client=self._client(context))
         return jobs_pb2.SubmitJobResponse(job=convert.job(job))
 
     @grpc_errors
@@ -49,8 +50,12 @@ class JobServicer:
                 subs.append(convert.submission(r))
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
-        jobs = await self.s.submit(subs, batch=True)
+        jobs = await self.s.submit(subs, batch=True, client=self._client(context))
         return jobs_pb2.SubmitJobsResponse(jobs=[convert.job(j) for j in jobs])
+
+    def _client(self, context: grpc.aio.ServicerContext) -> str:
+        """Who submits, when a per-client rate limit needs to know (else not worked out)."""
+        return client_identity(context) if self.s.submit_limits.per_client else ""
 
     @grpc_errors
     async def GetJob(self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
@@ -105,6 +110,12 @@ class JobServicer:
             success_rate=counts[JobState.SUCCEEDED] / done if done else 0.0,
             uptime_seconds=time.time() - self.s.started_at,
             dead_letter=counts[JobState.FAILED],
+            exec_rate_limits=[
+                jobs_pb2.ExecRateLimit(
+                    limit=g.rule.target, per_second=g.rule.per_second, burst=g.rule.burst, waiting=g.waiting
+                )
+                for g in (self.s.exec_limits.gates if self.s.exec_limits is not None else ())
+            ],
         )
 
 

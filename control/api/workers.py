@@ -16,6 +16,7 @@ from control.api import convert
 from control.api.status import rich_status
 from control.registry import Assignment, AttemptKey
 from control.sessions import WorkerSessions
+from corral import logs
 from corral.errors import CorralError, InvalidArgument
 from corral.v1 import workers_pb2
 
@@ -124,6 +125,7 @@ class WorkerServicer:
                     sessions.results(worker_id, convert.reports(msg.results), link)
                 elif kind == "heartbeat":
                     sessions.heard_from(worker_id)
+                    logger.debug(logs.WORKER_HEARTBEAT, extra={"worker_id": worker_id})
                 elif kind == "draining":
                     sessions.draining(worker_id)
         except (asyncio.CancelledError, grpc.aio.AioRpcError):

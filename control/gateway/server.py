@@ -12,12 +12,19 @@
 
 Headers: ``X-Idempotency-Key`` becomes the ``idempotency-key`` metadata, ``Authorization`` is passed
 on, and ``X-Request-ID`` is taken or made and returned on every response.
+
+Auth: with client tokens configured, every bridge request (any path but the three above, which probes
+and Prometheus reach without credentials) needs ``Authorization: Bearer <client token>``; without one
+it is a 401 with a ``google.rpc.Status`` body and ``WWW-Authenticate: Bearer``, before anything is
+parsed or called. The caller's principal is set in :data:`control.api.identity.PRINCIPAL` for the
+services to see. With an ``ssl_context`` the port speaks HTTPS only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -27,13 +34,16 @@ from google.protobuf import message_factory
 from google.protobuf.message import Message
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from control.api.identity import PEER, PRINCIPAL
 from control.api.interceptors import REQUEST_ID, request_id
+from control.auth import Authenticator, Role
 from control.gateway import protojson
 from control.gateway.invoke import Invoker, Metadata
 from control.gateway.rules import Route, Router
 from control.gateway.status import RpcFailure
 from control.metrics import Metrics
-from corral.errors import InvalidArgument
+from corral import logs
+from corral.errors import InvalidArgument, Unauthenticated
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +69,9 @@ class Gateway:
         metrics: Metrics,
         max_body_bytes: int,
         shutdown_grace_sec: float = 5.0,
+        *,
+        auth: Authenticator | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -69,6 +82,10 @@ class Gateway:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.shutdown_grace_sec = shutdown_grace_sec
+        self.auth = auth if auth is not None and auth.client_auth else None
+        """Checks client tokens on the bridge; None when client calls need none."""
+        self.ssl_context = ssl_context
+        """HTTPS when set."""
         self._runner: web.AppRunner | None = None
         self._request_types: dict[str, type[Message]] = {}
 
@@ -85,7 +102,7 @@ class Gateway:
             app, access_log=None, handler_cancellation=True, shutdown_timeout=self.shutdown_grace_sec
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
+        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context)
         try:
             await site.start()
         except OSError as exc:
@@ -132,6 +149,14 @@ class Gateway:
 
     # ---- the REST bridge ------------------------------------------------------------------------
     async def _bridge(self, request: web.Request) -> web.StreamResponse:
+        PEER.set(_peer(request))  # who calls, for per-client rate limits (gRPC reads its own peer)
+        logs.current_request.set(_request_id(request))  # log lines of this request (and the jobs it makes)
+        if self.auth is not None:
+            try:
+                # Every bridged route is a client API route (the worker stream has no HTTP binding).
+                PRINCIPAL.set(self.auth.authenticate(Role.CLIENT, request.headers.get("Authorization")))
+            except Unauthenticated as err:
+                return _unauthorized(err, "Authorization" in request.headers)
         try:
             match = self.router.match(request.method, request.rel_url.raw_path)
         except UnicodeDecodeError:
@@ -234,6 +259,12 @@ def _nest(params: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def _peer(request: web.Request) -> str:
+    """The caller's address as gRPC names a peer (``ipv4:127.0.0.1``, ``ipv6:[::1]``), port left out."""
+    host = request.remote or "unknown"
+    return f"ipv6:[{host}]" if ":" in host else f"ipv4:{host}"
+
+
 def _request_id(request: web.Request) -> str:
     rid = request.get(RID)
     if rid is None:
@@ -261,6 +292,14 @@ def _metadata(request: web.Request) -> Metadata:
 
 def _json(status: int, value: Any) -> web.Response:
     return web.Response(status=status, body=protojson.dumps(value), content_type=JSON)
+
+
+def _unauthorized(err: Unauthenticated, had_credentials: bool) -> web.Response:
+    """401 with the Status JSON and the RFC 6750 challenge (``invalid_token`` when a token was refused)."""
+    resp = _failure(RpcFailure.from_error(err))
+    challenge = 'Bearer realm="corral"'
+    resp.headers["WWW-Authenticate"] = challenge + (', error="invalid_token"' if had_credentials else "")
+    return resp
 
 
 def _failure(failure: RpcFailure) -> web.Response:

@@ -42,6 +42,8 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     expires_at   REAL NOT NULL
 );
 
+CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
+
 CREATE TABLE IF NOT EXISTS job_types (
     name        TEXT PRIMARY KEY,
     schema      TEXT NOT NULL,                 -- JSON Schema of the payload

@@ -42,6 +42,12 @@ _UPDATE = (
     "error_message=?, updated_at=? WHERE id=? AND attempts<=?"
 )
 
+# Bounded, earliest first (by the expires_at index): one sweep step is one short transaction.
+_IDEM_EXPIRE = (
+    "DELETE FROM idempotency_keys WHERE rowid IN "
+    "(SELECT rowid FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)"
+)
+
 _Op = tuple[str, list[tuple[Any, ...]]]
 
 CHECKPOINT_SEC = 1.0
@@ -149,8 +155,28 @@ class SQLiteStore:
     def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None:
         self._pending.append(("idem_put", [(e.key, e.request_hash, e.job_id, e.expires_at) for e in entries]))
 
-    def delete_expired_idempotency(self, now: float) -> None:
-        self._pending.append(("idem_expire", [(now,)]))
+    async def delete_expired_idempotency(self, now: float, limit: int) -> int:
+        """Delete at most ``limit`` keys expired by ``now``, in a transaction of its own after the
+        queued writes (on the sync thread with CORRAL_DB_SYNC=full, which keeps the order)."""
+        ops, self._pending = self._pending, []
+
+        def run() -> int:
+            if ops:
+                self._write(ops)
+            return self._expire_keys(now, limit)
+
+        if self._syncer is None:
+            return run()
+        return await asyncio.get_running_loop().run_in_executor(self._syncer, run)
+
+    def _expire_keys(self, now: float, limit: int) -> int:
+        if self._error is not None:
+            return 0
+        try:
+            return int(self._wconn.execute(_IDEM_EXPIRE, (now, limit)).rowcount)
+        except sqlite3.Error:  # not fatal: the keys are deleted by a later sweep
+            logger.exception("idempotency_sweep_failed")
+            return 0
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
         self._pending.append(("type_put", [(entry.name, entry.schema_json, entry.description, now)]))
@@ -189,7 +215,6 @@ class SQLiteStore:
         "jobs_insert": _INSERT,
         "jobs_update": _UPDATE,
         "idem_put": "INSERT OR REPLACE INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (?,?,?,?)",
-        "idem_expire": "DELETE FROM idempotency_keys WHERE expires_at <= ?",
         "type_put": "INSERT OR REPLACE INTO job_types (name, schema, description, updated_at) VALUES (?,?,?,?)",
     }
 

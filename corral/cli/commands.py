@@ -139,7 +139,7 @@ def drain(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.control, timeout=args.rpc_timeout)
+    return Client(args.control, timeout=args.rpc_timeout, token=args.token, tls_ca=args.tls_ca)
 
 
 def _show(job: Job, as_json: bool) -> None:

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from corral.cli import config_check
 from corral.cli.exitcode import ExitCode, fail
 from corral.cli.parser import PASSTHROUGH, build_parser
 from corral.errors import CorralError, InvalidArgument, Unavailable
@@ -17,11 +18,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``corral`` with ``argv`` (default ``sys.argv[1:]``) and return its exit status.
 
     ``corral control ...`` and ``corral worker ...`` replace this process with ``python -m control ...`` /
-    ``python -m worker ...`` and do not return.
+    ``python -m worker ...`` and do not return; so does ``corral config`` (``python -m control --check-config``).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in PASSTHROUGH:
         os.execv(sys.executable, [sys.executable, "-m", PASSTHROUGH[args[0]], *args[1:]])
+    if args and args[0] == "config":
+        return config_check.main(args[1:])
     parser = build_parser()
     parsed = parser.parse_args(args)
     try:

@@ -12,11 +12,16 @@ from pathlib import Path
 
 from corral.cli import commands, demo, up, values
 from corral.client import DEFAULT_ADDRESS
+from corral.logs import FORMATS, LEVELS
 
-__all__ = ["CONTROL_ADDR_ENV", "PASSTHROUGH", "build_parser"]
+__all__ = ["CONTROL_ADDR_ENV", "PASSTHROUGH", "TLS_CA_ENV", "TOKEN_ENV", "build_parser"]
 
 CONTROL_ADDR_ENV = "CORRAL_CONTROL_ADDR"
 """Environment variable with the default ``--control`` address."""
+TOKEN_ENV = "CORRAL_TOKEN"
+"""Environment variable with the default ``--token`` (the variable keeps the token out of ``ps``)."""
+TLS_CA_ENV = "CORRAL_TLS_CA"
+"""Environment variable with the default ``--tls-ca``."""
 
 PASSTHROUGH = {"control": "control", "worker": "worker"}
 """Sub-commands that exec ``python -m MODULE`` with the rest of the command line."""
@@ -41,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in PASSTHROUGH.items():
         p = sub.add_parser(name, help=f"run `python -m {module}` with the given arguments", add_help=False)
         p.add_argument("args", nargs=argparse.REMAINDER)
+    p = sub.add_parser(
+        "config",
+        help="check the configuration: every setting, its variable, value and source (--worker: a worker's)",
+        add_help=False,  # `corral config` runs corral.cli.config_check.main, which has its own --help
+    )
+    p.add_argument("args", nargs=argparse.REMAINDER)
     _add_client_commands(sub, _client_parent())
     return parser
 
@@ -59,6 +70,18 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--db", default="corral.db", help="SQLite database file (default %(default)s)")
     p.add_argument("--log-dir", type=Path, help="write the children's logs here instead of to this terminal")
     p.add_argument("--ready-timeout", type=float, default=30.0, help="seconds to wait for start-up (default 30)")
+    p.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"turn client auth on with this client token, which `corral up` uses too (default ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--worker-token",
+        default=None,
+        help="the token of the local workers (default $CORRAL_WORKER_TOKEN; with --token and none, a random one)",
+    )
+    p.add_argument("--log-level", choices=LEVELS, help="the children's log level (CORRAL_LOG_LEVEL, default info)")
+    p.add_argument("--log-format", choices=FORMATS, help="the children's log lines (CORRAL_LOG_FORMAT, default json)")
     p.set_defaults(handler=up.up)
 
 
@@ -83,6 +106,19 @@ def _client_parent() -> argparse.ArgumentParser:
         default=os.environ.get(CONTROL_ADDR_ENV) or DEFAULT_ADDRESS,
         metavar="HOST:PORT",
         help=f"control plane gRPC address (default ${CONTROL_ADDR_ENV} or {DEFAULT_ADDRESS})",
+    )
+    parent.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        metavar="TOKEN",
+        help=f"client token, sent as 'authorization: Bearer TOKEN' (default ${TOKEN_ENV})",
+    )
+    parent.add_argument(
+        "--tls-ca",
+        type=values.readable_file,
+        default=os.environ.get(TLS_CA_ENV) or None,
+        metavar="FILE",
+        help=f"speak TLS, verifying the control plane against this CA (default ${TLS_CA_ENV})",
     )
     parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parent.add_argument(

@@ -10,6 +10,11 @@ that exited 0 (drained) is not; a control plane that died raises :class:`Control
 workers cannot do anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they
 drain), then to the control plane, each with a deadline after which it sends SIGKILL.
 
+Auth: with :attr:`ClusterConfig.token` the control plane accepts that client token (added to
+``CORRAL_AUTH_TOKENS``) and the supervisor's own calls use it; the workers get the worker token
+(:attr:`ClusterConfig.worker_token`, else ``$CORRAL_WORKER_TOKEN``, else a random one made for this run),
+as ``CORRAL_WORKER_TOKEN``, and so does the control plane. Without a token nothing changes.
+
 Limitation: the children are in their own process groups, so a supervisor killed with SIGKILL leaves them
 running (nothing can run its cleanup); SIGINT and SIGTERM always stop them.
 """
@@ -17,6 +22,7 @@ running (nothing can run its cleanup); SIGINT and SIGTERM always stop them.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -83,6 +89,10 @@ class ClusterConfig:
     control_module: str = "control"
     """The module run as ``python -m`` for the control plane (tests substitute a fake)."""
     worker_module: str = "worker"
+    token: str = field(default="", repr=False)
+    """A client token: turns client auth on; the supervisor's own calls use it."""
+    worker_token: str = field(default="", repr=False)
+    """The local workers' token (with a client token and none given: $CORRAL_WORKER_TOKEN or a random one)."""
 
     def __post_init__(self) -> None:
         for name in ("grpc_port", "http_port"):
@@ -120,6 +130,7 @@ class Supervisor:
         self._stopped = False
         self.grpc_port = 0
         self.http_port = config.http_port or _free_port(config.host)
+        self._auth_env = _auth_env(config)
         self.control = ChildProcess("control plane", self._control_argv(), self._env(), self._log("control"))
         self.workers: list[_WorkerSlot] = []
 
@@ -160,7 +171,7 @@ class Supervisor:
         """Wait until ``count`` (default: all) workers registered with the control plane; False on timeout."""
         want = self.config.workers if count is None else count
         deadline = time.monotonic() + (self.config.ready_timeout_sec if timeout is None else timeout)
-        with Client(self.grpc_address, timeout=2) as client:
+        with Client(self.grpc_address, timeout=2, token=self.config.token or None) as client:
             while not self._stop_requested.is_set():
                 self.check()
                 try:
@@ -298,7 +309,7 @@ class Supervisor:
         return self.config.log_dir / f"{name}.log"
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.env}
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self._auth_env, **self.config.env}
 
     def _control_argv(self) -> list[str]:
         c = self.config
@@ -322,6 +333,21 @@ class Supervisor:
         c = self.config
         control = ["--control", self.grpc_address]
         return [sys.executable, "-m", c.worker_module, *control, "--threads", str(c.threads), *c.worker_args]
+
+
+def _auth_env(config: ClusterConfig) -> dict[str, str]:
+    """CORRAL_AUTH_TOKENS with the client token added, and CORRAL_WORKER_TOKEN for control and workers."""
+    env: dict[str, str] = {}
+    worker_token = config.worker_token
+    if config.token:
+        tokens = [t.strip() for t in os.environ.get("CORRAL_AUTH_TOKENS", "").split(",") if t.strip()]
+        if not any(t.rpartition(":")[2] == config.token for t in tokens):
+            tokens.append(config.token)
+        env["CORRAL_AUTH_TOKENS"] = ",".join(tokens)
+        worker_token = worker_token or os.environ.get("CORRAL_WORKER_TOKEN") or secrets.token_urlsafe(32)
+    if worker_token:
+        env["CORRAL_WORKER_TOKEN"] = worker_token
+    return env
 
 
 def _serving(channel: grpc.Channel) -> bool:

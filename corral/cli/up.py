@@ -39,6 +39,9 @@ def up(args: argparse.Namespace) -> int:
             threads=args.threads,
             log_dir=args.log_dir,
             ready_timeout_sec=args.ready_timeout,
+            env=_log_env(args),
+            token=args.token or "",
+            worker_token=args.worker_token or "",
         )
     except SupervisorError as exc:
         return fail(str(exc), ExitCode.USAGE)
@@ -68,6 +71,12 @@ def up(args: argparse.Namespace) -> int:
     return code
 
 
+def _log_env(args: argparse.Namespace) -> dict[str, str]:
+    """``--log-level`` / ``--log-format`` as the variables every child reads."""
+    flags = (("CORRAL_LOG_LEVEL", args.log_level), ("CORRAL_LOG_FORMAT", args.log_format))
+    return {name: value for name, value in flags if value}
+
+
 @contextmanager
 def stop_signals(handler: Callable[[], None]) -> Iterator[None]:
     """Route SIGINT and SIGTERM to ``handler`` inside the block, and restore the previous handlers after it."""
@@ -92,15 +101,15 @@ def _where(supervisor: Supervisor) -> Table:
     table.add_row("HTTP", supervisor.http_address)
     table.add_row("database", str(Path(config.db).resolve()))
     table.add_row("control", f"pid {supervisor.control.pid}")
-    ids = _worker_ids(supervisor.grpc_address)
+    ids = _worker_ids(supervisor.grpc_address, config.token)
     workers = ", ".join(f"pid {pid}" + (f" ({ids[pid]})" if pid in ids else "") for pid in supervisor.worker_pids())
     table.add_row("workers", f"{config.workers} x {config.threads} threads: {workers or '-'}")
     return table
 
 
-def _worker_ids(address: str) -> dict[int, str]:
+def _worker_ids(address: str, token: str) -> dict[int, str]:
     try:
-        with Client(address, timeout=2) as client:
+        with Client(address, timeout=2, token=token or None) as client:
             return {w.pid: w.id for w in client.workers() if w.pid}
     except CorralError:
         return {}

@@ -15,10 +15,20 @@ from typing import Any
 
 from corral.job import JobState
 
-__all__ = ["address", "job_state", "label", "payload", "port", "positive_int", "when"]
+__all__ = ["address", "job_state", "label", "payload", "port", "positive_int", "readable_file", "when"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RELATIVE_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+
+
+def readable_file(text: str) -> str:
+    """A path to a file this process can read (a CA certificate, a key)."""
+    try:
+        with open(text, "rb"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {exc.strerror or exc}") from None
+    return text
 
 
 def payload(text: str) -> dict[str, Any]:

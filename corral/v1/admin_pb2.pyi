@@ -210,16 +210,59 @@ class AutoscalerStatus(_message.Message):
     LAST_DECISION_FIELD_NUMBER: _builtins.int
     LAST_DECISION_AT_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_AT_FIELD_NUMBER: _builtins.int
+    LAST_ACTION_FIELD_NUMBER: _builtins.int
+    LAST_ACTION_STEP_FIELD_NUMBER: _builtins.int
+    LAST_ACTION_REASON_FIELD_NUMBER: _builtins.int
+    LAST_ACTION_AT_FIELD_NUMBER: _builtins.int
+    READY_JOBS_FIELD_NUMBER: _builtins.int
+    READY_THREADS_FIELD_NUMBER: _builtins.int
+    OLDEST_READY_AGE_SEC_FIELD_NUMBER: _builtins.int
+    FREE_THREADS_FIELD_NUMBER: _builtins.int
+    STARTING_WORKERS_FIELD_NUMBER: _builtins.int
+    DRAINING_WORKERS_FIELD_NUMBER: _builtins.int
+    SCALE_UPS_FIELD_NUMBER: _builtins.int
+    SCALE_DOWNS_FIELD_NUMBER: _builtins.int
+    COOLDOWN_REMAINING_SEC_FIELD_NUMBER: _builtins.int
     mode: _builtins.str
     """off | recommend | docker"""
     current_workers: _builtins.int
+    """The workers MIN/MAX apply to: worker containers, running or starting (docker); connected
+    workers that take work (recommend, off).
+    """
     desired_workers: _builtins.int
+    """What the last evaluation wants (current when it wants no change)."""
     min_workers: _builtins.int
     max_workers: _builtins.int
     last_decision: _builtins.str
+    """The last evaluation, e.g. "up +2 (backlog: 6 ready jobs asking 6 threads, ...)"."""
     last_error: _builtins.str
+    """Empty while the autoscaler works; else what is wrong (Docker unreachable, image missing, ...)."""
+    last_action: _builtins.str
+    """The last action taken (docker) or recommended (recommend): "up" or "down", its step and reason."""
+    last_action_step: _builtins.int
+    last_action_reason: _builtins.str
+    ready_jobs: _builtins.int
+    """What the last evaluation saw: ready jobs, the threads they ask for, the oldest one's wait, and
+    the free threads of the workers that take work.
+    """
+    ready_threads: _builtins.int
+    oldest_ready_age_sec: _builtins.float
+    free_threads: _builtins.int
+    starting_workers: _builtins.int
+    """Worker containers started but not registered yet, and being drained for removal (docker)."""
+    draining_workers: _builtins.int
+    scale_ups: _builtins.int
+    """Actions taken (or recommended) since this control plane started."""
+    scale_downs: _builtins.int
+    cooldown_remaining_sec: _builtins.float
+    """Seconds until the cooldown after the last action ends."""
     @_builtins.property
     def last_decision_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_error_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_action_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -231,10 +274,24 @@ class AutoscalerStatus(_message.Message):
         last_decision: _builtins.str = ...,
         last_decision_at: _timestamp_pb2.Timestamp | None = ...,
         last_error: _builtins.str = ...,
+        last_error_at: _timestamp_pb2.Timestamp | None = ...,
+        last_action: _builtins.str = ...,
+        last_action_step: _builtins.int = ...,
+        last_action_reason: _builtins.str = ...,
+        last_action_at: _timestamp_pb2.Timestamp | None = ...,
+        ready_jobs: _builtins.int = ...,
+        ready_threads: _builtins.int = ...,
+        oldest_ready_age_sec: _builtins.float = ...,
+        free_threads: _builtins.int = ...,
+        starting_workers: _builtins.int = ...,
+        draining_workers: _builtins.int = ...,
+        scale_ups: _builtins.int = ...,
+        scale_downs: _builtins.int = ...,
+        cooldown_remaining_sec: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_decision_at", b"last_decision_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_action_at", b"last_action_at", "last_decision_at", b"last_decision_at", "last_error_at", b"last_error_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_workers", b"current_workers", "desired_workers", b"desired_workers", "last_decision", b"last_decision", "last_decision_at", b"last_decision_at", "last_error", b"last_error", "max_workers", b"max_workers", "min_workers", b"min_workers", "mode", b"mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cooldown_remaining_sec", b"cooldown_remaining_sec", "current_workers", b"current_workers", "desired_workers", b"desired_workers", "draining_workers", b"draining_workers", "free_threads", b"free_threads", "last_action", b"last_action", "last_action_at", b"last_action_at", "last_action_reason", b"last_action_reason", "last_action_step", b"last_action_step", "last_decision", b"last_decision", "last_decision_at", b"last_decision_at", "last_error", b"last_error", "last_error_at", b"last_error_at", "max_workers", b"max_workers", "min_workers", b"min_workers", "mode", b"mode", "oldest_ready_age_sec", b"oldest_ready_age_sec", "ready_jobs", b"ready_jobs", "ready_threads", b"ready_threads", "scale_downs", b"scale_downs", "scale_ups", b"scale_ups", "starting_workers", b"starting_workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -583,6 +583,7 @@ class Stats(_message.Message):
     SUCCESS_RATE_FIELD_NUMBER: _builtins.int
     UPTIME_SECONDS_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_FIELD_NUMBER: _builtins.int
+    EXEC_RATE_LIMITS_FIELD_NUMBER: _builtins.int
     queue_depth: _builtins.int
     """Jobs ready to run (PENDING)."""
     scheduled: _builtins.int
@@ -599,6 +600,10 @@ class Stats(_message.Message):
     def workers_by_state(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     @_builtins.property
     def jobs_by_status(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def exec_rate_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecRateLimit]:
+        """The execution rate limits (CORRAL_EXEC_RATE_LIMITS) and the jobs each holds back now."""
+
     def __init__(
         self,
         *,
@@ -611,11 +616,46 @@ class Stats(_message.Message):
         success_rate: _builtins.float = ...,
         uptime_seconds: _builtins.float = ...,
         dead_letter: _builtins.int = ...,
+        exec_rate_limits: _abc.Iterable[Global___ExecRateLimit] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "jobs_by_status", b"jobs_by_status", "queue_depth", b"queue_depth", "running", b"running", "scheduled", b"scheduled", "success_rate", b"success_rate", "uptime_seconds", b"uptime_seconds", "workers", b"workers", "workers_by_state", b"workers_by_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "exec_rate_limits", b"exec_rate_limits", "jobs_by_status", b"jobs_by_status", "queue_depth", b"queue_depth", "running", b"running", "scheduled", b"scheduled", "success_rate", b"success_rate", "uptime_seconds", b"uptime_seconds", "workers", b"workers", "workers_by_state", b"workers_by_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Stats: _TypeAlias = Stats  # noqa: Y015
+
+@_typing.final
+class ExecRateLimit(_message.Message):
+    """One execution rate limit: how fast jobs of a type, or of a rate_key label, may start."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    PER_SECOND_FIELD_NUMBER: _builtins.int
+    BURST_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    limit: _builtins.str
+    """What it limits: "type:NAME" (a job type) or "key:NAME" (jobs labelled rate_key=NAME)."""
+    per_second: _builtins.float
+    """Starts allowed per second."""
+    burst: _builtins.int
+    """Starts allowed at once after a quiet spell."""
+    waiting: _builtins.int
+    """Jobs waiting in the queue for this limit now (PENDING, no attempt spent)."""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.str = ...,
+        per_second: _builtins.float = ...,
+        burst: _builtins.int = ...,
+        waiting: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["burst", b"burst", "limit", b"limit", "per_second", b"per_second", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecRateLimit: _TypeAlias = ExecRateLimit  # noqa: Y015

@@ -1,0 +1,226 @@
+"""Who may call what: bearer tokens for clients, a separate token (and optionally a certificate) for workers.
+
+Roles, by service (:func:`role_of`)::
+
+    grpc.health.v1.Health      OPEN    liveness/readiness probes answer without credentials
+    corral.v1.WorkerService    WORKER  the worker token (CORRAL_WORKER_TOKEN); with CORRAL_TLS_CLIENT_CA
+                                       also a client certificate verified by that CA (mutual TLS)
+    anything else              CLIENT  a client token (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE):
+                                       JobService, AdminService, server reflection, and any service
+                                       added later (deny by default)
+
+A client token never passes as the worker token and the worker token never passes as a client token.
+A role whose credentials are not configured is open: no client tokens, no client auth (the default).
+
+Tokens are compared in constant time: each configured token is stored under a keyed BLAKE2b MAC of
+itself (the key is random per process), and a presented token is looked up by its MAC. The lookup is
+one hash and one dict probe whatever the number of tokens, and since nobody outside knows the key, the
+timing of the probe says nothing about any token (the same argument as ``hmac.compare_digest``, which
+compares the worker token's MAC).
+
+This module imports nothing from grpc; the gRPC interceptor (``control.api.interceptors``) and the
+REST bridge (``control.gateway.server``) apply it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from corral.errors import Unauthenticated
+
+if TYPE_CHECKING:
+    from control.config import ControlConfig
+
+__all__ = [
+    "MIN_TOKEN_CHARS",
+    "WORKER_PRINCIPAL",
+    "Authenticator",
+    "Role",
+    "TokenError",
+    "bearer_token",
+    "parse_tokens",
+    "read_token_file",
+    "role_of",
+    "token_problem",
+]
+
+MIN_TOKEN_CHARS = 16
+"""Shortest token accepted: a guessable token is no protection."""
+WORKER_PRINCIPAL = "worker"
+"""The principal of a worker authenticated by the worker token alone (``worker:<CN>`` with a certificate)."""
+
+_TOKEN = re.compile(r"[!-~]+")
+"""Printable ASCII without spaces (what fits an HTTP header and gRPC metadata unchanged)."""
+_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+_BEARER = "bearer "
+
+
+class Role(enum.Enum):
+    """What a call needs."""
+
+    OPEN = "open"
+    CLIENT = "client"
+    WORKER = "worker"
+
+
+OPEN_SERVICES = frozenset({"grpc.health.v1.Health"})
+"""Services every caller may use: Kubernetes probes carry no credentials."""
+WORKER_SERVICES = frozenset({"corral.v1.WorkerService"})
+"""Services only workers use."""
+
+
+def role_of(service: str) -> Role:
+    """The role a call to ``service`` (full name, ``corral.v1.JobService``) needs; deny by default."""
+    if service in OPEN_SERVICES:
+        return Role.OPEN
+    if service in WORKER_SERVICES:
+        return Role.WORKER
+    return Role.CLIENT
+
+
+class TokenError(ValueError):
+    """Raised when a configured token or token-file line breaks a rule; the message says which and why."""
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be a token (printable ASCII without spaces, ',' or ':', >= 16 characters), or None."""
+    if not _TOKEN.fullmatch(token) or "," in token or ":" in token:
+        return "a token must be printable ASCII without spaces, ',' or ':'"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"a token must be at least {MIN_TOKEN_CHARS} characters, got {len(token)}"
+    return None
+
+
+def parse_tokens(entries: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``(where, "token" | "name:token")`` entries -> {token: principal}.
+
+    ``where`` says where the entry came from (``"entry 2"``, ``"line 7"``) for the error message. A token
+    without a name gets the principal ``token-<first 12 hex of its SHA-256>``: stable, and not the secret.
+
+    Raises:
+        TokenError: a name or token breaks its rule, or a token repeats.
+    """
+    tokens: dict[str, str] = {}
+    for where, entry in entries:
+        name, sep, token = entry.partition(":")
+        if not sep:
+            name, token = "", entry
+        elif not _NAME.fullmatch(name):
+            raise TokenError(f"{where}: the name before ':' must match [A-Za-z0-9._@-]{{1,64}}")
+        problem = token_problem(token)
+        if problem is not None:
+            raise TokenError(f"{where}: {problem}")
+        if token in tokens:
+            raise TokenError(f"{where}: the token repeats an earlier one")
+        tokens[token] = name or f"token-{hashlib.sha256(token.encode()).hexdigest()[:12]}"
+    return tokens
+
+
+def read_token_file(path: str) -> list[tuple[str, str]]:
+    """The entries of a token file: one ``token`` or ``name:token`` a line; blank lines and ``#`` comments skipped.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return [(f"line {n}", s) for n, line in enumerate(lines, 1) if (s := line.strip()) and not s.startswith("#")]
+
+
+def bearer_token(authorization: str | bytes | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value (scheme case-insensitive), else None."""
+    if authorization is None:
+        return None
+    if isinstance(authorization, bytes):
+        authorization = authorization.decode("latin-1")
+    if authorization[:7].lower() != _BEARER:
+        return None
+    return authorization[7:].strip() or None
+
+
+@dataclass(frozen=True, slots=True)
+class _Keyed:
+    key: bytes
+
+    def mac(self, token: str) -> bytes:
+        return hashlib.blake2b(token.encode("utf-8", "surrogatepass"), key=self.key, digest_size=32).digest()
+
+
+class Authenticator:
+    """Checks the credentials of one call for a :class:`Role`; see the module docstring.
+
+    Args:
+        clients: Client token -> principal. Empty: client calls need no token.
+        worker_token: The token workers must present. Empty: none needed.
+        worker_cert: Whether workers must also present a client certificate verified by the
+            server's client CA (checked by the gRPC layer, which sees the TLS session).
+    """
+
+    def __init__(self, clients: Mapping[str, str], worker_token: str = "", worker_cert: bool = False) -> None:
+        keyed = self._keyed = _Keyed(os.urandom(32))
+        self._clients = {keyed.mac(token): principal for token, principal in clients.items()}
+        self._worker = keyed.mac(worker_token) if worker_token else None
+        self.client_auth = bool(clients)
+        """Whether client calls need a client token."""
+        self.worker_cert = worker_cert
+        """Whether workers need a verified client certificate."""
+        self.worker_auth = self._worker is not None or worker_cert
+        """Whether worker calls need credentials (the token, a certificate, or both)."""
+
+    @classmethod
+    def from_config(cls, config: ControlConfig) -> Authenticator | None:
+        """The authenticator the settings ask for, or None when nothing needs credentials.
+
+        The settings were checked by ``ControlConfig.check``, so the token file reads and parses here.
+        """
+        entries = [(f"entry {n}", t) for n, t in enumerate(config.auth_tokens, 1)]
+        if config.auth_token_file:
+            entries += read_token_file(config.auth_token_file)
+        auth = cls(parse_tokens(entries), config.worker_token, worker_cert=bool(config.tls_client_ca))
+        return auth if auth.client_auth or auth.worker_auth else None
+
+    def authenticate(self, role: Role, authorization: str | bytes | None) -> str | None:
+        """The principal of a call presenting ``authorization`` for ``role``; None when the role is open.
+
+        For WORKER this checks the token only; the certificate is the gRPC layer's part.
+
+        Raises:
+            Unauthenticated: the credentials are missing, malformed, wrong, or of the other role.
+        """
+        if role is Role.CLIENT:
+            if not self.client_auth:
+                return None
+            token = self._token(authorization)
+            principal = self._clients.get(self._keyed.mac(token))
+            if principal is not None:
+                return principal
+            if self._worker is not None and hmac.compare_digest(self._keyed.mac(token), self._worker):
+                raise Unauthenticated("the worker token cannot call the client API: use a client token")
+            raise Unauthenticated("invalid token")
+        if role is Role.WORKER:
+            if self._worker is None:
+                return WORKER_PRINCIPAL if self.worker_cert else None
+            token = self._token(authorization)
+            mac = self._keyed.mac(token)
+            if hmac.compare_digest(mac, self._worker):
+                return WORKER_PRINCIPAL
+            if mac in self._clients:
+                raise Unauthenticated("a client token cannot connect a worker: use the worker token")
+            raise Unauthenticated("invalid worker token")
+        return None
+
+    @staticmethod
+    def _token(authorization: str | bytes | None) -> str:
+        if not authorization:
+            raise Unauthenticated("missing credentials: send 'authorization: Bearer <token>'")
+        token = bearer_token(authorization)
+        if token is None:
+            raise Unauthenticated("the authorization is not a bearer token: send 'Bearer <token>'")
+        return token

@@ -1,0 +1,94 @@
+"""IdempotencyKeys and IdempotencySweeper: resolution inside one call, expiry in bounded batches, and
+the sweep of the SQLite store (keys expired while the control plane was down included)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from control.admission.idempotency import IdempotencyKeys, IdempotencySweeper, sweep_interval
+from control.clock import FakeClock
+from control.store import IdempotencyEntry, SQLiteStore
+from corral.errors import AlreadyExists
+
+
+def test_resolve_maps_repeats_in_one_call_to_the_first_and_replays_to_the_stored_job() -> None:
+    keys = IdempotencyKeys(ttl=10)
+    keys.reserve("old", "h-old", "job-1", now=0)
+    found = keys.resolve({0: ("new", "h"), 1: ("old", "h-old"), 2: ("new", "h")}, now=5)
+    assert found == {1: "job-1", 2: 0}
+
+
+def test_resolve_refuses_a_repeat_with_another_request_and_changes_nothing() -> None:
+    keys = IdempotencyKeys(ttl=10)
+    with pytest.raises(AlreadyExists, match=r"jobs\[2\].idempotency_key: key 'k' is used for a different request"):
+        keys.resolve({0: ("k", "a"), 2: ("k", "b")}, now=0, field="jobs[{}].idempotency_key")
+    assert len(keys) == 0
+    keys.reserve("k", "a", "job-1", now=0)
+    with pytest.raises(AlreadyExists, match=r"idempotency_key: key 'k' was already used for a different request"):
+        keys.resolve({0: ("k", "b")}, now=1)
+
+
+def test_an_expired_key_resolves_to_nothing() -> None:
+    keys = IdempotencyKeys(ttl=10)
+    keys.reserve("k", "a", "job-1", now=0)
+    assert keys.resolve({0: ("k", "b")}, now=10) == {}
+
+
+def test_expire_drops_at_most_limit_keys_earliest_first_and_skips_renewed_ones() -> None:
+    keys = IdempotencyKeys(ttl=10)
+    for i in range(5):
+        keys.reserve(f"k{i}", "h", f"job-{i}", now=i)
+    keys.reserve("k0", "h", "job-again", now=8)  # renewed: now lives until 18
+    assert keys.expire(now=14, limit=2) == 2  # k1, k2 (k0's old expiry is skipped, not counted)
+    assert keys.expire(now=14) == 2  # k3, k4
+    assert len(keys) == 1 and keys.lookup("k0", "h", now=14) == "job-again"
+    assert keys.expire(now=18) == 1 and len(keys) == 0
+
+
+def test_sweep_interval_is_a_quarter_of_the_ttl_within_bounds() -> None:
+    assert sweep_interval(2.0) == 0.5
+    assert sweep_interval(86_400) == 60.0
+    assert sweep_interval(0.01) == 0.05
+
+
+def test_sweeper_deletes_expired_keys_from_the_store_in_batches(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    # Given 25 keys that expired while no control plane ran, and 3 live ones
+    store = SQLiteStore(path)
+    store.put_idempotency([IdempotencyEntry(f"dead-{i}", "h", f"job-{i}", expires_at=100.0 + i) for i in range(25)])
+    store.put_idempotency([IdempotencyEntry(f"live-{i}", "h", f"job-l{i}", expires_at=500.0) for i in range(3)])
+    asyncio.run(store.commit())
+    store.close()
+
+    async def go() -> tuple[int, int, int]:
+        s = SQLiteStore(path)
+        clock = FakeClock(200.0)
+        keys = IdempotencyKeys(ttl=300, entries=s.load_idempotency(clock.now()))
+        sweeper = IdempotencySweeper(keys, s, clock, batch=10)
+        first = await sweeper.sweep()
+        clock.advance(400)  # now 600: the live keys have expired too
+        second = await sweeper.sweep()
+        left = len(s.load_idempotency(0.0))
+        s.close()
+        return first, second, left
+
+    # When the sweeper runs (10 keys per transaction), then again once the rest have expired
+    first, second, left = asyncio.run(go())
+
+    # Then every expired row is gone, live rows stayed until their time
+    assert (first, second, left) == (25, 3, 0)
+
+
+def test_the_store_sweep_comes_after_queued_writes(tmp_path: Path) -> None:
+    async def go() -> list[IdempotencyEntry]:
+        s = SQLiteStore(str(tmp_path / "s.db"), sync="full")
+        s.put_idempotency([IdempotencyEntry("gone", "h", "job-1", 1.0), IdempotencyEntry("kept", "h", "job-2", 9.0)])
+        assert await s.delete_expired_idempotency(5.0, limit=100) == 1
+        left = s.load_idempotency(0.0)
+        s.close()
+        return left
+
+    assert asyncio.run(go()) == [IdempotencyEntry("kept", "h", "job-2", 9.0)]
