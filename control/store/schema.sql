@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     request_hash TEXT NOT NULL,
     job_id       TEXT NOT NULL,
     expires_at   REAL NOT NULL
-);
+) WITHOUT ROWID;  -- the key is the row: one b-tree to write per key instead of a table and its index
 
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
 

@@ -44,8 +44,8 @@ _UPDATE = (
 
 # Bounded, earliest first (by the expires_at index): one sweep step is one short transaction.
 _IDEM_EXPIRE = (
-    "DELETE FROM idempotency_keys WHERE rowid IN "
-    "(SELECT rowid FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)"
+    "DELETE FROM idempotency_keys WHERE key IN "
+    "(SELECT key FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)"
 )
 
 _Op = tuple[str, list[tuple[Any, ...]]]
