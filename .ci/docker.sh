@@ -9,7 +9,7 @@
 # Run from anywhere: bash .ci/docker.sh. Needs root (apt-get, dockerd).
 #
 # The base-image script is looked for at $CORRAL_BASE_IMAGE_SCRIPT, then ../shared/tools/ next to the
-# repository, then /work/shared/tools/.
+# repository, then /work/shared/tools/; without one, deploy/base-image.sh builds the stand-in.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
@@ -56,10 +56,8 @@ if ! docker image inspect python:3.11-slim >/dev/null 2>&1; then
     if [ -n "$candidate" ] && [ -f "$candidate" ]; then script=$candidate; break; fi
   done
   if [ -z "$script" ]; then
-    echo "[ci/docker] python:3.11-slim is missing and make-python-base.sh was not found: set" \
-         "CORRAL_BASE_IMAGE_SCRIPT, or put shared/ next to the repository" \
-         "(../shared/tools/make-python-base.sh) or at /work/shared" >&2
-    exit 1
+    # Not on this machine: our own builder makes the same stand-in from Debian packages.
+    script="$ROOT/deploy/base-image.sh"
   fi
   step "building python:3.11-slim with $script"
   bash "$script" python:3.11-slim
