@@ -140,6 +140,20 @@ class AutoscalerStatus:
     last_decision: str = ""
     last_decision_at: datetime | None = None
     last_error: str = ""
+    last_error_at: datetime | None = None
+    last_action: str = ""
+    last_action_step: int = 0
+    last_action_reason: str = ""
+    last_action_at: datetime | None = None
+    ready_jobs: int = 0
+    ready_threads: int = 0
+    oldest_ready_age_sec: float = 0.0
+    free_threads: int = 0
+    starting_workers: int = 0
+    draining_workers: int = 0
+    scale_ups: int = 0
+    scale_downs: int = 0
+    cooldown_remaining_sec: float = 0.0
 
     @classmethod
     def from_proto(cls, pb: admin_pb2.AutoscalerStatus) -> AutoscalerStatus:
@@ -153,10 +167,26 @@ class AutoscalerStatus:
             last_decision=pb.last_decision,
             last_decision_at=timestamp_to_datetime(pb.last_decision_at) if pb.HasField("last_decision_at") else None,
             last_error=pb.last_error,
+            last_error_at=timestamp_to_datetime(pb.last_error_at) if pb.HasField("last_error_at") else None,
+            last_action=pb.last_action,
+            last_action_step=pb.last_action_step,
+            last_action_reason=pb.last_action_reason,
+            last_action_at=timestamp_to_datetime(pb.last_action_at) if pb.HasField("last_action_at") else None,
+            ready_jobs=pb.ready_jobs,
+            ready_threads=pb.ready_threads,
+            oldest_ready_age_sec=pb.oldest_ready_age_sec,
+            free_threads=pb.free_threads,
+            starting_workers=pb.starting_workers,
+            draining_workers=pb.draining_workers,
+            scale_ups=pb.scale_ups,
+            scale_downs=pb.scale_downs,
+            cooldown_remaining_sec=pb.cooldown_remaining_sec,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
         out = dataclasses.asdict(self)
-        out["last_decision_at"] = self.last_decision_at.isoformat() if self.last_decision_at else None
+        for name in ("last_decision_at", "last_error_at", "last_action_at"):
+            at = getattr(self, name)
+            out[name] = at.isoformat() if at else None
         return out

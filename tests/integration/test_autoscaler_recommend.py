@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import corral
 from corral.v1 import admin_pb2, jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_health_metrics import scrape
@@ -101,6 +102,13 @@ def test_recommend_mode_reports_decisions_and_changes_nothing(make_control_plane
     assert scrape(rest)['corral_autoscaler_decisions_total{action="down",reason="idle"}'] >= 1
     assert len(cp.workers()) == 2
     assert all(w.state != admin_pb2.Worker.DRAINING for w in cp.workers())
+
+    # The Python client shows the same state
+    with corral.Client(cp.address) as client:
+        status = client.autoscaler()
+    assert (status.mode, status.last_action, status.last_action_step) == ("recommend", "down", 1)
+    assert status.scale_downs >= 1 and status.last_action_at is not None
+    assert status.to_dict()["last_action_at"] is not None
 
 
 def test_autoscaler_is_off_by_default(control_plane: ControlProc, spawn_worker: Any) -> None:
