@@ -184,10 +184,10 @@ def test_square_wave_load_does_not_flap_and_scale_in_never_interrupts_a_job(flee
     cp = fleet.control_plane(CORRAL_SCALE_COOLDOWN_SEC=str(cooldown), SCALE_DOWN_STABLE_SEC="1.5")
     wait_fleet(fleet, cp, 1)
 
-    # Bursts every 8 s of jobs of mixed lengths (one outlives the burst), three times; the pacing of
+    # Bursts every 20 s of jobs of mixed lengths (one outlives the burst), three times; the pacing of
     # the load is the only waiting on the clock here
     jobs: list[jobs_pb2.Job] = []
-    period, start = 8.0, time.monotonic()
+    period, start = 20.0, time.monotonic()
     for burst in range(3):
         due = start + burst * period
         wait_until(partial(_reached, due), period + 1, interval=0.05, what="the next burst")
