@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
-import time
 import uuid
 from collections.abc import Callable
 
 from bench.cluster import Cluster
+from bench.load import latencies_ms, throughput
 from bench.report import table
 from corral.v1 import jobs_pb2
 
@@ -35,40 +34,14 @@ def _submitter(c: Cluster, keyed: bool) -> Callable[[], None]:
     return submit
 
 
-def _throughput(submit: Callable[[], None], threads: int, per_thread: int) -> float:
-    start = threading.Barrier(threads + 1)
-
-    def work() -> None:
-        start.wait()
-        for _ in range(per_thread):
-            submit()
-
-    pool = [threading.Thread(target=work) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in pool:
-        t.join()
-    return threads * per_thread / (time.perf_counter() - t0)
-
-
-def _p50_ms(submit: Callable[[], None], n: int) -> float:
-    samples = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        submit()
-        samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
-
-
 def measure(on: bool, n: int, threads: int, per_thread: int) -> tuple[float, float]:
     """(submits/s with ``threads`` concurrent submitters, sequential p50 in ms)."""
     with Cluster(workers=1, threads=2, env=LIMITS if on else {}, token=TOKEN if on else None) as c:
         submit = _submitter(c, keyed=on)
         for _ in range(50):  # warm up
             submit()
-        return _throughput(submit, threads, per_thread), _p50_ms(submit, n)
+        # The submitter is stateless (one channel, a fresh key per call): every thread may share it
+        return throughput(lambda: submit, threads, per_thread), statistics.median(latencies_ms(submit, n))
 
 
 def run_once(n: int, threads: int, per_thread: int) -> dict[str, float]:

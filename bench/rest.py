@@ -12,11 +12,10 @@ import argparse
 import http.client
 import json
 import statistics
-import threading
-import time
 from collections.abc import Callable
 
 from bench.cluster import Cluster
+from bench.load import latencies_ms, throughput
 from bench.report import table
 from corral.v1 import jobs_pb2
 
@@ -46,43 +45,13 @@ def _grpc_submitter(c: Cluster) -> Callable[[], None]:
     return submit
 
 
-def _latencies(submit: Callable[[], None], n: int) -> list[float]:
-    for _ in range(30):  # warm up connections and code paths
-        submit()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        submit()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
-
-
-def _throughput(make: Callable[[], Callable[[], None]], threads: int, per_thread: int) -> float:
-    submitters = [make() for _ in range(threads)]
-    start = threading.Barrier(threads + 1)
-
-    def work(submit: Callable[[], None]) -> None:
-        start.wait()
-        for _ in range(per_thread):
-            submit()
-
-    pool = [threading.Thread(target=work, args=(s,)) for s in submitters]
-    for t in pool:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in pool:
-        t.join()
-    return threads * per_thread / (time.perf_counter() - t0)
-
-
 def run_once(mode: str, n: int, threads: int, per_thread: int) -> dict[str, float]:
     with Cluster(workers=1, threads=2, env={"CORRAL_GATEWAY_MODE": mode}) as c:
         port = c.http_port
-        grpc_ms = _latencies(_grpc_submitter(c), n)
-        rest_ms = _latencies(_rest_submitter(port), n)
-        grpc_tp = _throughput(lambda: _grpc_submitter(c), threads, per_thread)
-        rest_tp = _throughput(lambda: _rest_submitter(port), threads, per_thread)
+        grpc_ms = latencies_ms(_grpc_submitter(c), n)
+        rest_ms = latencies_ms(_rest_submitter(port), n)
+        grpc_tp = throughput(lambda: _grpc_submitter(c), threads, per_thread)
+        rest_tp = throughput(lambda: _rest_submitter(port), threads, per_thread)
     g50, r50 = statistics.median(grpc_ms), statistics.median(rest_ms)
     g99, r99 = statistics.quantiles(grpc_ms, n=100)[98], statistics.quantiles(rest_ms, n=100)[98]
     return {

@@ -17,7 +17,7 @@ from pathlib import Path
 from control.app import ControlPlane
 from control.config import ConfigError, ControlConfig
 from corral import logs
-from corral.cli.config_check import CHECK_FLAG, add_setting_flags, check, flag_environ, flagged_fields
+from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,14 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--worker-port-file", type=Path, help="write the bound worker port here (0 when not served)")
     p.add_argument("--log-level", help="debug|info|warning|error (CORRAL_LOG_LEVEL)")
     p.add_argument("--log-format", help="json|logfmt (CORRAL_LOG_FORMAT)")
-    p.add_argument(
-        CHECK_FLAG,
-        dest="check_config",
-        nargs="?",
-        const="table",
-        choices=("table", "json"),
-        help="print every setting (variable, value, source) and exit 0, or the first bad one and exit 2",
-    )
+    add_check_flag(p)
     add_setting_flags(p, ControlConfig)  # --FIELD-NAME for each setting without a flag of its own
     return p.parse_args(argv)
 

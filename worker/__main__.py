@@ -25,7 +25,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from corral.cli.config_check import CHECK_FLAG, add_setting_flags, check, flag_environ, flagged_fields
+from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 from corral.logs import configure
 from worker.agent import Agent
 from worker.config import ConfigError, WorkerConfig, parse_labels
@@ -57,14 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", metavar="FILE", help="its private key (CORRAL_WORKER_TLS_KEY)")
     p.add_argument("--log-level", metavar="LEVEL", help="debug|info|warning|error (CORRAL_LOG_LEVEL, default info)")
     p.add_argument("--log-format", metavar="FORMAT", help="json|logfmt (CORRAL_LOG_FORMAT, default json)")
-    p.add_argument(
-        CHECK_FLAG,
-        dest="check_config",
-        nargs="?",
-        const="table",
-        choices=("table", "json"),
-        help="print every setting (variable, value, source) and exit 0, or the first bad one and exit 2",
-    )
+    add_check_flag(p)
     # --FIELD-NAME for each setting without a flag of its own (these three have one by another name)
     add_setting_flags(p, WorkerConfig, covered=("control_addr", "labels", "drain_timeout_sec"))
     return p

@@ -101,6 +101,18 @@ def _read_env_names(cls: type) -> dict[str, str]:
     return {f.name: found[f.name] for f in dataclasses.fields(cls)}
 
 
+def add_check_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--check-config [table|json]`` (dest ``check_config``) to a process's own parser."""
+    parser.add_argument(
+        CHECK_FLAG,
+        dest="check_config",
+        nargs="?",
+        const="table",
+        choices=("table", "json"),
+        help="print every setting (variable, value, source) and exit 0, or the first bad one and exit 2",
+    )
+
+
 def add_setting_flags(parser: argparse.ArgumentParser, cls: type, covered: Collection[str] = ()) -> None:
     """Add ``--field-name VALUE`` for every field of ``cls`` that has no flag yet (neither an option
     of that name nor one whose destination is the field, nor one of ``covered``). A value given so is
