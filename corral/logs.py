@@ -41,6 +41,9 @@ WORKER_STARTED = "worker_started"
 WORKER_CONNECTING = "worker_connecting"
 WORKER_STOPPED = "worker_stopped"
 RUNNER_RESTARTED = "runner_restarted"
+# Auth
+AUTH_REFUSED = "auth_refused"
+
 # Autoscaler
 SCALE_UP = "scale_up"
 SCALE_DOWN = "scale_down"

@@ -21,6 +21,7 @@ when workers need a certificate: the TLS session is visible from the servicer co
 from __future__ import annotations
 
 import inspect
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -32,6 +33,8 @@ from control.api.status import rich_status
 from control.auth import Authenticator, Role, role_of
 from corral import logs
 from corral.errors import Unauthenticated
+
+logger = logging.getLogger(__name__)
 
 REQUEST_ID = "x-request-id"
 """The metadata key (and, capitalised, the HTTP header) that carries the request id."""
@@ -147,11 +150,14 @@ def _metadata_value(metadata: Sequence[tuple[str, str | bytes]] | None, key: str
     return None
 
 
-def _refusal(handler: grpc.RpcMethodHandler, err: Unauthenticated) -> grpc.RpcMethodHandler:
-    """A handler of ``handler``'s shape that aborts with ``err`` and never parses the request."""
+def _refusal(handler: grpc.RpcMethodHandler, err: Unauthenticated, method: str) -> grpc.RpcMethodHandler:
+    """A handler of ``handler``'s shape that logs the refusal, aborts with ``err`` and never parses the request."""
     code, message, trailers = rich_status(err)
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        # Logged here, inside the request-id wrapper, so the line carries the call's request id. Info,
+        # not warning: a misconfigured client that keeps retrying would flood a warning-level log.
+        logger.info(logs.AUTH_REFUSED, extra={"method": method, "peer": context.peer(), "reason": err.message})
         await context.abort(code, message, trailing_metadata=trailers)
 
     kind = (bool(handler.request_streaming), bool(handler.response_streaming))
@@ -226,7 +232,7 @@ class Authenticate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             principal = self._auth.authenticate(role, authorization)
         except Unauthenticated as err:
-            return _refusal(handler, err)
+            return _refusal(handler, err, handler_call_details.method)
         if role is Role.WORKER and self._auth.worker_cert:
             return _with_certificate(handler, principal or "worker")
         PRINCIPAL.set(principal)

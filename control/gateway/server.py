@@ -156,6 +156,10 @@ class Gateway:
                 # Every bridged route is a client API route (the worker stream has no HTTP binding).
                 PRINCIPAL.set(self.auth.authenticate(Role.CLIENT, request.headers.get("Authorization")))
             except Unauthenticated as err:
+                logger.info(
+                    logs.AUTH_REFUSED,
+                    extra={"route": f"{request.method} {request.path}", "peer": PEER.get(), "reason": err.message},
+                )
                 return _unauthorized(err, "Authorization" in request.headers)
         try:
             match = self.router.match(request.method, request.rel_url.raw_path)

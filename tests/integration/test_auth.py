@@ -162,6 +162,11 @@ def test_a_refusal_says_why_and_carries_the_request_id(secured: Secured) -> None
         assert err.code() == UNAUTHENTICATED and reason in err.details()
         assert ("x-request-id", "r-42") in err.trailing_metadata()
         assert secured.worker_token not in err.details()
+    # ...and each refusal is a log event with the call's request id, never with the token
+    lines = [line for line in secured.cp.log.read_text().splitlines() if '"auth_refused"' in line]
+    refused = [json.loads(line) for line in lines]
+    assert sum(r.get("request_id") == "r-42" and r["method"].endswith("/GetStats") for r in refused) == len(cases)
+    assert not any(secured.worker_token in line for line in lines)
 
 
 def test_a_refused_submit_stores_nothing_and_a_client_token_runs_jobs(secured: Secured) -> None:
