@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
 import subprocess
 import time
@@ -11,6 +13,17 @@ from pathlib import Path
 from typing import IO
 
 __all__ = ["ChildProcess"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with(parent: int) -> None:
+    """In the child, before exec: have the kernel send SIGTERM when the supervisor dies, even by
+    SIGKILL, so the control plane and workers shut down (drain) instead of running on unsupervised."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: Ctrl-C and SIGTERM still stop them
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class ChildProcess:
@@ -29,9 +42,18 @@ class ChildProcess:
         """Start (or restart) the process in its own process group."""
         log: IO[bytes] | None = self.log_path.open("ab") if self.log_path else None
         self._log_offset = log.tell() if log else 0
+        parent = os.getpid()
         try:
+            # The supervisor starts its children from its main thread, which lives as long as it does:
+            # the parent-death signal fires when the forking *thread* exits.
             self.process = subprocess.Popen(
-                self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                process_group=0,
+                preexec_fn=lambda: _stop_with(parent),
             )
         finally:
             if log is not None:

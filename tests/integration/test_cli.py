@@ -119,6 +119,21 @@ def test_up_serves_jobs_and_stops_cleanly_on_sigint(tmp_path: Path, make_up: Any
     wait_until(lambda: not any(alive(pid) for pid in children), 10, what="every child to be gone")
 
 
+def test_up_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path, make_up: Any) -> None:
+    # Given `corral up` with its control plane, a worker and the worker's runners
+    up = make_up("--grpc-port", "0", "--http-port", "0", "--db", str(tmp_path / "c.db"), "--workers", "1")
+    up.wait_up()
+    children = _descendants(up.proc.pid)
+    assert len(children) >= 3
+
+    # When the supervisor itself is killed, with no chance to stop anything
+    up.proc.kill()
+    up.proc.wait(10)
+
+    # Then its children get SIGTERM from the kernel, shut down, and none runs on unsupervised
+    wait_until(lambda: not any(alive(pid) for pid in children), 30, what="every child of corral up to exit")
+
+
 def test_up_exits_1_with_the_reason_when_the_control_plane_cannot_start(tmp_path: Path, make_up: Any) -> None:
     up = make_up("--grpc-port", "0", "--http-port", "0", "--db", str(tmp_path / "no" / "such" / "dir" / "c.db"))
     assert up.proc.wait(60) == 1
