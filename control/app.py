@@ -78,6 +78,8 @@ class ControlPlane:
             AdminServicer(sessions, autoscaler=self.autoscaler),
         )
         auth = Authenticator.from_config(cfg)
+        if auth is not None:
+            auth.on_refused = lambda role: self.metrics.auth_refused.labels(role.value).inc()
         tls = ServerTls.load(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca) if cfg.tls_cert else None
         self._server, self.grpc_port = create_server(
             f"{cfg.host}:{cfg.grpc_port}",

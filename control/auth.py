@@ -29,7 +29,7 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -173,6 +173,8 @@ class Authenticator:
         """Whether workers need a verified client certificate."""
         self.worker_auth = self._worker is not None or worker_cert
         """Whether worker calls need credentials (the token, a certificate, or both)."""
+        self.on_refused: Callable[[Role], None] | None = None
+        """Called with the role a call needed each time its token is refused (the metrics count them)."""
 
     @classmethod
     def from_config(cls, config: ControlConfig) -> Authenticator | None:
@@ -194,6 +196,14 @@ class Authenticator:
         Raises:
             Unauthenticated: the credentials are missing, malformed, wrong, or of the other role.
         """
+        try:
+            return self._check(role, authorization)
+        except Unauthenticated:
+            if self.on_refused is not None:
+                self.on_refused(role)
+            raise
+
+    def _check(self, role: Role, authorization: str | bytes | None) -> str | None:
         if role is Role.CLIENT:
             if not self.client_auth:
                 return None

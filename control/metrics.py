@@ -72,6 +72,12 @@ class Metrics:
             "Submissions answered with the job an idempotency key already made.",
             registry=r,
         )
+        self.auth_refused = Counter(
+            "corral_auth_refused",
+            "Calls refused UNAUTHENTICATED (gRPC) or 401 (REST) for a missing or wrong token, by the role they needed.",
+            ["role"],
+            registry=r,
+        )
         self.rate_limited = Counter(
             "corral_rate_limited_requests", "Requests refused with RESOURCE_EXHAUSTED by a rate limit.", registry=r
         )

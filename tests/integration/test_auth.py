@@ -45,6 +45,7 @@ from control.metrics import Metrics
 from corral.v1 import jobs_pb2, workers_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
 from tests.integration.test_cli import Up, _descendants
+from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
@@ -265,6 +266,8 @@ def test_a_worker_without_the_worker_token_never_registers(secured: Secured, spa
     log = procs["client"].log.read_text()
     assert "a client token cannot connect a worker" in log and secured.alice not in log
     assert [w.id for w in cp.workers()] == [secured.worker_id]
+    # ...and the refusals are counted, by the role the calls needed
+    assert scrape(Rest(cp.http_port))['corral_auth_refused_total{role="worker"}'] >= 2 * len(intruders)
 
 
 # -- the principal reaches the handlers ---------------------------------------------------------------
