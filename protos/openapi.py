@@ -328,11 +328,13 @@ def build() -> dict[str, Any]:
                 "tags": ["Health"],
                 "description": description,
                 "responses": {code: _json(health, text) for code, text in codes.items()},
+                "security": [],  # probes carry no credentials
             }
         }
     paths["/metrics"] = {
         "get": {
             "operationId": "metrics",
+            "security": [],  # scrapes carry no credentials
             "tags": ["Health"],
             "description": "Prometheus metrics in the text exposition format.",
             "responses": {
@@ -363,10 +365,24 @@ def build() -> dict[str, Any]:
             ),
         },
         "tags": tags,
+        # A bearer token when the control plane has client tokens (CORRAL_AUTH_TOKENS or
+        # CORRAL_AUTH_TOKEN_FILE), none otherwise: both alternatives are listed.
+        "security": [{"bearerAuth": []}, {}],
         "paths": paths,
         "components": {
             "schemas": dict(sorted(schemas.components.items())),
             "headers": {"X-Request-ID": REQUEST_ID_HEADER},
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": (
+                        "A client token, when the control plane has any configured (CORRAL_AUTH_TOKENS, "
+                        "CORRAL_AUTH_TOKEN_FILE). A missing or wrong one is a 401 with a google.rpc.Status body "
+                        "and WWW-Authenticate: Bearer."
+                    ),
+                }
+            },
         },
     }
 
