@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     error_message    TEXT    NOT NULL,
     idempotency_key  TEXT    NOT NULL,
     labels           TEXT    NOT NULL,         -- JSON object
-    updated_at       REAL    NOT NULL
+    updated_at       REAL    NOT NULL,
+    request_id       TEXT    NOT NULL DEFAULT '' -- the call that created the job ('' unknown), for its log lines
 );
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);

@@ -32,7 +32,8 @@ logger = logging.getLogger(__name__)
 _COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
     "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
-    "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at"
+    "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
+    "request_id"
 )
 _INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})"
 # Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
@@ -60,6 +61,7 @@ def _insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.attempts, j.charged_attempts, j.max_attempts, j.timeout_sec, j.scheduled_at, j.created_at, j.ready_at,
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
+        j.request_id or "",
     )  # fmt: skip
 
 
@@ -76,12 +78,13 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
         max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
+        request_id,
     ) = row  # fmt: skip
     j = JobRecord(
         id=id_, type=type_, payload_json=payload, created_at=created_at, name=name, priority=priority,
         thread_demand=thread_demand, timeout_sec=timeout_sec, max_attempts=max_attempts, scheduled_at=scheduled_at,
         idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
-        ready_at=ready_at,
+        ready_at=ready_at, request_id=request_id or None,
     )  # fmt: skip
     j.threads_granted = threads_granted
     j.attempts = attempts
@@ -97,6 +100,13 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
     j.error_message = error_message
     j.updated_at = updated_at
     return j
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a database made by an older release up to schema.sql (which creates only missing tables)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "request_id" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT NOT NULL DEFAULT ''")
 
 
 def _connect(path: str, sync: str) -> sqlite3.Connection:
@@ -118,6 +128,7 @@ class SQLiteStore:
         self.sync = sync
         self._wconn = _connect(path, sync)
         self._wconn.executescript(resources.files("control.store").joinpath("schema.sql").read_text())
+        _migrate(self._wconn)
         self._rconn = _connect(path, sync)
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
         # With synchronous=FULL a commit waits for fsync: run it off the event loop, one at a time.

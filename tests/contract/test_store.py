@@ -1,6 +1,7 @@
 """One conformance suite for every Store implementation (SQLite today; PostgreSQL joins the params)."""
 
 import asyncio
+import sqlite3
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -102,4 +103,30 @@ def test_active_counts_keys_and_types_survive_reopen(tmp_path: Path) -> None:
     assert s.load_idempotency(now=50.0) == [IdempotencyEntry("k", "h", "job-1", 100.0)]
     assert s.load_idempotency(now=150.0) == []
     assert s.load_job_types() == [JobTypeEntry("custom", '{"type": "object"}', "d")]
+    s.close()
+
+
+def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_path: Path) -> None:
+    # Given a database as an older release made it: a jobs table without request_id, one job in it
+    path = str(tmp_path / "old.db")
+    s = SQLiteStore(path)
+    s.insert([record(1)])
+    run(s.commit())
+    s.close()
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE jobs DROP COLUMN request_id")
+    conn.commit()
+    conn.close()
+
+    # When this release opens it, the old job loads (no request id known) and new jobs keep theirs
+    s = SQLiteStore(path)
+    (old,) = s.load_active()
+    assert old.request_id is None
+    job = record(2)
+    job.request_id = "req-2"
+    s.insert([job])
+    run(s.commit())
+    s.close()
+    s = SQLiteStore(path)
+    assert {j.id: j.request_id for j in s.load_active()} == {"job-1": None, "job-2": "req-2"}
     s.close()

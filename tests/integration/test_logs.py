@@ -87,6 +87,34 @@ def test_a_jobs_lines_carry_the_request_id_of_the_call_that_created_it(
     assert events(lines, "worker_registered") and not events(lines, "worker_heartbeat")
 
 
+def test_a_jobs_lines_keep_its_request_id_across_a_control_plane_restart(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    # Given a job created by a call with a request id, running
+    spawn_worker(control_plane, threads=1, imports=())
+    rid = f"req-{uuid.uuid4().hex}"
+    made, _ = control_plane.jobs.SubmitJob.with_call(
+        request("sleep", {"seconds": 1.5}), metadata=(("x-request-id", rid),), timeout=10
+    )
+    job_id = made.job.id
+    wait_until(lambda: control_plane.get(job_id).state == jobs_pb2.Job.RUNNING, what="the job to run")
+
+    # When the control plane restarts under it
+    assert control_plane.stop() == 0
+    control_plane.start()
+    assert wait_done(control_plane, job_id).state == jobs_pb2.Job.SUCCEEDED
+
+    # Then the restarted control plane's line about the job still names the request (from the store)
+    def completed() -> list[dict[str, Any]] | None:
+        found = events(json_lines(control_plane.log), "job_completed", job_id=job_id)
+        return found or None
+
+    found = wait_until(completed, what="the job_completed line")
+    assert found is not None
+    (line,) = found
+    assert line["request_id"] == rid, line
+
+
 def test_retries_failures_and_stale_workers_are_logged(control_plane: ControlProc, spawn_worker: Any) -> None:
     worker = spawn_worker(control_plane)
     rid = f"req-{uuid.uuid4().hex}"
