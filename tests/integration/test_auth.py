@@ -13,9 +13,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import secrets
 import signal
 import subprocess
@@ -44,7 +42,7 @@ from control.gateway import Gateway, InProcess, http_routes
 from control.metrics import Metrics
 from corral.v1 import jobs_pb2, workers_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
-from tests.integration.test_cli import Up, _descendants
+from tests.integration.test_cli import Up
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 
@@ -415,12 +413,7 @@ def test_corral_up_with_a_token_turns_auth_on_and_gives_its_workers_a_worker_tok
         up.proc.send_signal(signal.SIGINT)
         assert up.proc.wait(60) == 0, up.err.read_text()
     finally:
-        for pid in _descendants(up.proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if up.proc.poll() is None:
-            up.proc.kill()
-            up.proc.wait(10)
+        up.kill_all()
 
 
 # -- configuration ------------------------------------------------------------------------------------

@@ -62,6 +62,15 @@ class Up:
     def text(self) -> str:
         return self.out.read_text()
 
+    def kill_all(self) -> None:
+        """SIGKILL whatever of it is left: its children first, then itself."""
+        for pid in _descendants(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
     def wait_up(self) -> str:
         """Wait for "Corral is up" and return the gRPC address it printed."""
 
@@ -87,12 +96,7 @@ def make_up(tmp_path: Path) -> Iterator[Any]:
 
     yield make
     for up in made:
-        for pid in _descendants(up.proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if up.proc.poll() is None:
-            up.proc.kill()
-            up.proc.wait(10)
+        up.kill_all()
 
 
 def test_up_serves_jobs_and_stops_cleanly_on_sigint(tmp_path: Path, make_up: Any) -> None:
