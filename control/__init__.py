@@ -10,6 +10,7 @@ Edges: ``api`` (gRPC servicers, health, error mapping, interceptors), ``gateway`
 root), ``__main__``.
 """
 
+import corral.transport  # noqa: F401  (first: sets gRPC transport defaults before grpc loads)
 from control.app import ControlPlane
 from control.config import ConfigError, ControlConfig
 from control.jobs import JobRecord, JobState

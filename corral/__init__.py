@@ -23,6 +23,7 @@ Example::
         assert client.wait(job.id, timeout=30).result == {"sum": 3}
 """
 
+from corral import transport  # noqa: F401  (first: sets gRPC transport defaults before grpc loads)
 from corral.aio import AsyncClient
 from corral.client import Client
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo, WorkerState

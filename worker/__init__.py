@@ -16,6 +16,7 @@ Data flow: Assign -> Connection -> RunnerPool.submit -> RunnerProcess (pipe fram
 
 from __future__ import annotations
 
+import corral.transport  # noqa: F401  (first: sets gRPC transport defaults before grpc loads)
 from worker.agent import Agent
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.config import ConfigError, WorkerConfig
