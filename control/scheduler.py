@@ -32,6 +32,7 @@ from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
 from control.metrics import Metrics
 from control.queue import DelayedQueue, ReadyQueue
+from control.recent import RecentJobs
 from control.registry import Assignment, WorkerEntry, WorkerRegistry
 from control.store import IdempotencyEntry, JobPage, Store
 from control.watch import Watchers
@@ -75,6 +76,8 @@ class Scheduler:
         self.registry = WorkerRegistry()
         self.watchers = Watchers()
         self.active: dict[str, JobRecord] = {}
+        self.recent = RecentJobs()
+        """Jobs that finished lately (control.recent): read without a store query."""
         self.running: set[str] = set()
         self.counts: Counter[JobState] = Counter(store.count_by_state())
         self.ready = ReadyQueue(self._is_queued)
@@ -132,8 +135,8 @@ class Scheduler:
         def done() -> None:
             for job in snapshot:
                 self.watchers.announce(job)
-                if job.state.terminal and self.active.get(job.id) is job:
-                    del self.active[job.id]
+                if job.state.terminal:
+                    self._retire(job)
             if then is not None:
                 then()
 
@@ -141,6 +144,14 @@ class Scheduler:
         if not self._flush_pending:
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush)
+
+    async def _commit(self) -> None:
+        """Commit what is queued now, then at once run the after-commit work that the commit covers:
+        the announcements and assignments of this loop turn go out now, not a turn later."""
+        covered, self._after_commit = self._after_commit, []  # all queued their writes before this commit
+        await self.store.commit()
+        for cb in covered:
+            cb()
 
     def _flush(self) -> None:
         if self._dispatch_pending:  # leases made this turn join the same transaction
@@ -166,6 +177,12 @@ class Scheduler:
             return
         for cb in callbacks:
             cb()
+
+    def _retire(self, job: JobRecord) -> None:
+        """A committed, finished job leaves the live set for the recently finished ones."""
+        if self.active.get(job.id) is job:
+            del self.active[job.id]
+            self.recent.add(job)
 
     # ---- bookkeeping after a transition ---------------------------------------------------------
     def moved(self, job: JobRecord, before: JobState) -> None:
@@ -279,7 +296,7 @@ class Scheduler:
                     self._timer_wake.set()
         if self._dispatch_pending:  # lease what can start now in the submission's own transaction
             self._dispatch()
-        await self.store.commit()
+        await self._commit()
         for job in fresh:
             logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
@@ -308,6 +325,8 @@ class Scheduler:
     # ---- reads ----------------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobRecord:
         job = self.active.get(job_id)
+        if job is None:
+            job = self.recent.get(job_id)
         if job is None:
             job = await self.store.get(job_id)
         if job is None:
@@ -345,15 +364,14 @@ class Scheduler:
         if before is JobState.PENDING and self.exec_limits is not None:
             self.exec_limits.discard(job.id)  # it may be parked by an execution limit
         self.store.update([job])
-        await self.store.commit()
+        await self._commit()
         logger.info(logs.JOB_CANCELLED, extra={"job_id": job.id, "was": before.name})
         if before is JobState.RUNNING:
             worker = self.registry.get(worker_id)
             if worker is not None and worker.link is not None:
                 worker.link.cancel(job.id, attempt)
         self.watchers.announce(job)
-        if self.active.get(job.id) is job:
-            del self.active[job.id]
+        self._retire(job)
         return job
 
     async def retry(self, job_id: str) -> JobRecord:
@@ -367,13 +385,14 @@ class Scheduler:
             )
         if job.state is not JobState.FAILED:
             raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
+        self.recent.discard(job_id)  # live again: reads must see the record as it changes
         jobs.redrive(job, self.clock.now())
         self.active[job.id] = job
         self.counts[JobState.FAILED] -= 1
         self.counts[job.state] += 1
         self._enqueue(job)
         self.store.update([job])
-        await self.store.commit()
+        await self._commit()
         self.watchers.announce(job)
         return job
 
