@@ -1,12 +1,12 @@
 """Server interceptors of the gRPC surface.
 
 :class:`RequestIds`: every call has a request id, taken from the ``x-request-id`` metadata when the
-client sent a usable one, else made (a uuid4 in hex), and returned as ``x-request-id``: in the
-initial metadata of a streaming call, in the trailing metadata of a unary one (error or not).
-Unary calls use the trailers because grpc.aio sends explicit initial metadata as a batch of its
-own, which cost about 140 µs per call (a sixth of a SubmitJob) when measured; trailers travel with
-the status for free. The REST bridge applies the same rule to the ``X-Request-ID`` header
-(:func:`request_id`).
+client sent a usable one, else made (a uuid4 in hex), and returned as ``x-request-id`` in the trailing
+metadata of every call, unary or streaming, error or not. Trailers travel with the status for free,
+while grpc.aio sends explicit initial metadata as a batch of its own: that cost about 140 µs per
+unary call, and put a round of its own before the first message of every WatchJob. A client that
+needs the id while a stream is still open sends its own. The REST bridge applies the same rule to
+the ``X-Request-ID`` header (:func:`request_id`).
 
 :class:`Authenticate` (installed only when some role needs credentials): checks each call's bearer
 token for the role of its service (:mod:`control.auth`) before the servicer runs, so a refused call
@@ -82,15 +82,15 @@ class _Trailing:
         await self._context.abort(code, details, (*trailing_metadata, *self._metadata))
 
 
-def _wrap(fn: Behavior, metadata: Metadata, streaming: bool) -> Behavior:
-    """``fn`` that returns ``metadata``: first, as initial metadata, for a streaming response; with the
-    status, as trailing metadata, for a unary one. Same shape as ``fn``: coroutine or async generator."""
+def _wrap(fn: Behavior, metadata: Metadata) -> Behavior:
+    """``fn`` that returns ``metadata`` with the status, as trailing metadata (error or not). Same shape
+    as ``fn``: coroutine or async generator."""
     if inspect.isasyncgenfunction(fn):
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             logs.current_request.set(metadata[0][1])
-            await context.send_initial_metadata(metadata)
-            async for item in fn(request, context):
+            context.set_trailing_metadata(metadata)
+            async for item in fn(request, _Trailing(context, metadata)):
                 yield item
 
         return stream
@@ -98,12 +98,8 @@ def _wrap(fn: Behavior, metadata: Metadata, streaming: bool) -> Behavior:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
         # Each call runs in a task of its own: the id tags the log lines of this call (and its jobs) only.
         logs.current_request.set(metadata[0][1])
-        if streaming:
-            await context.send_initial_metadata(metadata)
-        else:
-            context.set_trailing_metadata(metadata)
-            context = _Trailing(context, metadata)  # type: ignore[assignment]
-        result = fn(request, context)
+        context.set_trailing_metadata(metadata)
+        result = fn(request, _Trailing(context, metadata))
         return await result if inspect.isawaitable(result) else result
 
     return call
@@ -133,7 +129,7 @@ class RequestIds(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         kind = (bool(handler.request_streaming), bool(handler.response_streaming))
         metadata = ((REQUEST_ID, _from_metadata(handler_call_details.invocation_metadata)),)
         return _MAKERS[kind](
-            _wrap(getattr(handler, _ATTRS[kind]), metadata, streaming=kind[1]),
+            _wrap(getattr(handler, _ATTRS[kind]), metadata),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )

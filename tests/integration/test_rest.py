@@ -317,7 +317,7 @@ def test_request_ids_are_taken_or_made_on_both_protocols(control_plane: ControlP
     assert len(made) == 32 and made != rest.get("/healthz").headers["X-Request-ID"]
     assert rest.get("/v1/jobs/nope", headers={"X-Request-ID": "has space"}).headers["X-Request-ID"] != "has space"
 
-    # gRPC unary calls return it with the status (error or not), streams in the initial metadata
+    # gRPC calls return it with the status (error or not), streams too
     call = control_plane.jobs.GetStats.with_call(
         jobs_pb2.GetStatsRequest(), metadata=(("x-request-id", "grpc-7"),), timeout=10
     )[1]
@@ -332,8 +332,18 @@ def test_request_ids_are_taken_or_made_on_both_protocols(control_plane: ControlP
         raise AssertionError("GetJob of an unknown job succeeded")
     job = submit(control_plane, "noop")
     stream = control_plane.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id), metadata=(("x-request-id", "w-1"),))
-    assert ("x-request-id", "w-1") in stream.initial_metadata()
-    stream.cancel()
+    assert next(stream).job.state == jobs_pb2.Job.PENDING  # no worker here: cancel it to end the stream
+    control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id), timeout=10)
+    assert list(stream)[-1].job.state == jobs_pb2.Job.CANCELLED
+    assert ("x-request-id", "w-1") in stream.trailing_metadata()
+    assert ("x-request-id", "w-1") not in stream.initial_metadata()  # not sent as a batch of its own
+    try:
+        next(iter(control_plane.jobs.WatchJob(jobs_pb2.WatchJobRequest(id="nope"))))
+    except grpc.RpcError as err:
+        made_ids = [v for k, v in err.trailing_metadata() if k == "x-request-id"]  # type: ignore[attr-defined]
+        assert len(made_ids) == 1 and len(made_ids[0]) == 32
+    else:
+        raise AssertionError("WatchJob of an unknown job succeeded")
 
 
 # ---- the loopback mode -----------------------------------------------------------------------------
