@@ -2,6 +2,11 @@
 
 Outgoing messages are coalesced: every assignment and every ack queued while the stream was busy
 writing goes out in one message, which keeps the per-job cost of the stream low under load.
+
+Acks are not urgent (they only let the worker forget results it keeps until then), so an ack waits up
+to ACK_DELAY_SEC for an assignment or another message to ride with. Under load that is the next
+assignment, a moment later; on an idle worker it keeps a write of its own off the event loop just when
+the result's watchers are being told, which is what a waiting client is waiting for.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from corral.v1 import workers_pb2
 
 logger = logging.getLogger(__name__)
 
+ACK_DELAY_SEC = 0.005
+"""Longest an ack waits for an assignment to share a message with (see the module docstring)."""
+
 
 class GrpcLink:
     """The WorkerLink of one stream: queues messages for the writer loop."""
@@ -31,6 +39,7 @@ class GrpcLink:
         self._acks: list[AttemptKey] = []
         self._other: list[workers_pb2.ControlMessage] = []
         self._wake = asyncio.Event()
+        self._ack_timer: asyncio.TimerHandle | None = None
         self.closed = False
 
     def assign(self, assignments: list[Assignment]) -> None:
@@ -39,7 +48,8 @@ class GrpcLink:
 
     def ack(self, attempts: list[AttemptKey]) -> None:
         self._acks.extend(attempts)
-        self._wake.set()
+        if self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_SEC, self._wake.set)
 
     def cancel(self, job_id: str, attempt: int) -> None:
         msg = workers_pb2.ControlMessage()
@@ -56,6 +66,9 @@ class GrpcLink:
 
     def close(self) -> None:
         self.closed = True
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         self._wake.set()
 
     async def outgoing(self) -> AsyncIterator[workers_pb2.ControlMessage]:
@@ -77,6 +90,9 @@ class GrpcLink:
                 if self._acks:
                     convert.add_attempt_refs(msg.ack.attempts, self._acks)
                     self._acks = []
+                    if self._ack_timer is not None:
+                        self._ack_timer.cancel()
+                        self._ack_timer = None
                 yield msg
 
 
