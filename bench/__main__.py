@@ -1,4 +1,5 @@
-"""``python -m bench [NAME ...]``: run the benchmarks (all by default); each prints a table."""
+"""``python -m bench [NAME ...]`` runs benchmarks (all by default); ``python -m bench NAME --flag ...``
+runs one with its own flags (``python -m bench latency --help`` lists them). Each prints a table."""
 
 from __future__ import annotations
 
@@ -19,12 +20,17 @@ BENCHES = {
 }
 
 
-def main() -> None:
-    names = sys.argv[1:] or list(BENCHES)
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    flags = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    names, rest = args[:flags] or list(BENCHES), args[flags:]
+    if rest and len(names) != 1:
+        raise SystemExit("flags go to one benchmark: python -m bench NAME --flag ...")
     for name in names:
         if name not in BENCHES:
             raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join(BENCHES)}")
-        BENCHES[name]([])
+    for name in names:
+        BENCHES[name](rest)
 
 
 if __name__ == "__main__":
