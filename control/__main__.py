@@ -16,7 +16,7 @@ from pathlib import Path
 
 from control.app import ControlPlane
 from control.config import ConfigError, ControlConfig
-from corral import logs
+from corral import gc_tuning, logs
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 
 
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral control: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.log_level, config.log_format)
+    gc_tuning.apply()
     asyncio.run(serve(config, args.port_file, args.http_port_file, args.worker_port_file))
     return 0
 

@@ -25,6 +25,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
+from corral import gc_tuning
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 from corral.logs import configure
 from worker.agent import Agent
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m worker: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     configure(config.log_level, config.log_format)
+    gc_tuning.apply()
     return asyncio.run(run(config))
 
 
