@@ -16,7 +16,7 @@ from pathlib import Path
 
 from control.app import ControlPlane
 from control.config import ConfigError, ControlConfig
-from corral import gc_tuning, logs
+from corral import event_loop, gc_tuning, logs
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(config.log_level, config.log_format)
     gc_tuning.apply()
-    asyncio.run(serve(config, args.port_file, args.http_port_file, args.worker_port_file))
+    event_loop.run(serve(config, args.port_file, args.http_port_file, args.worker_port_file), config.event_loop)
     return 0
 
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from control.auth import TokenError, parse_tokens, read_token_file, token_problem
 from control.exec_limits import parse_exec_limits
 from control.tls import ServerTls, TlsError
+from corral.event_loop import LOOPS
 
 T = TypeVar("T")
 
@@ -87,6 +88,8 @@ class ControlConfig:
     """CORRAL_LOG_LEVEL: debug | info | warning | error."""
     log_format: str = "json"
     """CORRAL_LOG_FORMAT: json | logfmt."""
+    event_loop: str = "uvloop"
+    """CORRAL_EVENT_LOOP: uvloop | asyncio; the event loop the control plane runs on (corral.event_loop)."""
     auth_tokens: tuple[str, ...] = field(default=(), repr=False)
     """CORRAL_AUTH_TOKENS: comma-separated client tokens, each ``TOKEN`` or ``NAME:TOKEN`` (a token: >= 16
     printable ASCII characters without spaces, ',' or ':'; a name: [A-Za-z0-9._@-]{1,64}). Any client
@@ -224,6 +227,7 @@ class ControlConfig:
             self.log_level,
         )
         _rule(self.log_format in ("json", "logfmt"), "CORRAL_LOG_FORMAT", "must be json or logfmt", self.log_format)
+        _rule(self.event_loop in LOOPS, "CORRAL_EVENT_LOOP", "must be uvloop or asyncio", self.event_loop)
         self._check_auth()
         self._check_tls()
         self._check_autoscale()
@@ -412,6 +416,7 @@ _ENV: dict[str, str] = {
     "shutdown_grace_sec": "CORRAL_SHUTDOWN_GRACE_SEC",
     "log_level": "CORRAL_LOG_LEVEL",
     "log_format": "CORRAL_LOG_FORMAT",
+    "event_loop": "CORRAL_EVENT_LOOP",
     "auth_tokens": "CORRAL_AUTH_TOKENS",
     "auth_token_file": "CORRAL_AUTH_TOKEN_FILE",
     "tls_cert": "CORRAL_TLS_CERT",
@@ -466,6 +471,7 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "shutdown_grace_sec": _FLOAT,
     "log_level": _lower,
     "log_format": _lower,
+    "event_loop": _lower,
     "auth_tokens": _list,
     "auth_token_file": _text,
     "tls_cert": _text,

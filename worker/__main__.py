@@ -25,7 +25,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from corral import gc_tuning
+from corral import event_loop, gc_tuning
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 from corral.logs import configure
 from worker.agent import Agent
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_CONFIG
     configure(config.log_level, config.log_format)
     gc_tuning.apply()
-    return asyncio.run(run(config))
+    return event_loop.run(run(config), config.event_loop)
 
 
 if __name__ == "__main__":

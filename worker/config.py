@@ -41,6 +41,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from corral.event_loop import LOOPS
 from corral.logs import FORMATS, LEVELS
 
 __all__ = ["ConfigError", "WorkerConfig"]
@@ -85,6 +86,8 @@ class WorkerConfig:
     """CORRAL_LOG_LEVEL: debug | info | warning | error."""
     log_format: str = "json"
     """CORRAL_LOG_FORMAT: json | logfmt; one event per line either way."""
+    event_loop: str = "uvloop"
+    """CORRAL_EVENT_LOOP: uvloop | asyncio; the event loop the agent runs on (corral.event_loop)."""
     token: str = field(default="", repr=False)
     """CORRAL_WORKER_TOKEN: sent as ``authorization: Bearer <token>`` on the worker stream."""
     tls_ca: str = ""
@@ -124,6 +127,8 @@ class WorkerConfig:
             raise ConfigError(f"CORRAL_LOG_LEVEL must be debug, info, warning or error, got {self.log_level!r}")
         if self.log_format not in FORMATS:
             raise ConfigError(f"CORRAL_LOG_FORMAT must be json or logfmt, got {self.log_format!r}")
+        if self.event_loop not in LOOPS:
+            raise ConfigError(f"CORRAL_EVENT_LOOP must be uvloop or asyncio, got {self.event_loop!r}")
         for name, value, low, strict in (
             ("CORRAL_DRAIN_TIMEOUT_SEC", self.drain_timeout_sec, 0.0, False),
             ("CORRAL_KILL_GRACE_SEC", self.kill_grace_sec, 0.0, False),
@@ -179,7 +184,11 @@ class WorkerConfig:
         ):
             if (raw := get(name)) is not None:
                 kwargs[attr] = _float(name, raw)
-        for name, attr in (("CORRAL_LOG_LEVEL", "log_level"), ("CORRAL_LOG_FORMAT", "log_format")):
+        for name, attr in (
+            ("CORRAL_LOG_LEVEL", "log_level"),
+            ("CORRAL_LOG_FORMAT", "log_format"),
+            ("CORRAL_EVENT_LOOP", "event_loop"),
+        ):
             if (raw := get(name)) is not None:
                 kwargs[attr] = raw.lower()
         for name, attr in (

@@ -125,6 +125,7 @@ CONTROL_BAD: list[tuple[dict[str, str], list[str], str]] = [
     ({"CORRAL_SELECTION": "random"}, [], "CORRAL_SELECTION must be round_robin or lru, got 'random'"),
     ({"CORRAL_GATEWAY_MODE": "proxy"}, [], "CORRAL_GATEWAY_MODE must be inprocess or loopback, got 'proxy'"),
     ({"CORRAL_LOG_FORMAT": "xml"}, [], "CORRAL_LOG_FORMAT must be json or logfmt, got 'xml'"),
+    ({"CORRAL_EVENT_LOOP": "trio"}, [], "CORRAL_EVENT_LOOP must be uvloop or asyncio, got 'trio'"),
     ({}, ["--log-level", "loud"], "CORRAL_LOG_LEVEL must be debug, info, warning or error, got 'loud'"),
     ({"AUTOSCALE_MODE": "maybe"}, [], "AUTOSCALE_MODE must be off, recommend or docker, got 'maybe'"),
     ({"MIN_WORKERS": "5", "MAX_WORKERS": "3"}, [], "MAX_WORKERS must be >= 1 and >= MIN_WORKERS (5), got 3"),
@@ -162,6 +163,7 @@ WORKER_BAD: list[tuple[dict[str, str], list[str], str]] = [
     ({}, ["--reconnect-max-sec", "0"], "CORRAL_RECONNECT_MAX_SEC must be > 0, got 0.0"),
     ({"CORRAL_LOG_LEVEL": "chatty"}, [], "CORRAL_LOG_LEVEL must be debug, info, warning or error, got 'chatty'"),
     ({}, ["--log-format", "xml"], "CORRAL_LOG_FORMAT must be json or logfmt, got 'xml'"),
+    ({}, ["--event-loop", "gevent"], "CORRAL_EVENT_LOOP must be uvloop or asyncio, got 'gevent'"),
 ]
 
 
