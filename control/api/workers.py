@@ -66,10 +66,13 @@ class GrpcLink:
 
     def close(self) -> None:
         self.closed = True
+        self._cancel_ack_timer()
+        self._wake.set()
+
+    def _cancel_ack_timer(self) -> None:
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        self._wake.set()
 
     async def outgoing(self) -> AsyncIterator[workers_pb2.ControlMessage]:
         """Messages to write, coalesced, until the link is closed."""
@@ -90,9 +93,7 @@ class GrpcLink:
                 if self._acks:
                     convert.add_attempt_refs(msg.ack.attempts, self._acks)
                     self._acks = []
-                    if self._ack_timer is not None:
-                        self._ack_timer.cancel()
-                        self._ack_timer = None
+                    self._cancel_ack_timer()
                 yield msg
 
 
