@@ -393,7 +393,7 @@ def test_the_cli_takes_a_token_from_the_flag_or_the_environment(secured: Secured
     control = ["--control", secured.cp.address]
     refused = corral_cli("workers", *control, env={"CORRAL_TOKEN": ""})
     assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
-    by_flag = corral_cli("workers", *control, "--json", "--token", secured.alice)
+    by_flag = corral_cli("workers", *control, "--json", f"--token={secured.alice}")
     assert by_flag.returncode == 0 and secured.worker_id in by_flag.stdout
     by_env = corral_cli("stats", *control, "--json", env={"CORRAL_TOKEN": secured.anonymous})
     assert by_env.returncode == 0, by_env.stderr
@@ -401,12 +401,13 @@ def test_the_cli_takes_a_token_from_the_flag_or_the_environment(secured: Secured
 
 def test_corral_up_with_a_token_turns_auth_on_and_gives_its_workers_a_worker_token(tmp_path: Path) -> None:
     client = token()
+    # --token=X, not --token X: a random token may start with "-", which argparse takes for an option.
     up = Up(tmp_path, "--grpc-port", "0", "--http-port", "0", "--db", str(tmp_path / "c.db"), "--workers", "1",
-            "--token", client)  # fmt: skip
+            f"--token={client}")  # fmt: skip
     try:
         address = up.wait_up()
         assert "not every worker registered" not in up.err.read_text()  # its own calls carry the token
-        listed = corral_cli("workers", "--json", "--control", address, "--token", client)
+        listed = corral_cli("workers", "--json", "--control", address, f"--token={client}")
         assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 1, listed.stderr
         refused = corral_cli("workers", "--control", address, env={"CORRAL_TOKEN": ""})
         assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
