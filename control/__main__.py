@@ -1,4 +1,4 @@
-"""``python -m control``: run one control plane until SIGTERM or SIGINT.
+"""``python -m control``: run one control plane until SIGTERM or SIGINT; SIGHUP re-reads CORRAL_AUTH_TOKEN_FILE.
 
 Flags override the environment (:mod:`control.config`); every setting without a flag listed here has
 ``--SETTING-NAME`` (``--max-batch 500``). ``--check-config[=json]`` prints the effective settings and
@@ -61,6 +61,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, cp.reload_tokens)  # the usual "read your config again", not an exit
     await stop.wait()
     await cp.stop()
 

@@ -33,6 +33,7 @@ from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
 from control.store import Store, open_store
 from control.tls import ServerTls
+from control.token_reload import TokenFileWatcher
 from corral import logs
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class ControlPlane:
         self.metrics = Metrics()
         self.gateway: Gateway | None = None
         self.autoscaler: Autoscaler | None = None
+        self.token_watcher: TokenFileWatcher | None = None
+        """Reloads CORRAL_AUTH_TOKEN_FILE (set when that file is in use)."""
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
@@ -80,6 +83,8 @@ class ControlPlane:
         auth = Authenticator.from_config(cfg)
         if auth is not None:
             auth.on_refused = lambda role: self.metrics.auth_refused.labels(role.value).inc()
+            if cfg.auth_token_file:
+                self.token_watcher = TokenFileWatcher(auth, cfg.auth_tokens, cfg.auth_token_file, self.metrics)
         tls = ServerTls.load(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca) if cfg.tls_cert else None
         self._server, self.grpc_port = create_server(
             f"{cfg.host}:{cfg.grpc_port}",
@@ -123,6 +128,8 @@ class ControlPlane:
             asyncio.ensure_future(IdempotencySweeper(scheduler.idempotency, self.store, self.clock).run()),
             asyncio.ensure_future(self._refresh_readiness()),
         ]
+        if self.token_watcher is not None:
+            self._tasks.append(asyncio.ensure_future(self.token_watcher.run()))
         scheduler.dispatch_soon()
         await self.autoscaler.start(self.grpc_port)
         logger.info(
@@ -137,6 +144,13 @@ class ControlPlane:
                 "recovered_jobs": len(scheduler.active),
             },
         )
+
+    def reload_tokens(self) -> None:
+        """Read CORRAL_AUTH_TOKEN_FILE again now (SIGHUP); see :mod:`control.token_reload`."""
+        if self.token_watcher is None:
+            logger.info(logs.AUTH_TOKENS_RELOADED, extra={"why": "signal", "tokens": 0, "note": "no token file set"})
+            return
+        self.token_watcher.reload_soon()
 
     def not_ready_reason(self) -> str | None:
         """None while ready (a connected worker takes work, the store can be written, not shutting

@@ -29,7 +29,7 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,7 @@ __all__ = [
     "Role",
     "TokenError",
     "bearer_token",
+    "client_tokens",
     "parse_tokens",
     "read_token_file",
     "role_of",
@@ -134,6 +135,37 @@ def read_token_file(path: str) -> list[tuple[str, str]]:
     return [(f"line {n}", s) for n, line in enumerate(lines, 1) if (s := line.strip()) and not s.startswith("#")]
 
 
+def client_tokens(tokens: Sequence[str], token_file: str) -> dict[str, str]:
+    """Client token -> principal from the CORRAL_AUTH_TOKENS entries and the lines of CORRAL_AUTH_TOKEN_FILE.
+
+    Start-up and every reload of the file read the tokens through here, so both apply the same rules.
+
+    Raises:
+        TokenError: the message starts with the variable at fault and says which entry or line breaks
+            which rule (or why the file cannot be read).
+    """
+    entries = [(f"entry {n}", token) for n, token in enumerate(tokens, 1)]
+    try:
+        clients = parse_tokens(entries)
+    except TokenError as exc:
+        raise TokenError(f"CORRAL_AUTH_TOKENS {exc}") from None
+    if not token_file:
+        return clients
+    try:
+        lines = read_token_file(token_file)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise TokenError(
+            f"CORRAL_AUTH_TOKEN_FILE must be a readable file of tokens, got {token_file!r} ({reason})"
+        ) from None
+    if not lines:
+        raise TokenError(f"CORRAL_AUTH_TOKEN_FILE must hold at least one token, got {token_file!r}")
+    try:
+        return parse_tokens(entries + lines)
+    except TokenError as exc:
+        raise TokenError(f"CORRAL_AUTH_TOKEN_FILE {token_file!r} {exc}") from None
+
+
 def bearer_token(authorization: str | bytes | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` value (scheme case-insensitive), else None."""
     if authorization is None:
@@ -182,11 +214,25 @@ class Authenticator:
 
         The settings were checked by ``ControlConfig.check``, so the token file reads and parses here.
         """
-        entries = [(f"entry {n}", t) for n, t in enumerate(config.auth_tokens, 1)]
-        if config.auth_token_file:
-            entries += read_token_file(config.auth_token_file)
-        auth = cls(parse_tokens(entries), config.worker_token, worker_cert=bool(config.tls_client_ca))
+        clients = client_tokens(config.auth_tokens, config.auth_token_file)
+        auth = cls(clients, config.worker_token, worker_cert=bool(config.tls_client_ca))
         return auth if auth.client_auth or auth.worker_auth else None
+
+    def replace_clients(self, clients: Mapping[str, str]) -> None:
+        """Accept exactly ``clients`` (token -> principal) from now on: a reloaded token file.
+
+        Calls already past their check are not affected, and a reload cannot switch client auth off.
+
+        Raises:
+            TokenError: ``clients`` is empty while client auth is on, or it holds the worker token.
+        """
+        if self.client_auth and not clients:
+            raise TokenError("no client token left: client auth stays on, so every client would be refused")
+        keyed = self._keyed
+        macs = {keyed.mac(token): principal for token, principal in clients.items()}
+        if self._worker is not None and self._worker in macs:
+            raise TokenError("a client token equals CORRAL_WORKER_TOKEN")
+        self._clients = macs  # one assignment: a call sees the old set or the new one, never a mix
 
     def authenticate(self, role: Role, authorization: str | bytes | None) -> str | None:
         """The principal of a call presenting ``authorization`` for ``role``; None when the role is open.

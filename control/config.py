@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from control.auth import TokenError, parse_tokens, read_token_file, token_problem
+from control.auth import TokenError, client_tokens, token_problem
 from control.exec_limits import parse_exec_limits
 from control.tls import ServerTls, TlsError
 from corral.event_loop import LOOPS
@@ -233,24 +233,10 @@ class ControlConfig:
         self._check_autoscale()
 
     def _check_auth(self) -> None:
-        entries = [(f"entry {n}", token) for n, token in enumerate(self.auth_tokens, 1)]
         try:
-            clients = parse_tokens(entries)
+            clients = client_tokens(self.auth_tokens, self.auth_token_file)
         except TokenError as exc:
-            raise ConfigError(f"CORRAL_AUTH_TOKENS {exc}") from None
-        if self.auth_token_file:
-            try:
-                lines = read_token_file(self.auth_token_file)
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-                raise ConfigError(
-                    f"CORRAL_AUTH_TOKEN_FILE must be a readable file of tokens, got {self.auth_token_file!r} ({reason})"
-                ) from None
-            _rule(bool(lines), "CORRAL_AUTH_TOKEN_FILE", "must hold at least one token", self.auth_token_file)
-            try:
-                clients = parse_tokens(entries + lines)
-            except TokenError as exc:
-                raise ConfigError(f"CORRAL_AUTH_TOKEN_FILE {self.auth_token_file!r} {exc}") from None
+            raise ConfigError(str(exc)) from None
         if self.worker_token:
             problem = token_problem(self.worker_token)
             if problem is not None:

@@ -78,6 +78,12 @@ class Metrics:
             ["role"],
             registry=r,
         )
+        self.auth_token_reloads = Counter(
+            "corral_auth_token_reloads",
+            "Reloads of CORRAL_AUTH_TOKEN_FILE (on change or SIGHUP), by result: ok, or error (old tokens kept).",
+            ["result"],
+            registry=r,
+        )
         self.rate_limited = Counter(
             "corral_rate_limited_requests", "Requests refused with RESOURCE_EXHAUSTED by a rate limit.", registry=r
         )

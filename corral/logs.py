@@ -43,6 +43,8 @@ WORKER_STOPPED = "worker_stopped"
 RUNNER_RESTARTED = "runner_restarted"
 # Auth
 AUTH_REFUSED = "auth_refused"
+AUTH_TOKENS_RELOADED = "auth_tokens_reloaded"
+AUTH_TOKENS_RELOAD_FAILED = "auth_tokens_reload_failed"
 
 # Autoscaler
 SCALE_UP = "scale_up"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -36,7 +37,7 @@ import corral
 from control.api import SERVICES
 from control.api.identity import PRINCIPAL
 from control.api.interceptors import Authenticate, RequestIds
-from control.auth import Authenticator
+from control.auth import Authenticator, Role, TokenError
 from control.config import ConfigError, ControlConfig
 from control.gateway import Gateway, InProcess, http_routes
 from control.metrics import Metrics
@@ -455,3 +456,115 @@ def test_a_bad_token_file_stops_start_up_with_its_line(tmp_path: Path) -> None:
     assert done.returncode == 2 and "CORRAL_WORKER_TOKEN must be set when client tokens are" in done.stderr
     config = ControlConfig.from_env({"CORRAL_AUTH_TOKENS": "a" * 20, "CORRAL_WORKER_TOKEN": "b" * 20})
     assert "a" * 20 not in repr(config) and "b" * 20 not in repr(config)
+
+
+# ---- reloading CORRAL_AUTH_TOKEN_FILE -----------------------------------------------------------------
+
+
+def accepted(cp: ControlProc, value: str) -> bool:
+    """Whether a client call with ``value`` as its token passes (over gRPC and REST, which must agree)."""
+    try:
+        cp.jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=10, metadata=bearer(value))
+        grpc_ok = True
+    except grpc.RpcError as err:
+        assert err.code() == UNAUTHENTICATED  # type: ignore[attr-defined]
+        grpc_ok = False
+    status = Rest(cp.http_port).get("/v1/stats", headers={"Authorization": f"Bearer {value}"}).status
+    assert status in (200, 401)
+    assert grpc_ok == (status == 200), "the REST bridge and gRPC disagree on a token"
+    return grpc_ok
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to a new file and rename it over ``path``, as editors and secret stores do."""
+    tmp = path.with_suffix(".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def log_events(cp: ControlProc, event: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in cp.log.read_text().splitlines() if f'"{event}"' in line]
+
+
+def test_sighup_reloads_the_token_file_and_an_old_token_stops_working(secured: Secured, tmp_path: Path) -> None:
+    cp, carol = secured.cp, token()
+    assert cp.proc is not None
+    assert accepted(cp, secured.bob) and not accepted(cp, carol)
+    # Rewritten in place (same inode, same size), then a signal: the signal alone must be enough.
+    path = tmp_path / "tokens"
+    old, new = path.read_text(), f"# rotated\ncarol:{carol}\n"
+    assert len(new) <= len(old)
+    path.write_text(new.ljust(len(old), "\n"))
+    cp.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: accepted(cp, carol), what="the new token to pass after SIGHUP")
+    assert not accepted(cp, secured.bob), "a token removed from the file still passes"
+    assert accepted(cp, secured.alice) and accepted(cp, secured.anonymous), "CORRAL_AUTH_TOKENS tokens must stay"
+    assert cp.proc.poll() is None, "SIGHUP stopped the control plane"
+    # The reload is logged (the count, never a token) and the worker, untouched, still runs jobs.
+    (reloaded,) = [e for e in log_events(cp, "auth_tokens_reloaded") if e["why"] == "signal"]
+    assert reloaded["tokens"] == 3 and carol not in json.dumps(reloaded)
+    job = cp.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(type="noop"), timeout=10, metadata=bearer(carol)).job
+    events = list(cp.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id), timeout=30, metadata=bearer(carol)))
+    assert events[-1].job.state == jobs_pb2.Job.SUCCEEDED
+
+
+def test_a_replaced_token_file_is_picked_up_without_a_signal(secured: Secured, tmp_path: Path) -> None:
+    cp, carol = secured.cp, token()
+    replace_file(tmp_path / "tokens", f"bob:{secured.bob}\ncarol:{carol}\n")
+    wait_until(lambda: accepted(cp, carol), timeout=15, what="the token file to be re-read after it changed")
+    assert accepted(cp, secured.bob), "a token kept in the file must keep passing"
+    scraped = scrape(Rest(cp.http_port))
+    assert scraped['corral_auth_token_reloads_total{result="ok"}'] >= 1
+    assert scraped.get('corral_auth_token_reloads_total{result="error"}', 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("bob:short\n", "line 1: a token must be at least 16"),
+        ("# every token removed\n", "must hold at least one token"),
+        ("carol:{worker}\n", "equals CORRAL_WORKER_TOKEN"),
+        ("carol:{bob}\ndave:{bob}\n", "line 2: the token repeats an earlier one"),
+    ],
+)
+def test_a_broken_token_file_keeps_the_tokens_in_force(
+    secured: Secured, tmp_path: Path, text: str, reason: str
+) -> None:
+    cp = secured.cp
+    assert cp.proc is not None
+    replace_file(tmp_path / "tokens", text.format(worker=secured.worker_token, bob=secured.bob))
+    cp.proc.send_signal(signal.SIGHUP)
+    failed = wait_until(lambda: log_events(cp, "auth_tokens_reload_failed"), what="the failed reload's log line")
+    assert reason in failed[0]["reason"] and failed[0]["level"] == "error"
+    assert secured.bob not in failed[0]["reason"] and secured.worker_token not in failed[0]["reason"]
+    assert accepted(cp, secured.bob), "a broken file must leave the tokens in force"
+    assert not accepted(cp, secured.worker_token) and not accepted(cp, token())
+    assert scrape(Rest(cp.http_port))['corral_auth_token_reloads_total{result="error"}'] >= 1
+    # Once the file is mended, the next change is read.
+    carol = token()
+    replace_file(tmp_path / "tokens", f"carol:{carol}\n")
+    wait_until(lambda: accepted(cp, carol), timeout=15, what="the mended file to be read")
+    assert not accepted(cp, secured.bob)
+
+
+def test_sighup_without_a_token_file_is_logged_and_does_not_stop_the_control_plane(make_control_plane: Any) -> None:
+    cp = make_control_plane()
+    assert cp.proc is not None
+    cp.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: log_events(cp, "auth_tokens_reloaded"), what="the SIGHUP to be logged")
+    assert cp.proc.poll() is None
+    cp.jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=10)
+
+
+def test_replace_clients_refuses_an_empty_set_and_the_worker_token() -> None:
+    alice, worker = token(), token()
+    auth = Authenticator({alice: "alice"}, worker)
+    for clients, message in (({}, "no client token left"), ({worker: "w"}, "equals CORRAL_WORKER_TOKEN")):
+        with pytest.raises(TokenError, match=message):
+            auth.replace_clients(clients)
+        assert auth.authenticate(Role.CLIENT, f"Bearer {alice}") == "alice", "a refused set changed the tokens"
+    carol = token()
+    auth.replace_clients({carol: "carol"})
+    assert auth.authenticate(Role.CLIENT, f"Bearer {carol}") == "carol"
+    with pytest.raises(corral.Unauthenticated):
+        auth.authenticate(Role.CLIENT, f"Bearer {alice}")
