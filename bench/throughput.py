@@ -27,10 +27,10 @@ def run_once(n: int, workers: int, threads: int, batch: int) -> dict[str, float]
         # stream (no polling load on the control plane while it works), then poll for any stragglers.
         for _ in c.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=ids[-1]), timeout=120):
             pass
-        while True:
-            stats = c.jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=30)
-            if stats.jobs_by_status["SUCCEEDED"] >= n:
-                break
+        deadline = time.monotonic() + 120
+        while (done := c.jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=30).jobs_by_status["SUCCEEDED"]) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {done} of {n} jobs SUCCEEDED 120 s after the last one finished")
             time.sleep(0.005)
         t_done = time.perf_counter() - t0
         # Outside the timed part: every job id read back SUCCEEDED on its first attempt.
