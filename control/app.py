@@ -131,7 +131,7 @@ class ControlPlane:
         if self.token_watcher is not None:
             self._tasks.append(asyncio.ensure_future(self.token_watcher.run()))
         scheduler.dispatch_soon()
-        await self.autoscaler.start(self.grpc_port)
+        await self.autoscaler.start(self.grpc_port, self.worker_port)
         logger.info(
             logs.CONTROL_STARTED,
             extra={

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from control.auth import TokenError, client_tokens, token_problem
 from control.exec_limits import parse_exec_limits
-from control.tls import ServerTls, TlsError
+from control.tls import ContainerTls, ServerTls, TlsError
 from corral.event_loop import LOOPS
 
 T = TypeVar("T")
@@ -96,7 +96,8 @@ class ControlConfig:
     token set: every JobService/AdminService call and REST route needs one (control.auth)."""
     auth_token_file: str = ""
     """CORRAL_AUTH_TOKEN_FILE: a readable file of more client tokens, one ``TOKEN`` or ``NAME:TOKEN`` a
-    line (blank lines and ``#`` comments skipped), read at start-up."""
+    line (blank lines and ``#`` comments skipped), read at start-up and again when it changes or on SIGHUP
+    (control.token_reload)."""
     tls_cert: str = ""
     """CORRAL_TLS_CERT: PEM certificate chain; with CORRAL_TLS_KEY, the gRPC port speaks TLS and the HTTP
     port HTTPS (set both or neither)."""
@@ -139,6 +140,15 @@ class ControlConfig:
     autoscale_control_address: str = ""
     """CORRAL_AUTOSCALE_CONTROL_ADDRESS: HOST:PORT the worker containers dial (default
     127.0.0.1:<the bound gRPC port>)."""
+    autoscale_tls_ca: str = ""
+    """CORRAL_AUTOSCALE_TLS_CA: PEM CA certificates the worker containers verify the control plane with
+    (their CORRAL_TLS_CA); required in docker mode when CORRAL_TLS_CERT is set."""
+    autoscale_tls_cert: str = ""
+    """CORRAL_AUTOSCALE_TLS_CERT: the client certificate the worker containers present on the worker port
+    (their CORRAL_WORKER_TLS_CERT); with CORRAL_AUTOSCALE_TLS_KEY, required in docker mode when
+    CORRAL_TLS_CLIENT_CA is set. The files are read at start-up and copied into each container."""
+    autoscale_tls_key: str = ""
+    """CORRAL_AUTOSCALE_TLS_KEY: the unencrypted PEM private key of CORRAL_AUTOSCALE_TLS_CERT."""
     autoscale_group: str = "corral"
     """CORRAL_AUTOSCALE_GROUP: [A-Za-z0-9_.-]{1,64}; the label value that marks this control plane's
     worker containers (it adopts and removes only those)."""
@@ -336,6 +346,32 @@ class ControlConfig:
             "must match [A-Za-z0-9_.-]{1,64}",
             self.autoscale_group,
         )
+        self._check_container_tls()
+
+    def _check_container_tls(self) -> None:
+        """The worker containers must be able to reach this control plane: TLS needs a CA for them to
+        trust, mutual TLS a client certificate as well."""
+        cert, key = self.autoscale_tls_cert, self.autoscale_tls_key
+        if bool(cert) != bool(key):
+            given, missing = ("CERT", "KEY") if cert else ("KEY", "CERT")
+            raise ConfigError(f"CORRAL_AUTOSCALE_TLS_{missing} must be set together with CORRAL_AUTOSCALE_TLS_{given}")
+        if cert and not self.autoscale_tls_ca:
+            raise ConfigError("CORRAL_AUTOSCALE_TLS_CERT needs CORRAL_AUTOSCALE_TLS_CA (mutual TLS is TLS first)")
+        if self.autoscale_mode == "docker" and self.tls_cert and not self.autoscale_tls_ca:
+            raise ConfigError(
+                "CORRAL_AUTOSCALE_TLS_CA must be set when CORRAL_TLS_CERT is and AUTOSCALE_MODE=docker: the worker"
+                " containers must verify the control plane with it"
+            )
+        if self.autoscale_mode == "docker" and self.tls_client_ca and not cert:
+            raise ConfigError(
+                "CORRAL_AUTOSCALE_TLS_CERT and CORRAL_AUTOSCALE_TLS_KEY must be set when CORRAL_TLS_CLIENT_CA is and"
+                " AUTOSCALE_MODE=docker: the worker containers need a client certificate for the worker port"
+            )
+        if self.autoscale_tls_ca:
+            try:
+                ContainerTls.load(self.autoscale_tls_ca, cert, key)
+            except TlsError as exc:
+                raise ConfigError(str(exc)) from None
 
 
 def _pos(x: float) -> bool:
@@ -423,6 +459,9 @@ _ENV: dict[str, str] = {
     "worker_network": "CORRAL_WORKER_NETWORK",
     "autoscale_control_address": "CORRAL_AUTOSCALE_CONTROL_ADDRESS",
     "autoscale_group": "CORRAL_AUTOSCALE_GROUP",
+    "autoscale_tls_ca": "CORRAL_AUTOSCALE_TLS_CA",
+    "autoscale_tls_cert": "CORRAL_AUTOSCALE_TLS_CERT",
+    "autoscale_tls_key": "CORRAL_AUTOSCALE_TLS_KEY",
     "worker_token": "CORRAL_WORKER_TOKEN",
 }
 """Field -> environment variable."""
@@ -478,5 +517,8 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "worker_network": _text,
     "autoscale_control_address": _text,
     "autoscale_group": _text,
+    "autoscale_tls_ca": _text,
+    "autoscale_tls_cert": _text,
+    "autoscale_tls_key": _text,
     "worker_token": _text,
 }

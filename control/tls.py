@@ -8,6 +8,9 @@
   against that CA or the handshake fails (``control.api.server_credentials`` builds both),
 * the HTTP port: HTTPS through :meth:`ServerTls.ssl_context` (aiohttp).
 
+:class:`ContainerTls` is the other side, for the worker containers the docker autoscaler starts: the
+CA they verify the control plane with and the client certificate they present on the worker port.
+
 Why a worker port of its own: grpcio's ``ssl_server_credentials`` either requires and verifies a client
 certificate or never asks for one (there is no "ask, verify if given"), and one port has one setting.
 Requiring certificates on the main port would force one on every gRPC client; a second port asks only
@@ -21,7 +24,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-__all__ = ["ServerTls", "TlsError"]
+__all__ = ["ContainerTls", "ServerTls", "TlsError"]
 
 
 class TlsError(ValueError):
@@ -34,6 +37,20 @@ def _read(var: str, path: str) -> bytes:
             return f.read()
     except OSError as exc:
         raise TlsError(f"{var} must be a readable file, got {path!r} ({exc.strerror or exc})") from None
+
+
+def _check_certificates(var: str, path: str, data: bytes, what: str) -> None:
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=data.decode("ascii", "replace"))
+    except (ssl.SSLError, ValueError):
+        raise TlsError(f"{var} must hold {what}, got {path!r}") from None
+
+
+def _check_pair(cert_var: str, cert: str, key_var: str, key: str) -> None:
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError):
+        raise TlsError(f"{key_var} must be the unencrypted PEM private key of {cert_var}, got {key!r}") from None
 
 
 @dataclass(frozen=True)
@@ -57,22 +74,10 @@ class ServerTls:
         chain = _read("CORRAL_TLS_CERT", cert)
         private_key = _read("CORRAL_TLS_KEY", key)
         ca = _read("CORRAL_TLS_CLIENT_CA", client_ca) if client_ca else None
-        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        try:
-            probe.load_verify_locations(cadata=chain.decode("ascii", "replace"))
-        except (ssl.SSLError, ValueError):
-            raise TlsError(f"CORRAL_TLS_CERT must hold PEM certificates, got {cert!r}") from None
-        try:
-            probe.load_cert_chain(cert, key)
-        except (ssl.SSLError, ValueError):
-            raise TlsError(
-                f"CORRAL_TLS_KEY must be the unencrypted PEM private key of CORRAL_TLS_CERT, got {key!r}"
-            ) from None
+        _check_certificates("CORRAL_TLS_CERT", cert, chain, "PEM certificates")
+        _check_pair("CORRAL_TLS_CERT", cert, "CORRAL_TLS_KEY", key)
         if ca is not None:
-            try:
-                probe.load_verify_locations(cadata=ca.decode("ascii", "replace"))
-            except (ssl.SSLError, ValueError):
-                raise TlsError(f"CORRAL_TLS_CLIENT_CA must hold PEM CA certificates, got {client_ca!r}") from None
+            _check_certificates("CORRAL_TLS_CLIENT_CA", client_ca, ca, "PEM CA certificates")
         return cls(cert, key, chain, private_key, ca)
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -80,3 +85,33 @@ class ServerTls:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.cert_path, self.key_path)
         return context
+
+
+@dataclass(frozen=True)
+class ContainerTls:
+    """What the worker containers the autoscaler starts need to reach a TLS control plane (PEM bytes).
+
+    ``ca`` verifies the control plane (the containers' CORRAL_TLS_CA); ``cert`` and ``key`` are the client
+    certificate they present on the worker port (CORRAL_WORKER_TLS_CERT/KEY), empty when none is asked.
+    """
+
+    ca: bytes
+    cert: bytes = b""
+    key: bytes = b""
+
+    @classmethod
+    def load(cls, ca: str, cert: str = "", key: str = "") -> ContainerTls:
+        """Read and check CORRAL_AUTOSCALE_TLS_CA, CORRAL_AUTOSCALE_TLS_CERT and CORRAL_AUTOSCALE_TLS_KEY.
+
+        Raises:
+            TlsError: a file is unreadable, not PEM, or the key does not belong to the certificate.
+        """
+        ca_pem = _read("CORRAL_AUTOSCALE_TLS_CA", ca)
+        _check_certificates("CORRAL_AUTOSCALE_TLS_CA", ca, ca_pem, "PEM CA certificates")
+        if not cert:
+            return cls(ca_pem)
+        cert_pem = _read("CORRAL_AUTOSCALE_TLS_CERT", cert)
+        key_pem = _read("CORRAL_AUTOSCALE_TLS_KEY", key)
+        _check_certificates("CORRAL_AUTOSCALE_TLS_CERT", cert, cert_pem, "PEM certificates")
+        _check_pair("CORRAL_AUTOSCALE_TLS_CERT", cert, "CORRAL_AUTOSCALE_TLS_KEY", key)
+        return cls(ca_pem, cert_pem, key_pem)

@@ -33,6 +33,7 @@ from control.jobs import JobState
 from control.metrics import Metrics
 from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
+from control.tls import ContainerTls
 from corral import logs
 
 __all__ = ["SCAN_LIMIT", "Autoscaler", "AutoscalerState"]
@@ -108,9 +109,9 @@ class Autoscaler:
         self._failed_this_look = False
 
     # ---- lifecycle ------------------------------------------------------------------------------
-    async def start(self, grpc_port: int) -> None:
+    async def start(self, grpc_port: int, worker_port: int = 0) -> None:
         """Start the loop (not in mode off); worker containers dial CORRAL_AUTOSCALE_CONTROL_ADDRESS,
-        else 127.0.0.1:``grpc_port``."""
+        else 127.0.0.1:``worker_port`` (the mutual-TLS worker port, when there is one) or ``grpc_port``."""
         if self.mode == "off" or self._task is not None:
             return
         cfg = self.config
@@ -119,10 +120,15 @@ class Autoscaler:
                 spec = ContainerSpec(
                     image=cfg.worker_image,
                     group=cfg.autoscale_group,
-                    control_address=cfg.autoscale_control_address or f"127.0.0.1:{grpc_port}",
+                    control_address=cfg.autoscale_control_address or f"127.0.0.1:{worker_port or grpc_port}",
                     threads=cfg.worker_threads,
                     network=cfg.worker_network,
                     token=cfg.worker_token,
+                    tls=(
+                        ContainerTls.load(cfg.autoscale_tls_ca, cfg.autoscale_tls_cert, cfg.autoscale_tls_key)
+                        if cfg.autoscale_tls_ca
+                        else None
+                    ),
                 )
                 self.backend = DockerBackend(spec)
             self.fleet = ContainerFleet(

@@ -4,8 +4,10 @@ Every container it starts carries the labels ``io.corral.role=worker``,
 ``io.corral.group=<CORRAL_AUTOSCALE_GROUP>`` and ``io.corral.worker-id=<worker id>``, and is told
 through its environment whom to dial and who it is: ``CORRAL_CONTROL_ADDR``, ``CORRAL_WORKER_ID``,
 ``CORRAL_WORKER_THREADS``, ``CORRAL_WORKER_TOKEN`` (when set) and ``CORRAL_WORKER_LABELS``
-(``container=<name>``). The worker id is also the container's name, so a job record's worker id names
-the container that ran it. Only containers with this group's labels are listed, adopted or removed.
+(``container=<name>``). Against a TLS control plane each container also gets the CA to verify it with
+and, for mutual TLS, a client certificate, copied into :data:`TLS_DIR` before it starts. The worker
+id is also the container's name, so a job record's worker id names the container that ran it. Only
+containers with this group's labels are listed, adopted or removed.
 
 The image is never pulled (``create`` fails when it is missing, where ``run`` would pull). Every
 method blocks; the autoscaler calls them through ``asyncio.to_thread``. Failures become
@@ -15,9 +17,12 @@ method blocks; the autoscaler calls them through ``asyncio.to_thread``. Failures
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import secrets
+import tarfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,19 +30,26 @@ from typing import Any
 import docker
 import docker.errors
 
+from control.tls import ContainerTls
+
 __all__ = [
     "LABEL_GROUP",
     "LABEL_ROLE",
     "LABEL_WORKER",
+    "TLS_DIR",
     "BackendError",
     "ContainerSpec",
     "DockerBackend",
     "WorkerContainer",
+    "tls_archive",
 ]
 
 LABEL_ROLE = "io.corral.role"
 LABEL_GROUP = "io.corral.group"
 LABEL_WORKER = "io.corral.worker-id"
+
+TLS_DIR = "/run/corral-tls"
+"""Where a container finds ca.pem (CORRAL_TLS_CA), and cert.pem / key.pem (CORRAL_WORKER_TLS_CERT/KEY)."""
 
 _NETWORK_MODES = ("host", "bridge", "none")
 _LIVE = ("created", "running", "restarting")
@@ -70,6 +82,8 @@ class ContainerSpec:
     """CORRAL_WORKER_NETWORK: host | bridge | none | container:NAME, else the name of a network."""
     token: str = ""
     """CORRAL_WORKER_TOKEN inside the container (omitted when empty)."""
+    tls: ContainerTls | None = None
+    """TLS material copied into each container before it starts (see :data:`TLS_DIR`); None: plaintext."""
     api_timeout_sec: float = 15.0
     """Timeout of one Docker API call."""
 
@@ -164,6 +178,11 @@ class DockerBackend:
         }
         if spec.token:
             env["CORRAL_WORKER_TOKEN"] = spec.token
+        if spec.tls is not None:
+            env["CORRAL_TLS_CA"] = f"{TLS_DIR}/ca.pem"
+            if spec.tls.cert:
+                env["CORRAL_WORKER_TLS_CERT"] = f"{TLS_DIR}/cert.pem"
+                env["CORRAL_WORKER_TLS_KEY"] = f"{TLS_DIR}/key.pem"
         network: dict[str, str] = (
             {"network_mode": spec.network}
             if spec.network in _NETWORK_MODES or spec.network.startswith("container:")
@@ -182,6 +201,8 @@ class DockerBackend:
                 **network,
             )
             try:
+                if spec.tls is not None:
+                    container.put_archive("/", tls_archive(spec.tls))
                 container.start()
             except Exception:
                 container.remove(force=True)  # never leave a created-but-dead container behind
@@ -261,3 +282,26 @@ class DockerBackend:
 
 def _docker_host() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def tls_archive(tls: ContainerTls) -> bytes:
+    """A tar of TLS_DIR with the CA, and the client certificate and key when there are some.
+
+    Copied in rather than bind-mounted: it works with a remote Docker engine too, and the files are
+    readable by whatever user the image runs as. The key is readable by everyone in the container; the
+    container is the boundary (the jobs run there as the worker's user and could read it either way).
+    """
+    files = {"ca.pem": tls.ca}
+    if tls.cert:
+        files |= {"cert.pem": tls.cert, "key.pem": tls.key}
+    out = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        folder = tarfile.TarInfo(TLS_DIR.lstrip("/"))
+        folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o755, now
+        tar.addfile(folder)
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"{TLS_DIR.lstrip('/')}/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o444, now
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()

@@ -27,6 +27,7 @@ from tests.integration.test_autoscaler_recommend import log_events, status, stat
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 from tests.support.calls import request, submit_many
+from tests.support.certs import make_pki
 
 GROUP_LABEL = "io.corral.group"
 WORKER_LABEL = "io.corral.worker-id"
@@ -265,6 +266,39 @@ def test_a_missing_image_is_reported_and_nothing_starts(fleet: Fleet) -> None:
     assert scrape(rest)['corral_autoscaler_errors_total{kind="image_missing"}'] >= 1
     assert rest.get("/healthz").status == 200
     assert fleet.containers(live=False) == []
+
+
+def test_against_mutual_tls_the_containers_get_a_certificate_and_dial_the_worker_port(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    pki = make_pki(tmp_path / "pki")
+    cp = fleet.control_plane(
+        CORRAL_TLS_CERT=str(pki.server_cert),
+        CORRAL_TLS_KEY=str(pki.server_key),
+        CORRAL_TLS_CLIENT_CA=str(pki.ca),
+        CORRAL_WORKER_PORT="0",
+        CORRAL_AUTOSCALE_TLS_CA=str(pki.ca),
+        CORRAL_AUTOSCALE_TLS_CERT=str(pki.worker_cert),
+        CORRAL_AUTOSCALE_TLS_KEY=str(pki.worker_key),
+    )
+    cp.tls_ca = pki.ca
+    (name,) = wait_fleet(fleet, cp, 1)  # registered: on the worker port, which takes only a verified certificate
+
+    (job,) = submit_many(cp, [request("add_numbers", {"a": 2, "b": 40})])
+    done = wait_until(lambda: succeeded(cp, job.id), 60, interval=0.1, what="the job to run in the container")
+    assert done is not None and done.worker_id == name and dict(done.result) == {"sum": 42}
+
+    (container,) = fleet.containers()
+    env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
+    assert env["CORRAL_CONTROL_ADDR"] == f"127.0.0.1:{cp.worker_port}"
+    assert (env["CORRAL_TLS_CA"], env["CORRAL_WORKER_TLS_CERT"], env["CORRAL_WORKER_TLS_KEY"]) == (
+        "/run/corral-tls/ca.pem",
+        "/run/corral-tls/cert.pem",
+        "/run/corral-tls/key.pem",
+    )
+    # The key was copied in as a file: it is in neither the environment nor the labels.
+    key = pki.worker_key.read_text().strip().splitlines()[1]
+    assert not any(key in v for v in (*env.values(), *container.labels.values()))
 
 
 def _reached(when: float) -> bool:
