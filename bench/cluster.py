@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -88,6 +89,33 @@ class Cluster:
         proc = subprocess.Popen(args, cwd=ROOT, env=self.env)
         self.procs.append(proc)
         return proc
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) used so far by the control plane, the worker agents, their runner
+        processes and this client: deltas over a run give each part's CPU per job."""
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def used(pid: int) -> float:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone (a runner replaced meanwhile): its time is lost, a small undercount
+                return 0.0
+            return (int(fields[11]) + int(fields[12])) / tick
+
+        def children(pid: int) -> list[int]:
+            out: list[int] = []
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    out += [int(c) for c in (task / "children").read_text().split()]
+            return out
+
+        workers = [p.pid for p in self.procs[1:] if p.poll() is None]
+        return {
+            "control": used(self.control.pid),
+            "workers": sum(used(w) for w in workers),
+            "runners": sum(used(r) for w in workers for r in children(w)),
+            "client": used(os.getpid()),
+        }
 
     def rss_mb(self) -> float:
         """Resident memory of the control plane, in MB."""

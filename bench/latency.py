@@ -3,6 +3,10 @@
 Each round trip is one SubmitJob plus a WatchJob, as a client that waits for its job would do it,
 timed from the SubmitJob call to the arrival of the SUCCEEDED event: the moment the client has its
 answer. The stream's close (its status, which follows the last event) is read after the clock stops.
+
+``grpc_floor_ms`` is the same two calls against a bare gRPC server that does nothing (see
+:mod:`bench.grpc_floor`), measured just before each run: what no scheduler built on gRPC can go below
+on this machine. ``over_floor_ms`` is the p50 minus that floor: what Corral's own work costs.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import argparse
 import statistics
 import time
 
+from bench import grpc_floor
 from bench.cluster import Cluster
 from bench.report import table
 from corral.v1 import jobs_pb2
 
 
 def run_once(n: int) -> dict[str, float]:
+    floor = grpc_floor.measure(n)
     with Cluster(workers=1, threads=1) as c:
         req = jobs_pb2.SubmitJobRequest(type="noop")
         for _ in range(20):  # warm up connections and code paths
@@ -35,7 +41,15 @@ def run_once(n: int) -> dict[str, float]:
                 raise AssertionError(f"job {job.id} ended {jobs_pb2.Job.State.Name(event.job.state)}")
             assert not list(stream), "events after SUCCEEDED"  # reads the stream's close
     q = statistics.quantiles(samples, n=100)
-    return {"p50_ms": statistics.median(samples), "p90_ms": q[89], "p99_ms": q[98], "max_ms": max(samples)}
+    p50 = statistics.median(samples)
+    return {
+        "p50_ms": p50,
+        "p90_ms": q[89],
+        "p99_ms": q[98],
+        "max_ms": max(samples),
+        "grpc_floor_ms": floor,
+        "over_floor_ms": p50 - floor,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,5 +19,6 @@ def table(title: str, rows: list[dict[str, float]]) -> dict[str, float]:
     for i, r in enumerate(rows, 1):
         t.add_row(str(i), *(f"{r[c]:,.2f}" for c in cols))
     t.add_row("median", *(f"{medians[c]:,.2f}" for c in cols), style="bold")
-    Console().print(t)
+    # Wide enough for every column even when the output is a file or a pipe (rich assumes 80 there).
+    Console(width=max(80, 10 + sum(max(len(c), 12) + 3 for c in cols))).print(t)
     return medians

@@ -2,6 +2,10 @@
 
 Every completion is verified: the run ends when GetStats counts N SUCCEEDED (after the last job's
 WatchJob stream ended), and then every job id is read back SUCCEEDED with attempts = 1.
+
+The ``*_us_per_job`` columns are the CPU time (user + system) each part used over the timed window,
+divided by N: the control plane, the worker agents, their runner processes and this client. Their sum
+times ``completed_per_s`` over the machine's cores says how close the run came to using all of them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ def run_once(n: int, workers: int, threads: int, batch: int) -> dict[str, float]
     with Cluster(workers=workers, threads=threads) as c:
         reqs = [jobs_pb2.SubmitJobRequest(type="noop") for _ in range(batch)]
         ids: list[str] = []
+        cpu0 = c.cpu_seconds()
         t0 = time.perf_counter()
         for _ in range(0, n, batch):
             resp = c.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=reqs), timeout=120)
@@ -33,6 +38,7 @@ def run_once(n: int, workers: int, threads: int, batch: int) -> dict[str, float]
                 raise RuntimeError(f"only {done} of {n} jobs SUCCEEDED 120 s after the last one finished")
             time.sleep(0.005)
         t_done = time.perf_counter() - t0
+        cpu = {part: (used - cpu0[part]) / n * 1e6 for part, used in c.cpu_seconds().items()}
         # Outside the timed part: every job id read back SUCCEEDED on its first attempt.
         seen: dict[str, int] = {}
         for offset in range(0, n, 1000):
@@ -44,7 +50,13 @@ def run_once(n: int, workers: int, threads: int, batch: int) -> dict[str, float]
         assert set(seen) == set(ids), "the SUCCEEDED jobs are not the submitted ones"
         assert set(seen.values()) == {1}, "some job ran more than once"
         rss = c.rss_mb()
-    return {"submitted_per_s": n / t_sub, "completed_per_s": n / t_done, "seconds": t_done, "control_rss_mb": rss}
+    return {
+        "submitted_per_s": n / t_sub,
+        "completed_per_s": n / t_done,
+        "seconds": t_done,
+        "control_rss_mb": rss,
+        **{f"{part}_us_per_job": us for part, us in cpu.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,96 @@
+"""The bare gRPC floor of one submit -> watch round trip on this machine.
+
+A client that waits for its job makes two calls: a unary ``SubmitJob`` and a server-streaming
+``WatchJob``. Here a server in a process of its own (grpc.aio on the same event loop and transport
+settings as the control plane) answers the same two shapes with no work at all: an echo, and a stream
+of one message. The median time of one unary plus one stream call, from the same kind of client the
+latency benchmark uses, is the part of a round trip that is gRPC and the operating system's, not
+Corral's; on a small virtual machine it is most of it. ``python -m bench.grpc_floor`` prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc  # after corral.transport, which the bench package imports first: the control plane's settings
+
+_SERVICE = "corral.bench.Floor"
+_PAYLOAD = b"x" * 200  # about a Job message
+
+
+def _ident(data: bytes) -> bytes:
+    return data
+
+
+async def _serve(port_file: Path) -> None:
+    async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return request
+
+    async def stream(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        yield request
+
+    server = grpc.aio.server()
+    handlers = {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary, _ident, _ident),
+        "Stream": grpc.unary_stream_rpc_method_handler(stream, _ident, _ident),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(str(port))
+    os.replace(tmp, port_file)
+    await server.wait_for_termination()
+
+
+def measure(calls: int = 300) -> float:
+    """Median milliseconds of one unary call plus one single-message stream against a bare server."""
+    with tempfile.TemporaryDirectory(prefix="corral-floor-") as tmp:
+        port_file = Path(tmp) / "port"
+        server = subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "--serve", str(port_file)])
+        try:
+            deadline = time.monotonic() + 30
+            while not port_file.exists():
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the bare gRPC server did not start")
+                time.sleep(0.02)
+            with grpc.insecure_channel(f"127.0.0.1:{port_file.read_text()}") as channel:
+                unary = channel.unary_unary(f"/{_SERVICE}/Unary", _ident, _ident)
+                stream = channel.unary_stream(f"/{_SERVICE}/Stream", _ident, _ident)
+                samples = []
+                for i in range(calls + 20):  # the first 20 warm up
+                    t0 = time.perf_counter()
+                    unary(_PAYLOAD, timeout=10)
+                    for _ in stream(_PAYLOAD, timeout=10):
+                        pass
+                    if i >= 20:
+                        samples.append((time.perf_counter() - t0) * 1000)
+            return statistics.median(samples)
+        finally:
+            server.terminate()
+            server.wait(10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--calls", type=int, default=300)
+    a = p.parse_args(argv)
+    if a.serve is not None:
+        from corral import event_loop
+
+        event_loop.run(_serve(a.serve), "uvloop")
+        return
+    print(f"bare gRPC unary + stream round trip: {measure(a.calls):.2f} ms (median of {a.calls})")
+
+
+if __name__ == "__main__":
+    main()
