@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -19,7 +19,7 @@ from tests.docker.conftest import ROOT
 from worker.drain import ACK_WAIT_SEC
 
 K8S = ROOT / "deploy" / "k8s"
-KUSTOMIZATIONS = ("base", "keda", "hpa", "http-probes")
+KUSTOMIZATIONS = ("base", "keda", "hpa", "http-probes", "client-auth")
 NOT_RESOURCES = {"kustomization.yaml", "prometheus-adapter-values.yaml"}
 """YAML files under deploy/k8s that are not Kubernetes resources."""
 
@@ -28,13 +28,18 @@ NOT_RESOURCES = {"kustomization.yaml", "prometheus-adapter-values.yaml"}
 
 
 def json_patch(doc: dict[str, Any], op: dict[str, Any]) -> None:
-    """Apply one RFC 6902 ``add`` or ``replace`` operation (``replace`` needs the path to exist)."""
+    """Apply one RFC 6902 ``add`` or ``replace`` operation (``replace`` needs the path to exist; ``add`` to
+    an array's ``-`` appends)."""
     *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
     node: Any = doc
     for part in parents:
         node = node[int(part)] if isinstance(node, list) else node[part]
-    key: Any = int(last) if isinstance(node, list) else last
     assert op["op"] in ("add", "replace"), f"unsupported patch op {op['op']}"
+    if isinstance(node, list) and last == "-":  # "-": after the last element of the array
+        assert op["op"] == "add", f"{op['path']}: only add appends"
+        node.append(copy.deepcopy(op["value"]))
+        return
+    key: Any = int(last) if isinstance(node, list) else last
     if op["op"] == "replace":
         assert key in node if isinstance(node, dict) else key < len(node), f"no {op['path']} to replace"
     node[key] = copy.deepcopy(op["value"])
@@ -130,6 +135,26 @@ def test_control_plane_probes_use_the_health_service_or_http() -> None:
     assert http["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert http["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert not any("grpc" in http[p] for p in ("startupProbe", "livenessProbe", "readinessProbe"))
+
+
+def test_client_auth_mounts_the_token_file_so_that_a_secret_update_reaches_it() -> None:
+    pod = resource(kustomize(K8S / "client-auth"), "Deployment", "corral-control")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    path = PurePosixPath(env["CORRAL_AUTH_TOKEN_FILE"]["value"])
+    assert "CORRAL_WORKER_TOKEN" in env  # the base's worker token stays: client tokens require one
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "client-tokens"]
+    # The Secret's directory, read-only, and no subPath: a subPath mount never sees the Secret change,
+    # and the control plane re-reads the file only if the kubelet can swap it.
+    assert (mount["mountPath"], mount.get("readOnly"), "subPath" in mount) == (str(path.parent), True, False)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "client-tokens"]
+    assert volume["secret"]["secretName"] == "corral-client-tokens" and "items" not in volume["secret"]
+    assert path.name == "tokens"  # the Secret's key, which becomes the file's name
+    # Readable by the group the pod's files get (fsGroup 10001), not by everyone.
+    assert volume["secret"]["defaultMode"] == 0o440 and pod["securityContext"]["fsGroup"] == 10001
+    # The other containers' mounts are the base's, untouched.
+    base = resource(kustomize(K8S / "base"), "Deployment", "corral-control")["spec"]["template"]["spec"]
+    assert container["volumeMounts"][:-1] == base["containers"][0]["volumeMounts"]
 
 
 def test_workers_reach_a_control_plane_that_is_not_ready_yet() -> None:
