@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import TracebackType
@@ -27,7 +26,6 @@ import grpc
 from corral.client import (
     DEFAULT_ADDRESS,
     DEFAULT_CHANNEL_OPTIONS,
-    REWATCH_PAUSE_SEC,
     Metadata,
     TlsCa,
     auth_metadata,
@@ -35,7 +33,8 @@ from corral.client import (
     ssl_credentials,
 )
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
-from corral.errors import DeadlineExceeded
+from corral.errors import CorralError, DeadlineExceeded
+from corral.follow import Follow, broken_stream
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When
 from corral.status import translate_errors
@@ -175,30 +174,38 @@ class AsyncClient:
     def watch(self, id: str) -> AsyncGenerator[Job, None]:
         """Yield the job now and after every change; the iteration ends at a terminal state.
 
-        ``aclose()`` on the generator (or ``contextlib.aclosing``) cancels the stream.
+        A restart of the control plane does not end it (:mod:`corral.follow`). ``aclose()`` on the
+        generator (or ``contextlib.aclosing``) cancels the stream.
         """
-        return self._watch(id, None)
+        return self._follow(Follow(id))
 
     async def wait(self, id: str, timeout: float | None = None) -> Job:  # noqa: ASYNC109 (same API as Client.wait)
-        """Wait until the job is terminal and return it; :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Wait until the job is terminal and return it, across control-plane restarts
+        (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
+        job: Job | None = None
+        async with aclosing(self._follow(Follow(id, timeout))) as updates:
+            async for job in updates:  # noqa: B007 (the last one is the answer)
+                pass
+        assert job is not None and job.is_terminal  # following ends only at a terminal state
+        return job
+
+    async def _follow(self, follow: Follow) -> AsyncGenerator[Job, None]:
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
+            error: CorralError | None = None
             try:
-                if remaining is not None and remaining <= 0:
-                    raise DeadlineExceeded("")
-                async with aclosing(self._watch(id, remaining)) as updates:
+                async with aclosing(self._watch(follow.job_id, follow.remaining())) as updates:
                     async for job in updates:
+                        if follow.is_new(job):
+                            yield job
                         if job.is_terminal:
-                            return job
-                # The stream ended before a terminal state (the control plane is restarting): look again.
-                job = await self.get(id)
-                if job.is_terminal:
-                    return job
+                            return
             except DeadlineExceeded:
-                limit = "" if timeout is None else f" after {timeout:g} s"
-                raise DeadlineExceeded(f"job {id!r} not finished{limit}") from None
-            await asyncio.sleep(REWATCH_PAUSE_SEC)
+                raise follow.timed_out() from None
+            except CorralError as exc:
+                if not broken_stream(exc):
+                    raise
+                error = exc  # the control plane stopped or is not back yet
+            await asyncio.sleep(follow.pause(error))
 
     async def _watch(self, id: str, time_limit: float | None) -> AsyncGenerator[Job, None]:
         call = self._jobs.WatchJob(jobs_pb2.WatchJobRequest(id=id), timeout=time_limit, metadata=self.metadata)

@@ -25,7 +25,8 @@ from typing import Any
 import grpc
 
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
-from corral.errors import DeadlineExceeded
+from corral.errors import CorralError, DeadlineExceeded
+from corral.follow import Follow, broken_stream
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When
 from corral.status import translate_errors
@@ -59,10 +60,6 @@ def ssl_credentials(tls_ca: TlsCa) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(tls_ca)
     with open(tls_ca, "rb") as f:
         return grpc.ssl_channel_credentials(f.read())
-
-
-REWATCH_PAUSE_SEC = 0.2
-"""Pause before :meth:`Client.wait` watches again after a stream ended early (control plane restarting)."""
 
 
 class Client:
@@ -174,30 +171,39 @@ class Client:
     def watch(self, id: str) -> Generator[Job, None, None]:
         """Yield the job now and after every change; the iteration ends at a terminal state.
 
-        Closing the generator (or leaving a ``with contextlib.closing(...)`` block) cancels the stream.
+        A restart of the control plane does not end it: the job is watched again and each state is
+        still yielded once (:mod:`corral.follow` says when it gives up). Closing the generator (or
+        leaving a ``with contextlib.closing(...)`` block) cancels the stream.
         """
-        return self._watch(id, None)
+        return self._follow(Follow(id))
 
     def wait(self, id: str, timeout: float | None = None) -> Job:
-        """Block until the job is terminal and return it; :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Block until the job is terminal and return it, across control-plane restarts
+        (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
+        job: Job | None = None
+        with closing(self._follow(Follow(id, timeout))) as updates:
+            for job in updates:  # noqa: B007 (the last one is the answer)
+                pass
+        assert job is not None and job.is_terminal  # following ends only at a terminal state
+        return job
+
+    def _follow(self, follow: Follow) -> Generator[Job, None, None]:
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
+            error: CorralError | None = None
             try:
-                if remaining is not None and remaining <= 0:
-                    raise DeadlineExceeded("")
-                with closing(self._watch(id, remaining)) as updates:
+                with closing(self._watch(follow.job_id, follow.remaining())) as updates:
                     for job in updates:
+                        if follow.is_new(job):
+                            yield job
                         if job.is_terminal:
-                            return job
-                # The stream ended before a terminal state (the control plane is restarting): look again.
-                job = self.get(id)
-                if job.is_terminal:
-                    return job
+                            return
             except DeadlineExceeded:
-                limit = "" if timeout is None else f" after {timeout:g} s"
-                raise DeadlineExceeded(f"job {id!r} not finished{limit}") from None
-            time.sleep(REWATCH_PAUSE_SEC)
+                raise follow.timed_out() from None
+            except CorralError as exc:
+                if not broken_stream(exc):
+                    raise
+                error = exc  # the control plane stopped or is not back yet
+            time.sleep(follow.pause(error))
 
     def _watch(self, id: str, timeout: float | None) -> Generator[Job, None, None]:
         call = self._jobs.WatchJob(jobs_pb2.WatchJobRequest(id=id), timeout=timeout, metadata=self.metadata)

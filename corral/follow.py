@@ -1,0 +1,96 @@
+"""Following a job across control-plane restarts: when :meth:`Client.watch` / :meth:`Client.wait` (and
+their asyncio twins) watch again, and when they give up.
+
+A job outlives a restart of the control plane (it is durable, and a running one keeps running on its
+worker), so a client following it should too. When the stream breaks (``UNAVAILABLE``: the server
+stopped or cannot be reached yet; or ``CANCELLED`` by a server that stops, which grpc sends for some
+calls cut at the end of the shutdown grace) or ends before a terminal state, the job is watched again after
+a pause that doubles from :data:`REWATCH_PAUSE_SEC` to :data:`REWATCH_PAUSE_MAX_SEC`. The new stream
+starts with the job as it is now; :meth:`Follow.is_new` drops it when nothing changed meanwhile, so
+a watcher sees each state once. An outage longer than :data:`OUTAGE_LIMIT_SEC` (counted from the
+first failure after the last event) raises the ``Unavailable`` error, and the wait's own timeout
+still raises ``DeadlineExceeded``; any other error is raised at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from corral.errors import CorralError, DeadlineExceeded, Unavailable
+from corral.job import Job
+
+__all__ = ["OUTAGE_LIMIT_SEC", "REWATCH_PAUSE_MAX_SEC", "REWATCH_PAUSE_SEC", "Follow", "broken_stream"]
+
+REWATCH_PAUSE_SEC = 0.2
+"""First pause before watching again after a stream broke or ended early."""
+REWATCH_PAUSE_MAX_SEC = 2.0
+"""The pause doubles up to this while the control plane stays away."""
+OUTAGE_LIMIT_SEC = 60.0
+"""How long watching rides through an unreachable control plane before it raises ``Unavailable``."""
+
+
+def broken_stream(error: CorralError) -> bool:
+    """Whether ``error`` ended a watch because of the control plane (watch again), not because of the
+    request (raise it). A cancellation by the client itself never gets here: it ends the follow."""
+    return isinstance(error, Unavailable) or error.code == "CANCELLED"
+
+
+class Follow:
+    """The state of one watch-until-done: the deadline, the last job seen and the current outage."""
+
+    def __init__(self, job_id: str, timeout: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """``timeout``: seconds for the whole follow (None: no limit but the outage limit)."""
+        self.job_id = job_id
+        self._clock = clock
+        self._timeout = timeout
+        self._deadline = None if timeout is None else clock() + timeout
+        self._last: Job | None = None
+        self._outage_since: float | None = None
+        self._pause = REWATCH_PAUSE_SEC
+
+    def remaining(self) -> float | None:
+        """Seconds left for the next stream (None: no limit).
+
+        Raises:
+            DeadlineExceeded: the timeout has passed.
+        """
+        if self._deadline is None:
+            return None
+        left = self._deadline - self._clock()
+        if left <= 0:
+            raise self.timed_out()
+        return left
+
+    def timed_out(self) -> DeadlineExceeded:
+        """The error for a follow that ran out of time."""
+        limit = "" if self._timeout is None else f" after {self._timeout:g} s"
+        return DeadlineExceeded(f"job {self.job_id!r} not finished{limit}")
+
+    def is_new(self, job: Job) -> bool:
+        """Whether ``job`` differs from the last one yielded (a re-watch repeats the current state)."""
+        self._outage_since = None
+        self._pause = REWATCH_PAUSE_SEC
+        if job == self._last:
+            return False
+        self._last = job
+        return True
+
+    def pause(self, error: CorralError | None) -> float:
+        """Seconds to wait before watching again after the stream broke with ``error`` (None: it ended
+        early), never past the deadline.
+
+        Raises:
+            CorralError: ``error``, once the control plane has been away longer than OUTAGE_LIMIT_SEC.
+            DeadlineExceeded: the timeout has passed.
+        """
+        now = self._clock()
+        if error is not None:
+            if self._outage_since is None:
+                self._outage_since = now
+            elif now - self._outage_since > OUTAGE_LIMIT_SEC:
+                raise error
+        pause = self._pause
+        self._pause = min(self._pause * 2, REWATCH_PAUSE_MAX_SEC)
+        left = self.remaining()
+        return pause if left is None else min(pause, left)

@@ -1,0 +1,112 @@
+"""A client following a job (``wait``, ``watch``, sync and asyncio) while the control plane restarts.
+
+The job outlives the restart (it is durable and keeps running on its worker), so the client must too:
+it watches again, sees each state once, and gives up only after the outage limit or its own timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import corral
+from corral import JobState, follow
+from corral.v1 import jobs_pb2
+from tests.conftest import ControlProc, wait_until
+
+
+@pytest.fixture
+def served(control_plane: ControlProc, spawn_worker: Any) -> ControlProc:
+    spawn_worker(control_plane, threads=2, imports=())
+    return control_plane
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except Exception as exc:  # handed to the test, which asserts on it
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def restart(cp: ControlProc, down_sec: float) -> None:
+    """SIGTERM the control plane, leave it down ``down_sec``, start it again (same port and store)."""
+    assert cp.stop() == 0
+    time.sleep(down_sec)  # the outage being tested: the client must ride through it
+    cp.start()
+
+
+@pytest.fixture(params=["sync", "async"])
+def follower(request: pytest.FixtureRequest, served: ControlProc) -> Iterator[dict[str, Callable[..., Any]]]:
+    """wait/watch of a Client or an AsyncClient, as blocking calls (the async ones on a loop of their own)."""
+    if request.param == "sync":
+        client = corral.Client(served.address, timeout=10)
+        yield {"wait": client.wait, "watch": lambda job_id: list(client.watch(job_id)), "submit": client.submit}
+        client.close()
+        return
+
+    async def wait(job_id: str, limit: float | None = None) -> corral.Job:
+        async with corral.AsyncClient(served.address, timeout=10) as c:
+            return await c.wait(job_id, timeout=limit)
+
+    async def watch(job_id: str) -> list[corral.Job]:
+        async with corral.AsyncClient(served.address, timeout=10) as c:
+            return [job async for job in c.watch(job_id)]
+
+    with corral.Client(served.address, timeout=10) as submitter:
+        yield {
+            "wait": lambda job_id, limit=None: asyncio.run(wait(job_id, limit)),
+            "watch": lambda job_id: asyncio.run(watch(job_id)),
+            "submit": submitter.submit,
+        }
+
+
+def test_wait_and_watch_ride_through_a_control_plane_restart(served: ControlProc, follower: Any) -> None:
+    # Given a job that runs for a while, followed by a wait and by a watch
+    job = follower["submit"]("sleep", {"seconds": 3})
+    waiting, waited = in_thread(lambda: follower["wait"](job.id, 60))
+    watching, watched = in_thread(lambda: follower["watch"](job.id))
+    wait_until(lambda: served.get(job.id).state == jobs_pb2.Job.RUNNING, what="the job to run")
+
+    # When the control plane stops and comes back 1 s later, while the job runs on its worker
+    restart(served, 1.0)
+
+    # Then both return the job's end, as if nothing happened: it ran once, and each state came once
+    waiting.join(30)
+    watching.join(30)
+    assert "error" not in waited and "error" not in watched, (waited, watched)
+    done = waited["value"]
+    assert done.state is JobState.SUCCEEDED and done.attempts == 1
+    states = [j.state for j in watched["value"]]
+    assert states[-1] is JobState.SUCCEEDED and JobState.RUNNING in states
+    assert len(states) == len(set(states)), f"a state was seen twice: {states}"
+
+
+def test_an_outage_past_the_limit_raises_unavailable(
+    served: ControlProc, follower: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(follow, "OUTAGE_LIMIT_SEC", 1.0)
+    job = follower["submit"]("sleep", {"seconds": 30})
+    assert served.stop() == 0
+    started = time.monotonic()
+    with pytest.raises(corral.Unavailable):
+        follower["wait"](job.id, 60)
+    assert time.monotonic() - started < 30, "gave up only at the wait's timeout, not at the outage limit"
+
+
+def test_the_timeout_still_wins_over_an_outage(served: ControlProc, follower: Any) -> None:
+    job = follower["submit"]("sleep", {"seconds": 30})
+    assert served.stop() == 0
+    with pytest.raises(corral.DeadlineExceeded, match=r"not finished after 1\.5 s"):
+        follower["wait"](job.id, 1.5)

@@ -1,0 +1,77 @@
+"""corral.follow: when a client watches a job again, and when it gives up."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral import follow
+from corral.errors import CorralError, DeadlineExceeded, NotFound, Unavailable
+from corral.follow import Follow, broken_stream
+from corral.job import Job, JobState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def job(state: JobState, attempts: int = 1) -> Job:
+    return Job(id="j1", type="noop", state=state, attempts=attempts)
+
+
+def test_a_rewatch_repeats_nothing_that_did_not_change() -> None:
+    f = Follow("j1")
+    assert f.is_new(job(JobState.RUNNING))
+    assert not f.is_new(job(JobState.RUNNING)), "the new stream's first event repeats the state"
+    assert f.is_new(job(JobState.RUNNING, attempts=2)), "a new attempt in the same state is a change"
+    assert f.is_new(job(JobState.SUCCEEDED, attempts=2))
+
+
+def test_the_pause_doubles_up_to_its_cap_and_resets_on_an_event(clock: Clock) -> None:
+    f = Follow("j1", clock=clock)
+    pauses = [f.pause(Unavailable("down")) for _ in range(6)]
+    assert pauses == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    f.is_new(job(JobState.RUNNING))
+    assert f.pause(None) == follow.REWATCH_PAUSE_SEC
+
+
+def test_an_outage_longer_than_the_limit_raises_the_error(clock: Clock) -> None:
+    f = Follow("j1", clock=clock)
+    down = Unavailable("connection refused")
+    f.pause(down)
+    clock.now += follow.OUTAGE_LIMIT_SEC - 1
+    f.pause(down)  # still within the limit
+    f.is_new(job(JobState.RUNNING))  # back: the outage is over
+    clock.now += 10
+    f.pause(down)  # a new outage starts counting here
+    clock.now += follow.OUTAGE_LIMIT_SEC + 1
+    with pytest.raises(Unavailable) as err:
+        f.pause(down)
+    assert err.value is down
+
+
+def test_the_timeout_bounds_every_pause_and_then_raises(clock: Clock) -> None:
+    f = Follow("j1", timeout=1.0, clock=clock)
+    assert f.remaining() == 1.0
+    f.pause(Unavailable("down"))
+    f.pause(Unavailable("down"))
+    clock.now += 0.9
+    assert f.pause(Unavailable("down")) == pytest.approx(0.1)
+    clock.now += 0.1
+    with pytest.raises(DeadlineExceeded, match=r"job 'j1' not finished after 1 s"):
+        f.remaining()
+
+
+def test_only_the_control_plane_going_away_is_a_broken_stream() -> None:
+    cancelled = CorralError("CANCELLED")
+    cancelled.code = "CANCELLED"
+    assert broken_stream(Unavailable("down")) and broken_stream(cancelled)
+    assert not broken_stream(NotFound("job 'x' not found")) and not broken_stream(CorralError("boom"))
