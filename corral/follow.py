@@ -9,7 +9,8 @@ a pause that doubles from :data:`REWATCH_PAUSE_SEC` to :data:`REWATCH_PAUSE_MAX_
 starts with the job as it is now; :meth:`Follow.is_new` drops it when nothing changed meanwhile, so
 a watcher sees each state once. An outage longer than :data:`OUTAGE_LIMIT_SEC` (counted from the
 first failure after the last event) raises the ``Unavailable`` error, and the wait's own timeout
-still raises ``DeadlineExceeded``; any other error is raised at once.
+still raises ``DeadlineExceeded``; any other error is raised at once. Before the first event the
+limit is :data:`FIRST_CONTACT_LIMIT_SEC`, so that a wrong address is an error within seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from collections.abc import Callable
 from corral.errors import CorralError, DeadlineExceeded, Unavailable
 from corral.job import Job
 
-__all__ = ["OUTAGE_LIMIT_SEC", "REWATCH_PAUSE_MAX_SEC", "REWATCH_PAUSE_SEC", "Follow", "broken_stream"]
+__all__ = [
+    "FIRST_CONTACT_LIMIT_SEC",
+    "OUTAGE_LIMIT_SEC",
+    "REWATCH_PAUSE_MAX_SEC",
+    "REWATCH_PAUSE_SEC",
+    "Follow",
+    "broken_stream",
+]
 
 REWATCH_PAUSE_SEC = 0.2
 """First pause before watching again after a stream broke or ended early."""
@@ -28,6 +36,9 @@ REWATCH_PAUSE_MAX_SEC = 2.0
 """The pause doubles up to this while the control plane stays away."""
 OUTAGE_LIMIT_SEC = 60.0
 """How long watching rides through an unreachable control plane before it raises ``Unavailable``."""
+FIRST_CONTACT_LIMIT_SEC = 5.0
+"""The same before the first event: a control plane that was never reached (a wrong address, one that
+is down) is reported within seconds, while a restart that a watch starts into is still ridden out."""
 
 
 def broken_stream(error: CorralError) -> bool:
@@ -81,14 +92,17 @@ class Follow:
         early), never past the deadline.
 
         Raises:
-            CorralError: ``error``, once the control plane has been away longer than OUTAGE_LIMIT_SEC.
+            CorralError: ``error``, once the control plane has been away longer than OUTAGE_LIMIT_SEC
+                (FIRST_CONTACT_LIMIT_SEC before the first event).
             DeadlineExceeded: the timeout has passed.
         """
         now = self._clock()
         if error is not None:
+            # Before the first event the plane may never have been reached (a wrong address): shorter.
+            limit = OUTAGE_LIMIT_SEC if self._last is not None else FIRST_CONTACT_LIMIT_SEC
             if self._outage_since is None:
                 self._outage_since = now
-            elif now - self._outage_since > OUTAGE_LIMIT_SEC:
+            elif now - self._outage_since > limit:
                 raise error
         pause = self._pause
         self._pause = min(self._pause * 2, REWATCH_PAUSE_MAX_SEC)

@@ -37,6 +37,7 @@ def test_a_rewatch_repeats_nothing_that_did_not_change() -> None:
 
 def test_the_pause_doubles_up_to_its_cap_and_resets_on_an_event(clock: Clock) -> None:
     f = Follow("j1", clock=clock)
+    f.is_new(job(JobState.PENDING))
     pauses = [f.pause(Unavailable("down")) for _ in range(6)]
     assert pauses == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
     f.is_new(job(JobState.RUNNING))
@@ -45,6 +46,7 @@ def test_the_pause_doubles_up_to_its_cap_and_resets_on_an_event(clock: Clock) ->
 
 def test_an_outage_longer_than_the_limit_raises_the_error(clock: Clock) -> None:
     f = Follow("j1", clock=clock)
+    f.is_new(job(JobState.PENDING))
     down = Unavailable("connection refused")
     f.pause(down)
     clock.now += follow.OUTAGE_LIMIT_SEC - 1
@@ -60,6 +62,7 @@ def test_an_outage_longer_than_the_limit_raises_the_error(clock: Clock) -> None:
 
 def test_the_timeout_bounds_every_pause_and_then_raises(clock: Clock) -> None:
     f = Follow("j1", timeout=1.0, clock=clock)
+    f.is_new(job(JobState.PENDING))
     assert f.remaining() == 1.0
     f.pause(Unavailable("down"))
     f.pause(Unavailable("down"))
@@ -68,6 +71,19 @@ def test_the_timeout_bounds_every_pause_and_then_raises(clock: Clock) -> None:
     clock.now += 0.1
     with pytest.raises(DeadlineExceeded, match=r"job 'j1' not finished after 1 s"):
         f.remaining()
+
+
+def test_a_control_plane_never_reached_is_given_up_on_sooner(clock: Clock) -> None:
+    f = Follow("j1", clock=clock)
+    refused = Unavailable("failed to connect to all addresses")
+    f.pause(refused)
+    clock.now += follow.FIRST_CONTACT_LIMIT_SEC - 0.5
+    f.pause(refused)  # a restart the follow started into may still end
+    clock.now += 1.0
+    with pytest.raises(Unavailable) as err:
+        f.pause(refused)
+    assert err.value is refused
+    assert follow.FIRST_CONTACT_LIMIT_SEC < follow.OUTAGE_LIMIT_SEC
 
 
 def test_only_the_control_plane_going_away_is_a_broken_stream() -> None:
