@@ -7,13 +7,15 @@ from importlib import metadata
 
 import pytest
 
-from corral.transport import GRPC_EXPERIMENTS, MEASURED_ON
+from corral.transport import BACKUP_POLL_MS, GRPC_EXPERIMENTS, MEASURED_ON
 
 SHOW = "import os; print(os.environ.get('GRPC_EXPERIMENTS', '<unset>'))"
+POLL = "GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS"
+SHOW_POLL = f"import os; print(os.environ.get('{POLL}', '<unset>'))"
 
 
 def run(code: str, **env: str) -> str:
-    base = {k: v for k, v in os.environ.items() if k != "GRPC_EXPERIMENTS"}
+    base = {k: v for k, v in os.environ.items() if k not in ("GRPC_EXPERIMENTS", POLL)}
     out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
@@ -35,3 +37,10 @@ def test_a_value_already_set_wins_even_an_empty_one() -> None:
 def test_grpc_loaded_first_keeps_grpc_defaults() -> None:
     # gRPC has read its settings by then: setting the variable would only mislead.
     assert run(f"import grpc; import corral; {SHOW}") == "<unset>"
+
+
+def test_the_backup_poll_interval_comes_with_the_experiments_and_never_over_the_users() -> None:
+    assert run(f"import corral; {SHOW_POLL}") == (BACKUP_POLL_MS if MEASURED else "<unset>")
+    assert run(f"import corral; {SHOW_POLL}", **{POLL: "5000"}) == "5000"
+    # The user's own experiments mean gRPC's defaults were chosen: the interval is left alone too.
+    assert run(f"import corral; {SHOW_POLL}", GRPC_EXPERIMENTS="") == "<unset>"
