@@ -205,6 +205,7 @@ class ControlPlane:
                 for w in self.scheduler.registry.all():
                     if w.link is not None:
                         w.link.close()
+                self.scheduler.watchers.close()  # else each open WatchJob holds the stop for the whole grace
             await self._server.stop(self.config.shutdown_grace_sec)
         for task in self._tasks:
             task.cancel()

@@ -35,9 +35,9 @@ from control.queue import DelayedQueue, ReadyQueue
 from control.recent import RecentJobs
 from control.registry import Assignment, WorkerEntry, WorkerRegistry
 from control.store import IdempotencyEntry, JobPage, Store
-from control.watch import Watchers
+from control.watch import SHUTTING_DOWN, Watchers
 from corral import logs
-from corral.errors import FailedPrecondition, NotFound, RateLimited
+from corral.errors import FailedPrecondition, NotFound, RateLimited, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -337,14 +337,22 @@ class Scheduler:
         return await self.store.list_jobs(states, job_type, limit, offset)
 
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
-        """The job now, then after each committed change, until a terminal state."""
+        """The job now, then after each committed change, until a terminal state.
+
+        Raises:
+            NotFound: no such job.
+            Unavailable: the control plane is stopping (control.watch).
+        """
         q = self.watchers.subscribe(job_id)
         try:
             job = copy.copy(await self.get(job_id))  # a snapshot: the live record keeps changing
             last = (job.state, job.attempts, job.updated_at)
             yield job
             while not job.state.terminal:
-                job = await q.get()
+                update = await q.get()
+                if update is None:  # stopping (control.watch)
+                    raise Unavailable(SHUTTING_DOWN)
+                job = update
                 key = (job.state, job.attempts, job.updated_at)
                 if key != last:
                     last = key

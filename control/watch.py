@@ -2,6 +2,11 @@
 
 Announcements carry a snapshot of the job taken after the change was committed. Announcing costs
 one dict lookup when nobody watches the job.
+
+A stopping control plane ends every watch (:meth:`Watchers.close`): a stream that would only end at
+its job's end would otherwise hold the stop for the whole shutdown grace and then be cut. Each one
+ends with ``UNAVAILABLE`` instead, which clients take as "watch again" (the job goes on, and the
+Python client re-watches on its own, ``corral.follow``).
 """
 
 from __future__ import annotations
@@ -10,20 +15,31 @@ import asyncio
 import copy
 
 from control.jobs import JobRecord
+from corral.errors import Unavailable
+
+SHUTTING_DOWN = "the control plane is shutting down: watch again once it is back (the job goes on)"
 
 
 class Watchers:
     """Per-job subscriber queues."""
 
     def __init__(self) -> None:
-        self._subs: dict[str, list[asyncio.Queue[JobRecord]]] = {}
+        self._subs: dict[str, list[asyncio.Queue[JobRecord | None]]] = {}
+        self.closed = False
 
-    def subscribe(self, job_id: str) -> asyncio.Queue[JobRecord]:
-        q: asyncio.Queue[JobRecord] = asyncio.Queue()
+    def subscribe(self, job_id: str) -> asyncio.Queue[JobRecord | None]:
+        """A queue of the job's snapshots; ``None`` in it means "stopping: end the watch".
+
+        Raises:
+            Unavailable: the control plane is stopping.
+        """
+        if self.closed:
+            raise Unavailable(SHUTTING_DOWN)
+        q: asyncio.Queue[JobRecord | None] = asyncio.Queue()
         self._subs.setdefault(job_id, []).append(q)
         return q
 
-    def unsubscribe(self, job_id: str, q: asyncio.Queue[JobRecord]) -> None:
+    def unsubscribe(self, job_id: str, q: asyncio.Queue[JobRecord | None]) -> None:
         subs = self._subs.get(job_id)
         if subs is None:
             return
@@ -38,3 +54,10 @@ class Watchers:
             snap = copy.copy(job)
             for q in subs:
                 q.put_nowait(snap)
+
+    def close(self) -> None:
+        """End every watch and refuse new ones (the control plane is stopping)."""
+        self.closed = True
+        for subs in self._subs.values():
+            for q in subs:
+                q.put_nowait(None)

@@ -135,3 +135,33 @@ def test_an_idle_corral_client_does_not_hold_up_a_graceful_stop(make_control_pla
             client.wait(10)
         cp.start()
     assert max(took) < 1.5, f"graceful stops took {[round(t, 2) for t in took]} s with only an idle client connected"
+
+
+def test_a_stop_ends_open_watches_with_unavailable_instead_of_waiting_out_the_grace(
+    make_control_plane: Any, spawn_worker: Any
+) -> None:
+    cp = make_control_plane(CORRAL_SHUTDOWN_GRACE_SEC="10")
+    spawn_worker(cp, threads=1, imports=())
+    job = cp.jobs.SubmitJob(request("sleep", {"seconds": 60}), timeout=10).job
+    stream = cp.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id), timeout=60)
+    first = next(stream)  # open, the job as it is now
+    events: list[jobs_pb2.JobEvent] = [first]
+    ended: list[grpc.RpcError] = []
+
+    def read() -> None:  # keeps reading, as a client waiting for the job's end does
+        try:
+            events.extend(stream)
+        except grpc.RpcError as err:
+            ended.append(err)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    started = time.monotonic()
+    assert cp.stop() == 0
+    took = time.monotonic() - started
+    reader.join(10)
+    assert ended, f"the watch did not fail: {[S.State.Name(e.job.state) for e in events]}"
+    err: Any = ended[0]
+    assert err.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in err.details()
+    assert all(e.job.state != S.SUCCEEDED for e in events)  # the job goes on, on its worker
+    assert took < 5, f"the stop took {took:.1f} s with one watch open (the grace is 10 s)"
