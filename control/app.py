@@ -199,13 +199,15 @@ class ControlPlane:
             await self.autoscaler.stop()
         if self._server is not None:
             await self.health.shutdown()
+            if self.scheduler is not None:
+                # Before the HTTP side stops too: an open watch, gRPC or REST, would hold it for the whole grace.
+                self.scheduler.watchers.close()
             if self.gateway is not None:
                 await self.gateway.stop()
             if self.scheduler is not None:
                 for w in self.scheduler.registry.all():
                     if w.link is not None:
                         w.link.close()
-                self.scheduler.watchers.close()  # else each open WatchJob holds the stop for the whole grace
             await self._server.stop(self.config.shutdown_grace_sec)
         for task in self._tasks:
             task.cancel()

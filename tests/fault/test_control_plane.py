@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -165,3 +167,29 @@ def test_a_stop_ends_open_watches_with_unavailable_instead_of_waiting_out_the_gr
     assert err.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in err.details()
     assert all(e.job.state != S.SUCCEEDED for e in events)  # the job goes on, on its worker
     assert took < 5, f"the stop took {took:.1f} s with one watch open (the grace is 10 s)"
+
+
+def test_a_stop_ends_an_open_rest_watch_with_an_error_line_at_once(make_control_plane: Any, spawn_worker: Any) -> None:
+    cp = make_control_plane(CORRAL_SHUTDOWN_GRACE_SEC="10")
+    spawn_worker(cp, threads=1, imports=())
+    job = cp.jobs.SubmitJob(request("sleep", {"seconds": 60}), timeout=10).job
+    lines: list[dict[str, Any]] = []
+    opened = threading.Event()
+
+    def read() -> None:
+        url = f"http://127.0.0.1:{cp.http_port}/v1/jobs/{job.id}:watch"
+        with urllib.request.urlopen(url, timeout=60) as reply:  # a REST client streaming the job's changes
+            for line in reply:
+                lines.append(json.loads(line))
+                opened.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert opened.wait(10), "the REST watch sent nothing"
+    started = time.monotonic()
+    assert cp.stop() == 0
+    took = time.monotonic() - started
+    reader.join(10)
+    assert "result" in lines[0]
+    assert lines[-1]["error"]["code"] == 14 and "shutting down" in lines[-1]["error"]["message"]  # 14: UNAVAILABLE
+    assert took < 5, f"the stop took {took:.1f} s with one REST watch open (the grace is 10 s)"
