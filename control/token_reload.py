@@ -74,15 +74,14 @@ class TokenFileWatcher:
                 self._stamp = stamp
                 self.reload("signal" if asked else "file changed")
 
-    def reload(self, why: str) -> bool:
-        """Read the file and put its tokens in force; False (and nothing changed) when it breaks a rule."""
+    def reload(self, why: str) -> None:
+        """Read the file and put its tokens in force; a file that breaks a rule changes nothing."""
         try:
             clients = client_tokens(self._tokens, self._file)
             self._auth.replace_clients(clients)
         except TokenError as exc:
             self._metrics.auth_token_reloads.labels("error").inc()
             logger.error(logs.AUTH_TOKENS_RELOAD_FAILED, extra={"why": why, "reason": str(exc)})
-            return False
+            return
         self._metrics.auth_token_reloads.labels("ok").inc()
         logger.info(logs.AUTH_TOKENS_RELOADED, extra={"why": why, "tokens": len(clients)})
-        return True

@@ -34,7 +34,7 @@ from corral.client import (
 )
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
-from corral.follow import Follow, broken_stream
+from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When
 from corral.status import translate_errors
@@ -202,9 +202,7 @@ class AsyncClient:
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:
-                if not broken_stream(exc):
-                    raise
-                error = exc  # the control plane stopped or is not back yet
+                error = exc  # pause() raises it unless the control plane went away (corral.follow)
             await asyncio.sleep(follow.pause(error))
 
     async def _watch(self, id: str, time_limit: float | None) -> AsyncGenerator[Job, None]:

@@ -26,7 +26,7 @@ import grpc
 
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
-from corral.follow import Follow, broken_stream
+from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When
 from corral.status import translate_errors
@@ -200,9 +200,7 @@ class Client:
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:
-                if not broken_stream(exc):
-                    raise
-                error = exc  # the control plane stopped or is not back yet
+                error = exc  # pause() raises it unless the control plane went away (corral.follow)
             time.sleep(follow.pause(error))
 
     def _watch(self, id: str, timeout: float | None) -> Generator[Job, None, None]:

@@ -92,12 +92,15 @@ class Follow:
         early), never past the deadline.
 
         Raises:
-            CorralError: ``error``, once the control plane has been away longer than OUTAGE_LIMIT_SEC
-                (FIRST_CONTACT_LIMIT_SEC before the first event).
+            CorralError: ``error``, when it is not a broken stream (:func:`broken_stream`), or once the
+                control plane has been away longer than OUTAGE_LIMIT_SEC (FIRST_CONTACT_LIMIT_SEC before
+                the first event).
             DeadlineExceeded: the timeout has passed.
         """
         now = self._clock()
         if error is not None:
+            if not broken_stream(error):
+                raise error
             # Before the first event the plane may never have been reached (a wrong address): shorter.
             limit = OUTAGE_LIMIT_SEC if self._last is not None else FIRST_CONTACT_LIMIT_SEC
             if self._outage_since is None:
