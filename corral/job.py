@@ -22,9 +22,19 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from corral.errors import InvalidArgument
+from corral.jobtypes import MAX_EXACT_INTEGER
 from corral.v1 import jobs_pb2
 
-__all__ = ["Job", "JobError", "JobPage", "JobState", "dict_to_struct", "struct_to_dict", "timestamp_to_datetime"]
+__all__ = [
+    "Job",
+    "JobError",
+    "JobPage",
+    "JobState",
+    "check_json_value",
+    "dict_to_struct",
+    "struct_to_dict",
+    "timestamp_to_datetime",
+]
 
 
 class JobState(enum.IntEnum):
@@ -182,17 +192,58 @@ def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
 
 
 def dict_to_struct(value: Mapping[str, Any] | None, what: str = "payload") -> struct_pb2.Struct:
-    """Convert a JSON object to a ``Struct``; anything JSON cannot hold is :class:`InvalidArgument` on ``what``."""
+    """Convert a JSON object to a ``Struct``.
+
+    Raises:
+        InvalidArgument: naming the path (``payload.items[2]``) of anything a ``Struct`` cannot carry
+            as given: a non-string key, a value that is not JSON, a number that is not finite, or an
+            integer beyond ±2**53 (it would arrive rounded).
+    """
     struct = struct_pb2.Struct()
     if value is None:
         return struct
     if not isinstance(value, Mapping):
         raise InvalidArgument(what, f"must be a JSON object, got {type(value).__name__}")
+    check_json_value(value, what)
     try:
         struct.update(value)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(what, f"not JSON-serialisable: {exc}") from None
     return struct
+
+
+def check_json_value(value: Any, path: str) -> None:
+    """Refuse, naming its path under ``path``, anything in ``value`` a ``Struct`` cannot carry as given
+    (see :func:`dict_to_struct`)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(path, "is not valid UTF-8 (an unpaired surrogate)") from None
+    elif isinstance(value, bool) or value is None:
+        pass
+    elif isinstance(value, int):
+        if abs(value) > MAX_EXACT_INTEGER:
+            raise InvalidArgument(
+                path,
+                f"integer {value} is beyond ±2**53 ({MAX_EXACT_INTEGER}): payload numbers travel as "
+                "doubles and it would arrive rounded",
+            )
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgument(path, f"must be a finite number, got {value}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidArgument(path, f"keys must be strings, got {type(key).__name__} {key!r}")
+            check_json_value(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_json_value(item, f"{path}[{i}]")
+    else:
+        raise InvalidArgument(
+            path, f"must be a JSON value (object, array, string, number, boolean or null), got {type(value).__name__}"
+        )
 
 
 def timestamp_to_datetime(ts: timestamp_pb2.Timestamp) -> datetime:

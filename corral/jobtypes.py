@@ -22,6 +22,10 @@ from typing import Any
 
 Schema = dict[str, Any]
 
+MAX_EXACT_INTEGER = 2**53
+"""The largest integer magnitude a payload or result number (a double in a ``Struct``) carries exactly.
+Clients and the control plane refuse payload integers beyond it rather than let them arrive rounded."""
+
 _INT = {"type": "integer"}
 _DIM = {"type": "integer", "minimum": 1, "maximum": 16384}
 _INT64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}

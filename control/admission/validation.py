@@ -6,10 +6,11 @@ Every rule names the field it checks, so a client learns exactly what to fix:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ import jsonschema
 
 from control.store.base import JobTypeEntry
 from corral.errors import InvalidArgument
-from corral.jobtypes import BUILTIN_SCHEMAS
+from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER
 
 MAX_PRIORITY = 100
 MAX_THREADS = 1024
@@ -84,7 +85,7 @@ class JobTypeCatalog:
     def _install(self, name: str, schema: dict[str, Any]) -> None:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)
-        self._validators[name] = cls(schema)
+        self._validators[name] = _exact_integers(cls)(schema)
         self._schemas[name] = json.dumps(schema, sort_keys=True)
 
     def add(self, entry: JobTypeEntry) -> bool:
@@ -116,9 +117,27 @@ class JobTypeCatalog:
         if error is not None:
             path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
             message = error.message
+            if error.validator == "type" and isinstance(error.instance, float) and error.instance.is_integer():
+                message = (
+                    f"{error.instance:g} is beyond ±2**53 ({MAX_EXACT_INTEGER}): payload numbers travel as doubles "
+                    "and an integer this large may have been rounded"
+                )
             if len(message) > MAX_RULE_TEXT:  # the message quotes the bad value, which may be megabytes
                 message = message[: MAX_RULE_TEXT // 2] + " ... " + message[-MAX_RULE_TEXT // 2 :]
             raise InvalidArgument(f"{field_prefix}payload{path}", message)
+
+
+def _is_exact_integer(checker: Any, instance: Any) -> bool:
+    # Struct numbers are doubles: the integral ones within 2**53 were turned back into ints on the way in
+    # (control.api.convert.plain), so an integral float left here is one that may have been rounded.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+@functools.cache
+def _exact_integers(cls: Any) -> Any:
+    """``cls`` with JSON Schema's ``integer`` meaning an integer carried exactly (see _is_exact_integer)."""
+    extend: Callable[..., Any] = jsonschema.validators.extend
+    return extend(cls, type_checker=cls.TYPE_CHECKER.redefine("integer", _is_exact_integer))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,10 @@ from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
 from control.store import JobTypeEntry
 from corral.errors import InvalidArgument
+from corral.jobtypes import MAX_EXACT_INTEGER
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
 
-_EXACT = float(2**53)
+_EXACT = float(MAX_EXACT_INTEGER)
 
 
 def plain(value: Any) -> Any:
@@ -34,11 +35,38 @@ def plain(value: Any) -> Any:
     return value
 
 
-def struct_to_dict(msg: struct_pb2.Struct) -> dict[str, Any]:
+def struct_to_dict(msg: struct_pb2.Struct, what: str = "payload") -> dict[str, Any]:
+    """A Struct as JSON values (see :func:`plain`); a number that is not finite, which JSON cannot hold,
+    is :class:`InvalidArgument` naming its path under ``what``."""
     if not msg.fields:
         return {}
-    out: dict[str, Any] = plain(json_format.MessageToDict(msg))
+    try:
+        out: dict[str, Any] = plain(json_format.MessageToDict(msg))
+    except ValueError:  # json_format refuses NaN and infinities in a Value
+        path, number = _non_finite(msg, what) or (what, math.nan)
+        raise InvalidArgument(path, f"must be a finite number, got {number}") from None
     return out
+
+
+def _non_finite(
+    value: struct_pb2.Struct | struct_pb2.ListValue | struct_pb2.Value, path: str
+) -> tuple[str, float] | None:
+    """The first number in ``value`` that is NaN or infinite, with its path."""
+    if isinstance(value, struct_pb2.Struct):
+        items: Any = ((f"{path}.{k}", v) for k, v in value.fields.items())
+    elif isinstance(value, struct_pb2.ListValue):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value.values))
+    else:
+        kind = value.WhichOneof("kind")
+        if kind == "number_value":
+            return None if math.isfinite(value.number_value) else (path, value.number_value)
+        if kind in ("struct_value", "list_value"):
+            return _non_finite(getattr(value, kind), path)
+        return None
+    for item_path, item in items:
+        if (found := _non_finite(item, item_path)) is not None:
+            return found
+    return None
 
 
 def _set_struct(target: struct_pb2.Struct, text: str) -> None:

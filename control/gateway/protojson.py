@@ -26,6 +26,7 @@ from google.protobuf.message import Message
 
 from control.api.convert import plain
 from corral.errors import InvalidArgument
+from corral.job import check_json_value
 
 _INTEGER = re.compile(r"^-?[0-9]+$")
 _RANGES = {
@@ -41,6 +42,7 @@ _WRAPPERS = {
     for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
 }
 _ANY_JSON = {"google.protobuf.Value"}
+_STRUCT_JSON = {"google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue"}
 _OBJECT_JSON = {"google.protobuf.Struct", "google.protobuf.Any", "google.protobuf.Empty"}
 
 
@@ -106,6 +108,10 @@ def _join(prefix: str, name: str) -> str:
 
 def _check_message(value: Any, desc: Descriptor | Any, path: str) -> None:
     full = desc.full_name
+    if full in _STRUCT_JSON:
+        # Their numbers become doubles: an integer beyond 2**53 would reach the API already rounded
+        # (2**53 + 1 as 2**53), where nothing could tell; only here is the exact number still known.
+        check_json_value(value, path)
     if full in _ANY_JSON:
         return
     if full in _OBJECT_JSON:

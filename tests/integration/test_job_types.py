@@ -181,6 +181,9 @@ NPY = encode_npy(np.arange(3, dtype=np.int64))
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("sleep", {"seconds": -1}, "payload.seconds"),
     ("add_numbers", {"a": 1, "b": 1.5}, "payload.b"),
+    ("add_numbers", {"a": 2**53 + 2, "b": 1}, "payload.a"),  # a double holds it, but maybe rounded from 2**53+1
+    ("add_numbers", {"a": math.inf, "b": 1}, "payload.a"),
+    ("large_array_sum", {"numbers": [1.0, math.nan], "dtype": "float64"}, "payload.numbers[1]"),
     ("reverse_string", {"text": 5}, "payload.text"),
     ("large_array_sum", {}, "payload"),
     ("large_array_sum", {"numbers": [1], "array_b64": NPY}, "payload"),

@@ -76,3 +76,18 @@ def test_an_error_about_a_huge_value_stays_short() -> None:
     assert err.field == "payload.a"
     assert len(err.message) < 500
     assert "is not of type 'integer'" in err.message
+
+
+def test_an_integer_field_refuses_a_number_a_double_may_have_rounded() -> None:
+    # Struct numbers are doubles, and the API turns the exact integral ones (within 2**53) back into ints:
+    # an integral float left is one that may have been rounded on the way (2**53 + 1 arrives as 2**53).
+    plug = JobTypeEntry("plug", '{"type":"object","properties":{"n":{"type":"integer"}}}', "")
+    for catalog, job_type in ((JobTypeCatalog(), "add_numbers"), (JobTypeCatalog([plug]), "plug")):
+        payload = {"a": 2.0**60, "b": 1} if job_type == "add_numbers" else {"n": 2.0**60}
+        field = "payload.a" if job_type == "add_numbers" else "payload.n"
+        with pytest.raises(InvalidArgument) as info:
+            validate(Submission(job_type, payload), catalog, LIMITS)
+        assert info.value.field == field and "beyond ±2**53" in info.value.rule
+    validate(Submission("add_numbers", {"a": 2**53, "b": -(2**53)}), JobTypeCatalog(), LIMITS)
+    with pytest.raises(InvalidArgument, match="is not of type 'integer'"):
+        validate(Submission("add_numbers", {"a": 1.5, "b": 1}), JobTypeCatalog(), LIMITS)
