@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.jobtypes import MAX_EXACT_INTEGER
 from runner.errors import JobFailed
 from runner.registry import JobType
 
-__all__ = ["as_int", "validate"]
+__all__ = ["as_int", "exact_int", "validate"]
 
 
 def as_int(value: object, field: str) -> int:
@@ -28,6 +29,14 @@ def as_int(value: object, field: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     raise JobFailed("INVALID_PAYLOAD", f"{field}: {value!r} is not an integer")
+
+
+def exact_int(key: str, value: int) -> dict[str, Any]:
+    """``{key: value}``, plus ``{key}_text: str(value)`` when ``value`` is beyond ±2**53: the result
+    travels in a Struct, whose numbers are doubles, so only the text is exact there."""
+    if abs(value) <= MAX_EXACT_INTEGER:
+        return {key: value}
+    return {key: value, f"{key}_text": str(value)}
 
 
 def validate(job_type: JobType, payload: Any) -> None:

@@ -6,7 +6,7 @@ and ``array_b64`` (the base64 of a 1-D int64 or float64 ``.npy`` file, see :mod:
 
 Result:
 
-* from ``numbers``: ``{"sum": s}``;
+* from ``numbers``: ``{"sum": s}``, plus ``"sum_text": str(s)`` when an int64 sum is beyond ±2**53;
 * from ``array_b64``: ``{"sum": s, "sum_text": str(s), "count": n, "dtype": "int64" | "float64"}``, where
   ``sum_text`` is the exact value as text (a Struct carries numbers as doubles, exact only to 2**53)
   and, for int64, ``"fits_int64": bool``.
@@ -24,6 +24,7 @@ from corral.jobtypes import BUILTIN_SCHEMAS
 from runner.arrays import decode_npy, numbers_to_array
 from runner.errors import JobFailed
 from runner.kernels.array_sum import fits_int64, sum_float64, sum_int64
+from runner.payload import exact_int
 from runner.registry import JobContext, JobType, register
 
 
@@ -59,7 +60,7 @@ class LargeArraySum(JobType):
             except ValueError as exc:
                 raise JobFailed("INVALID_PAYLOAD", f"{'array_b64' if binary else 'numbers'}: {exc}") from None
         if not binary:
-            return {"sum": total}
+            return exact_int("sum", total) if isinstance(total, int) else {"sum": total}
         result: dict[str, Any] = {"sum": total, "sum_text": repr(total), "count": int(array.size)}
         result["dtype"] = array.dtype.name
         if isinstance(total, int):

@@ -50,7 +50,7 @@ PIXELS = base64.b64encode(bytes(range(48))).decode()
 LOCAL: dict[str, tuple[dict[str, Any], Any]] = {
     "noop": ({}, {}),
     "sleep": ({"seconds": 0.01}, {"slept": 0.01}),
-    "add_numbers": ({"a": 2**60, "b": 1}, {"sum": 2**60 + 1}),
+    "add_numbers": ({"a": 2**60, "b": 1}, {"sum": 2**60 + 1, "sum_text": str(2**60 + 1)}),
     "reverse_string": ({"text": "a😀b"}, {"reversed": "b😀a"}),
     "large_array_sum": ({"array_b64": encode_npy(np.array([2**63 - 1, 2**63 - 1]))}, None),
     "resize_image": ({"width": 4, "height": 4, "target_width": 2, "target_height": 2, "pixels_b64": PIXELS}, None),

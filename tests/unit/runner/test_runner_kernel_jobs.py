@@ -84,11 +84,12 @@ def test_float64_sums_are_correctly_rounded_from_json_and_npy() -> None:
 
 def test_overflow_is_reported_not_wrapped() -> None:
     over = [INT64_MAX, 1]
-    assert execute("large_array_sum", {"numbers": over}, ctx()) == {"sum": 2**63}
+    assert execute("large_array_sum", {"numbers": over}, ctx()) == {"sum": 2**63, "sum_text": str(2**63)}
     err = failure("large_array_sum", {"numbers": over, "on_overflow": "error"})
     assert err.code == "OVERFLOW" and str(2**63) in err.message
     assert execute("large_array_sum", {"numbers": [INT64_MAX, -1], "on_overflow": "error"}, ctx()) == {
-        "sum": INT64_MAX - 1
+        "sum": INT64_MAX - 1,
+        "sum_text": str(INT64_MAX - 1),
     }
     big = sys.float_info.max
     assert failure("large_array_sum", {"numbers": [big, big], "dtype": "float64"}).code == "OVERFLOW"
