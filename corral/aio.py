@@ -36,7 +36,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
-from corral.spec import JobSpec, When
+from corral.spec import JobSpec, When, batch_request
 from corral.status import translate_errors
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
@@ -129,7 +129,7 @@ class AsyncClient:
 
     async def submit_many(self, specs: Sequence[JobSpec]) -> builtins.list[Job]:
         """Submit a batch in one ``SubmitJobs`` call; all are accepted or none is."""
-        request = jobs_pb2.SubmitJobsRequest(jobs=[s.to_proto() for s in specs])
+        request = batch_request(specs)
         with translate_errors():
             response = await self._jobs.SubmitJobs(request, timeout=self.timeout, metadata=self.metadata)
         return [Job.from_proto(pb) for pb in response.jobs]

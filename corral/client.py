@@ -28,7 +28,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
-from corral.spec import JobSpec, When
+from corral.spec import JobSpec, When, batch_request, put
 from corral.status import translate_errors
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
@@ -130,7 +130,7 @@ class Client:
 
     def submit_many(self, specs: Sequence[JobSpec]) -> builtins.list[Job]:
         """Submit a batch in one ``SubmitJobs`` call; all are accepted or none is."""
-        request = jobs_pb2.SubmitJobsRequest(jobs=[s.to_proto() for s in specs])
+        request = batch_request(specs)
         with translate_errors():
             response = self._jobs.SubmitJobs(request, timeout=self.timeout, metadata=self.metadata)
         return [Job.from_proto(pb) for pb in response.jobs]
@@ -267,4 +267,8 @@ def list_request(status: Iterable[JobState | str], type: str, limit: int, offset
     if isinstance(status, str | JobState):
         status = [status]
     states = [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
-    return jobs_pb2.ListJobsRequest(status=states, type=type, limit=limit, offset=offset)
+    request = jobs_pb2.ListJobsRequest(status=states)
+    put(request, "type", type)
+    put(request, "limit", limit)
+    put(request, "offset", offset)
+    return request

@@ -9,18 +9,20 @@ so that the control plane applies its defaults.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import timestamp_pb2
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from corral.errors import InvalidArgument
 from corral.job import dict_to_struct
 from corral.v1 import jobs_pb2
 
-__all__ = ["JobSpec", "When", "to_timestamp"]
+__all__ = ["JobSpec", "When", "batch_request", "put", "to_timestamp"]
 
 When = datetime | float
 """A point in time: an aware ``datetime`` (naive means UTC) or Unix seconds."""
@@ -49,24 +51,69 @@ class JobSpec:
     labels: Mapping[str, str] | None = None
 
     def to_proto(self) -> jobs_pb2.SubmitJobRequest:
-        """Build the ``SubmitJobRequest`` for this spec."""
-        request = jobs_pb2.SubmitJobRequest(
-            name=self.name,
-            type=self.type,
-            payload=dict_to_struct(self.payload),
-            priority=self.priority,
-            idempotency_key=self.idempotency_key,
-            labels=dict(self.labels or {}),
-        )
+        """Build the ``SubmitJobRequest`` for this spec.
+
+        Raises:
+            InvalidArgument: naming the field, for a value the request cannot carry (a wrong type, an
+                integer outside the field's range, a time outside 0001..9999, a payload that is not JSON).
+                The control plane checks the rest (the ranges in ``jobs.proto``).
+        """
+        request = jobs_pb2.SubmitJobRequest(payload=dict_to_struct(self.payload))
+        put(request, "type", self.type)
+        put(request, "name", self.name)
+        put(request, "priority", self.priority)
+        put(request, "idempotency_key", self.idempotency_key)
+        for key, value in (self.labels or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidArgument(f"labels[{key}]", f"keys and values must be strings, got {value!r}")
+            put(request.labels, key, value, f"labels[{key}]")
         if self.thread_demand is not None:
-            request.thread_demand = self.thread_demand
+            put(request, "thread_demand", self.thread_demand)
         if self.timeout_sec is not None:
-            request.timeout_sec = self.timeout_sec
+            put(request, "timeout_sec", self.timeout_sec)
         if self.max_attempts is not None:
-            request.max_attempts = self.max_attempts
+            put(request, "max_attempts", self.max_attempts)
         if self.scheduled_at is not None:
             request.scheduled_at.CopyFrom(to_timestamp(self.scheduled_at, "scheduled_at"))
         return request
+
+
+def batch_request(specs: Sequence[JobSpec]) -> jobs_pb2.SubmitJobsRequest:
+    """Build a ``SubmitJobsRequest``; a bad field is :class:`InvalidArgument` on ``jobs[i].field``,
+    the name the control plane gives it."""
+    request = jobs_pb2.SubmitJobsRequest()
+    for i, spec in enumerate(specs):
+        try:
+            request.jobs.append(spec.to_proto())
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
+    return request
+
+
+def put(target: Message | MutableMapping[str, Any], name: str, value: Any, field: str = "") -> None:
+    """Set a scalar field (or map entry) of a request; :class:`InvalidArgument` on ``field`` (the name
+    by default) instead of protobuf's unnamed TypeError/ValueError when the value does not fit."""
+    try:
+        if isinstance(target, Message):
+            setattr(target, name, value)
+        else:
+            target[name] = value
+    except (TypeError, ValueError):
+        what = "a string"
+        if isinstance(target, Message):
+            kind = target.DESCRIPTOR.fields_by_name[name].cpp_type
+            if kind in _INT_RANGES:
+                low, high = _INT_RANGES[kind]
+                what = f"an integer between {low} and {high}"
+            elif kind in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+                what = "a number"
+        raise InvalidArgument(field or name, f"must be {what}, got {value!r}") from None
+
+
+_INT_RANGES = {
+    FieldDescriptor.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
+}
 
 
 def to_timestamp(when: When, what: str = "time") -> timestamp_pb2.Timestamp:
@@ -76,7 +123,10 @@ def to_timestamp(when: When, what: str = "time") -> timestamp_pb2.Timestamp:
         ts.FromDatetime(when if when.tzinfo else when.replace(tzinfo=UTC))
     elif isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
         whole = math.floor(when)  # split first: a double holds Unix nanoseconds only to ~100 ns
-        ts.FromNanoseconds(whole * 1_000_000_000 + round((when - whole) * 1e9))
+        try:
+            ts.FromNanoseconds(whole * 1_000_000_000 + round((when - whole) * 1e9))
+        except ValueError:  # a Timestamp holds 0001-01-01 .. 9999-12-31 only
+            raise InvalidArgument(what, f"must be between 0001-01-01 and 9999-12-31, got {when!r}") from None
     else:
         raise InvalidArgument(what, f"must be a datetime or Unix seconds, got {when!r}")
     return ts

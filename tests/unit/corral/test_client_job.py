@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from corral import InvalidArgument, Job, JobError, JobSpec, JobState, Stats, WorkerInfo, WorkerState
 from corral.client import list_request
 from corral.job import dict_to_struct, struct_to_dict
+from corral.spec import batch_request
 from corral.v1 import admin_pb2, jobs_pb2
 
 
@@ -121,6 +123,67 @@ def test_struct_round_trip_and_errors() -> None:
     assert info.value.field == "payload"
     with pytest.raises(InvalidArgument):
         dict_to_struct({"s": {1, 2}})
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "rule"),
+    [
+        ({"a": math.inf}, "payload.a", "must be a finite number, got inf"),
+        ({"a": [1, {"b": math.nan}]}, "payload.a[1].b", "must be a finite number, got nan"),
+        ({"a": 2**53 + 1}, "payload.a", "beyond ±2**53"),
+        ({"a": -(2**60)}, "payload.a", "beyond ±2**53"),
+        ({1: 2}, "payload", "keys must be strings"),
+        ({"a": {"b": b"x"}}, "payload.a.b", "must be a JSON value"),
+        ({"a": "\udc00"}, "payload.a", "not valid UTF-8"),
+    ],
+)
+def test_payloads_a_struct_cannot_carry_are_refused_naming_the_path(
+    payload: dict[Any, Any], field: str, rule: str
+) -> None:
+    # A Struct's numbers are doubles: inf and NaN are not JSON, and 2**53 + 1 would arrive as 2**53.
+    with pytest.raises(InvalidArgument) as info:
+        dict_to_struct(payload)
+    assert info.value.field == field and rule in info.value.rule
+
+
+def test_integers_up_to_2_53_and_tuples_pass() -> None:
+    struct = dict_to_struct({"a": 2**53, "b": -(2**53), "c": (1, 2.5), "d": False})
+    assert struct_to_dict(struct) == {"a": 2**53, "b": -(2**53), "c": [1, 2.5], "d": False}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "rule"),
+    [
+        ({"max_attempts": 10**11}, "max_attempts", "must be an integer between -2147483648 and 2147483647"),
+        ({"priority": "high"}, "priority", "must be an integer between"),
+        ({"thread_demand": 2.5}, "thread_demand", "must be an integer between"),
+        ({"timeout_sec": "x"}, "timeout_sec", "must be a number"),
+        ({"name": 5}, "name", "must be a string"),
+        ({"labels": {"team": 1}}, "labels[team]", "must be strings"),
+        ({"scheduled_at": 1e20}, "scheduled_at", "between 0001-01-01 and 9999-12-31"),
+    ],
+)
+def test_job_spec_fields_the_request_cannot_carry_are_named(fields: dict[str, Any], field: str, rule: str) -> None:
+    # Not protobuf's unnamed TypeError / ValueError
+    with pytest.raises(InvalidArgument) as info:
+        JobSpec("noop", **fields).to_proto()
+    assert info.value.field == field and rule in info.value.rule
+
+
+def test_a_batch_names_the_job_at_fault() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        batch_request([JobSpec("noop"), JobSpec("noop", priority=2**40)])
+    assert info.value.field == "jobs[1].priority"
+    assert len(batch_request([JobSpec("noop"), JobSpec("sleep", {"seconds": 1})]).jobs) == 2
+
+
+def test_list_request_names_a_limit_out_of_range() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        list_request([], "", 2**40, 0)
+    assert info.value.field == "limit"
+    with pytest.raises(InvalidArgument) as info:
+        list_request([], "", 10, "3")  # type: ignore[arg-type]
+    assert info.value.field == "offset"
 
 
 def test_job_spec_sets_only_the_optional_fields_it_has() -> None:
