@@ -8,8 +8,8 @@ and a bad value is reported under the variable's name.
 variable                    default                                rule
 ==========================  =====================================  ======================================
 CORRAL_CONTROL_ADDR         127.0.0.1:50051                        HOST:PORT, port 1..65535
-CORRAL_WORKER_THREADS       os.cpu_count()                         integer >= 1
-CORRAL_WORKER_SLOTS         = threads                              integer >= 1
+CORRAL_WORKER_THREADS       os.cpu_count() (at most 1024)          integer 1..1024
+CORRAL_WORKER_SLOTS         = threads                              integer 1..1024
 CORRAL_WORKER_ID            <hostname>-<pid>-<random>              [A-Za-z0-9._:-]{1,128}
 CORRAL_WORKER_LABELS        (none)                                 k=v,k=v (keys unique, non-empty)
 CORRAL_WORKER_IMPORTS       (none)                                 comma-separated module names
@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.event_loop import LOOPS
+from corral.limits import MAX_THREADS
 from corral.logs import FORMATS, LEVELS
 
 __all__ = ["ConfigError", "WorkerConfig"]
@@ -66,7 +67,7 @@ class WorkerConfig:
 
     control_addr: str = "127.0.0.1:50051"
     """CORRAL_CONTROL_ADDR: the control plane's gRPC address, HOST:PORT."""
-    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    threads: int = field(default_factory=lambda: min(os.cpu_count() or 1, MAX_THREADS))
     """CORRAL_WORKER_THREADS: threads this worker gives to jobs in total (>= 1)."""
     slots: int = 0
     """CORRAL_WORKER_SLOTS: runner processes = jobs run at once (>= 1; 0 here means "= threads")."""
@@ -111,10 +112,10 @@ class WorkerConfig:
             raise ConfigError(
                 f"CORRAL_CONTROL_ADDR must be HOST:PORT with a port in 1..65535, got {self.control_addr!r}"
             )
-        if self.threads < 1:
-            raise ConfigError(f"CORRAL_WORKER_THREADS must be >= 1, got {self.threads}")
-        if self.slots < 1:
-            raise ConfigError(f"CORRAL_WORKER_SLOTS must be >= 1, got {self.slots}")
+        if not 1 <= self.threads <= MAX_THREADS:
+            raise ConfigError(f"CORRAL_WORKER_THREADS must be 1..{MAX_THREADS}, got {self.threads}")
+        if not 1 <= self.slots <= MAX_THREADS:
+            raise ConfigError(f"CORRAL_WORKER_SLOTS must be 1..{MAX_THREADS}, got {self.slots}")
         if not _WORKER_ID.fullmatch(self.worker_id):
             raise ConfigError(f"CORRAL_WORKER_ID must match [A-Za-z0-9._:-]{{1,128}}, got {self.worker_id!r}")
         for key in self.labels:
@@ -170,7 +171,7 @@ class WorkerConfig:
         if (slots := get("CORRAL_WORKER_SLOTS")) is not None:
             kwargs["slots"] = _int("CORRAL_WORKER_SLOTS", slots)
             if kwargs["slots"] == 0:
-                raise ConfigError("CORRAL_WORKER_SLOTS must be >= 1, got 0")
+                raise ConfigError(f"CORRAL_WORKER_SLOTS must be 1..{MAX_THREADS}, got 0")
         if (worker_id := get("CORRAL_WORKER_ID")) is not None:
             kwargs["worker_id"] = worker_id
         if (labels := get("CORRAL_WORKER_LABELS")) is not None:

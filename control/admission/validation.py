@@ -19,9 +19,9 @@ import jsonschema
 from control.store.base import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER
+from corral.limits import MAX_THREADS
 
 MAX_PRIORITY = 100
-MAX_THREADS = 1024
 MAX_ATTEMPTS = 100
 MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
 MAX_NAME = 256

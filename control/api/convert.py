@@ -17,6 +17,7 @@ from control.sessions import Hello, Outcome, Report
 from control.store import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import MAX_EXACT_INTEGER
+from corral.limits import MAX_THREADS
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
 
 _EXACT = float(MAX_EXACT_INTEGER)
@@ -161,8 +162,9 @@ def worker(w: WorkerEntry) -> admin_pb2.Worker:
 def hello(reg: workers_pb2.Register) -> Hello:
     if not reg.worker_id:
         raise InvalidArgument("register.worker_id", "is required")
-    if reg.threads < 1 or reg.slots < 1:
-        raise InvalidArgument("register.threads", f"threads and slots must be >= 1, got {reg.threads}, {reg.slots}")
+    for name, value in (("threads", reg.threads), ("slots", reg.slots)):
+        if not 1 <= value <= MAX_THREADS:
+            raise InvalidArgument(f"register.{name}", f"must be between 1 and {MAX_THREADS}, got {value}")
     threads = list(reg.running_threads)
     running = {(a.job_id, a.attempt): (threads[i] if i < len(threads) else 1) for i, a in enumerate(reg.running)}
     return Hello(

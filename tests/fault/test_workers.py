@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2, workers_pb2_grpc
 from tests.conftest import ControlProc, wait_until
@@ -171,6 +172,22 @@ def test_unregistered_stream_gets_invalid_argument(control_plane: ControlProc) -
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     else:
         raise AssertionError("expected INVALID_ARGUMENT")
+
+
+@pytest.mark.parametrize(
+    ("threads", "slots", "field"), [(0, 1, "threads"), (2**31 - 1, 1, "threads"), (4, 1025, "slots")]
+)
+def test_a_register_beyond_the_thread_limit_is_refused(
+    control_plane: ControlProc, threads: int, slots: int, field: str
+) -> None:
+    # A worker claiming 2**31 threads would make every thread_demand fit it
+    stub = workers_pb2_grpc.WorkerServiceStub(control_plane.channel())
+    hello = workers_pb2.Register(worker_id="greedy", threads=threads, slots=slots)
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Connect(iter([workers_pb2.WorkerMessage(register=hello)]), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert f"register.{field}: must be between 1 and 1024" in (info.value.details() or "")  # type: ignore[attr-defined]
+    assert not control_plane.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10).workers
 
 
 def test_a_hung_worker_loses_its_lease_at_deadline_plus_grace(control_plane: ControlProc, spawn_worker: Any) -> None:

@@ -157,7 +157,7 @@ def test_a_bad_value_stops_the_control_plane_before_anything_is_written(
 
 WORKER_BAD: list[tuple[dict[str, str], list[str], str]] = [
     ({"CORRAL_CONTROL_ADDR": "127.0.0.1:0"}, [], "CORRAL_CONTROL_ADDR must be HOST:PORT with a port in 1..65535"),
-    ({"CORRAL_WORKER_THREADS": "0"}, [], "CORRAL_WORKER_THREADS must be >= 1, got 0"),
+    ({"CORRAL_WORKER_THREADS": "0"}, [], "CORRAL_WORKER_THREADS must be 1..1024, got 0"),
     ({"CORRAL_WORKER_SLOTS": "many"}, [], "CORRAL_WORKER_SLOTS must be an integer, got 'many'"),
     ({"CORRAL_KILL_GRACE_SEC": "nan"}, [], "CORRAL_KILL_GRACE_SEC must be >= 0, got nan"),
     ({}, ["--reconnect-max-sec", "0"], "CORRAL_RECONNECT_MAX_SEC must be > 0, got 0.0"),

@@ -34,7 +34,7 @@ def test_a_bad_setting_exits_2_naming_the_variable():
         check=False,
     )
     assert done.returncode == 2
-    assert "CORRAL_WORKER_THREADS must be >= 1" in done.stderr
+    assert "CORRAL_WORKER_THREADS must be 1..1024" in done.stderr
 
 
 def test_a_plugin_that_does_not_import_exits_1():
