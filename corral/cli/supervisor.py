@@ -6,7 +6,8 @@ holds the bound gRPC port and the gRPC health service "" answers SERVING), then 
 ``python -m worker --control H:P --threads T``. While it runs, :meth:`Supervisor.check` notices children
 that died: a worker that crashed is restarted after a backoff that doubles from
 :attr:`ClusterConfig.restart_backoff_sec` up to :attr:`ClusterConfig.restart_backoff_cap_sec`; a worker
-that exited 0 (drained) is not; a control plane that died raises :class:`ControlPlaneExited`, since the
+that exited 0 (drained) is not; one that refused a setting (exit 2) raises :class:`WorkerRefusedSettings`,
+since it would refuse it again on every restart; a control plane that died raises :class:`ControlPlaneExited`, since the
 workers cannot do anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they
 drain), then to the control plane, each with a deadline after which it sends SIGKILL.
 
@@ -41,11 +42,16 @@ from corral.cli.child import ChildProcess
 from corral.client import Client
 from corral.cluster import WorkerState
 from corral.errors import CorralError
+from corral.limits import MAX_THREADS
 
-__all__ = ["ClusterConfig", "ControlPlaneExited", "Supervisor", "SupervisorError"]
+__all__ = ["ClusterConfig", "ControlPlaneExited", "Supervisor", "SupervisorError", "WorkerRefusedSettings"]
 
 POLL_SEC = 0.1
 """How often waiting loops look at the children."""
+MAX_LOCAL_WORKERS = 256
+"""The most workers one ``corral up`` runs, all on this machine (a fleet runs ``corral worker`` per host)."""
+BAD_SETTING_EXIT = 2
+"""A worker's exit status for a setting it refuses (``python -m worker``): not worth a restart."""
 
 Report = Callable[[str], None]
 """Where the supervisor says what happens to its children (one line each)."""
@@ -57,6 +63,10 @@ class SupervisorError(Exception):
 
 class ControlPlaneExited(SupervisorError):
     """Raised when the control plane exits while the supervisor runs."""
+
+
+class WorkerRefusedSettings(SupervisorError):
+    """Raised when a worker exits because it refuses a setting: every restart would do the same."""
 
 
 @dataclass(frozen=True)
@@ -98,10 +108,10 @@ class ClusterConfig:
         for name in ("grpc_port", "http_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise SupervisorError(f"{name} must be 0..65535, got {getattr(self, name)}")
-        if self.workers < 0:
-            raise SupervisorError(f"workers must be >= 0, got {self.workers}")
-        if self.threads < 1:
-            raise SupervisorError(f"threads must be >= 1, got {self.threads}")
+        if not 0 <= self.workers <= MAX_LOCAL_WORKERS:
+            raise SupervisorError(f"workers must be 0..{MAX_LOCAL_WORKERS}, got {self.workers}")
+        if not 1 <= self.threads <= MAX_THREADS:
+            raise SupervisorError(f"threads must be 1..{MAX_THREADS}, got {self.threads}")
 
 
 @dataclass
@@ -199,6 +209,8 @@ class Supervisor:
                     slot.retired = True
                     self.report(f"{slot.child.name} (pid {slot.child.pid}) exited cleanly (drained); not restarting it")
                     continue
+                if slot.child.exit_code() == BAD_SETTING_EXIT:
+                    raise WorkerRefusedSettings(self._died(slot.child, "(a setting it refuses; not restarting it)"))
                 if now - slot.child.started_at >= self.config.healthy_run_sec:
                     slot.backoff = self.config.restart_backoff_sec
                 slot.restart_at = now + slot.backoff

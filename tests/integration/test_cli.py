@@ -51,12 +51,17 @@ def _descendants(pid: int) -> set[int]:
 class Up:
     """A `corral up` process with its output in files."""
 
-    def __init__(self, tmp_path: Path, *args: str) -> None:
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.out = tmp_path / "up.out"
         self.err = tmp_path / "up.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen(
-                [*CORRAL, "up", *args], cwd=ROOT, env=base_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL
+                [*CORRAL, "up", *args],
+                cwd=ROOT,
+                env={**base_env(), **(env or {})},
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
             )
 
     def text(self) -> str:
@@ -89,8 +94,8 @@ class Up:
 def make_up(tmp_path: Path) -> Iterator[Any]:
     made: list[Up] = []
 
-    def make(*args: str) -> Up:
-        up = Up(tmp_path, *args)
+    def make(*args: str, env: dict[str, str] | None = None) -> Up:
+        up = Up(tmp_path, *args, env=env)
         made.append(up)
         return up
 
@@ -143,6 +148,18 @@ def test_up_exits_1_with_the_reason_when_the_control_plane_cannot_start(tmp_path
     assert up.proc.wait(60) == 1
     err = up.err.read_text()
     assert re.search(r"corral: error: control plane \(pid \d+\) exited with code \d+ while starting", err), err
+
+
+def test_up_stops_with_the_reason_when_its_workers_refuse_a_setting(tmp_path: Path, make_up: Any) -> None:
+    # Given a worker setting every worker refuses
+    args = ("--grpc-port", "0", "--http-port", "0", "--workers", "1", "--db", str(tmp_path / "c.db"))
+    up = make_up(*args, env={"CORRAL_WORKER_LABELS": "bad"})
+    # Then corral up stops with the worker's own message instead of restarting it for ever
+    assert up.proc.wait(60) == 1
+    err = up.err.read_text()
+    assert re.search(r"corral: error: worker 1 \(pid \d+\) exited with code 2", err), err
+    assert "CORRAL_WORKER_LABELS must be k=v pairs" in err and "restarting it in" not in err, err
+    assert "Corral is up" not in up.text()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from corral.cli.supervisor import ClusterConfig, ControlPlaneExited, Supervisor
+from corral.cli.supervisor import ClusterConfig, ControlPlaneExited, Supervisor, SupervisorError, WorkerRefusedSettings
 
 T = TypeVar("T")
 
@@ -61,6 +61,9 @@ FAKE_WORKER = """
 import os, signal, sys, threading
 EVENTS = os.open(os.environ["FAKE_EVENTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 crash = os.path.join(os.environ["FAKE_DIR"], "crash-once")
+if os.environ.get("FAKE_WORKER_BAD_SETTING"):
+    print("python -m worker: CORRAL_WORKER_LABELS must be k=v pairs, got 'bad'", file=sys.stderr)
+    sys.exit(2)
 try:
     os.unlink(crash)
     sys.exit(1)
@@ -187,6 +190,26 @@ def test_a_crashed_worker_is_reported_and_restarted(fakes: Fakes) -> None:
     assert any("worker 1" in r and "exited with code 1" in r and "restarting it in 0.05 s" in r for r in fakes.reports)
     assert any(r.startswith("worker 1 restarted") for r in fakes.reports)
     wait_for(lambda: any(e.startswith("worker-started") for e in fakes.events()), what="the new worker")
+
+
+def test_a_worker_that_refuses_a_setting_stops_the_supervisor_instead_of_restarting(fakes: Fakes) -> None:
+    # Given workers that exit 2 (a setting they refuse), as they would on every restart
+    sup = fakes.supervisor(workers=1, env={"FAKE_WORKER_BAD_SETTING": "1"})
+    sup.start()
+    wait_for(lambda: sup.workers[0].child.exit_code() == 2, what="the worker to exit")
+    # Then the check says why, with the worker's own message, and nothing was restarted
+    with pytest.raises(WorkerRefusedSettings, match=r"worker 1 \(pid \d+\) exited with code 2") as info:
+        sup.check()
+    assert "CORRAL_WORKER_LABELS must be k=v pairs" in str(info.value)
+    assert not any("restart" in r for r in fakes.reports)
+
+
+def test_cluster_sizes_past_the_limits_are_refused(fakes: Fakes) -> None:
+    # A typo (--threads 40000) would otherwise start that many processes
+    with pytest.raises(SupervisorError, match=r"threads must be 1\.\.1024, got 1025"):
+        fakes.supervisor(threads=1025)
+    with pytest.raises(SupervisorError, match=r"workers must be 0\.\.256, got 257"):
+        fakes.supervisor(workers=257)
 
 
 def test_a_worker_that_exits_cleanly_is_not_restarted(fakes: Fakes) -> None:
