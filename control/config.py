@@ -390,9 +390,12 @@ def _rule(ok: bool, var: str, rule: str, value: object) -> None:
 def _number(kind: Callable[[str], T]) -> Callable[[str, str], T]:
     def parse(var: str, raw: str) -> T:
         try:
-            return kind(raw.strip())
+            value = kind(raw.strip())
         except ValueError:
             raise ConfigError(f"{var} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):  # "inf >= 0" would pass the range rules
+            raise ConfigError(f"{var} must be a finite number, got {raw!r}")
+        return value
 
     return parse
 

@@ -233,6 +233,9 @@ def _int(name: str, raw: str) -> int:
 
 def _float(name: str, raw: str) -> float:
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):  # "inf >= 0" would pass the range rules
+        raise ConfigError(f"{name} must be a finite number, got {raw!r}")
+    return value
