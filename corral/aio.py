@@ -29,6 +29,7 @@ from corral.client import (
     Metadata,
     TlsCa,
     auth_metadata,
+    call_timeout,
     list_request,
     ssl_credentials,
 )
@@ -66,7 +67,7 @@ class AsyncClient:
         tls_ca: TlsCa | None = None,
     ) -> None:
         self.address = address
-        self.timeout = timeout
+        self.timeout = call_timeout(timeout)
         self.metadata = auth_metadata(token, metadata)
         self._options = [*DEFAULT_CHANNEL_OPTIONS, *options]
         self._credentials = None if tls_ca is None else ssl_credentials(tls_ca)

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import math
 import os
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -25,7 +26,7 @@ from typing import Any
 import grpc
 
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
-from corral.errors import CorralError, DeadlineExceeded
+from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When, batch_request, put
@@ -35,7 +36,15 @@ from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (("grpc.max_receive_message_length", 64 << 20),)
 """Jobs carry their payloads and results (a binary array can be megabytes): accept up to 64 MiB."""
 
-__all__ = ["DEFAULT_ADDRESS", "Client", "Metadata", "auth_metadata", "list_request", "ssl_credentials"]
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "Client",
+    "Metadata",
+    "auth_metadata",
+    "call_timeout",
+    "list_request",
+    "ssl_credentials",
+]
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 """Where the control plane listens for gRPC by default."""
@@ -85,7 +94,7 @@ class Client:
         tls_ca: TlsCa | None = None,
     ) -> None:
         self.address = address
-        self.timeout = timeout
+        self.timeout = call_timeout(timeout)
         self.metadata = auth_metadata(token, metadata)
         channel_options = [*DEFAULT_CHANNEL_OPTIONS, *options]
         if tls_ca is None:
@@ -260,6 +269,19 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.address!r})"
+
+
+def call_timeout(value: float | None) -> float | None:
+    """Check a client's per-call deadline: seconds > 0, or None for none.
+
+    Raises:
+        InvalidArgument: on ``timeout`` otherwise (0 or less would fail every call at once).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
+        raise InvalidArgument("timeout", f"must be a number of seconds > 0, or None, got {value!r}")
+    return float(value)
 
 
 def list_request(status: Iterable[JobState | str], type: str, limit: int, offset: int) -> jobs_pb2.ListJobsRequest:

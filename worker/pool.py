@@ -388,7 +388,7 @@ class RunnerPool:
                 if outcome is not None:
                     message = f"killed ({describe_exit(proc.returncode)})"
                     if outcome is Outcome.TIMEOUT and spec.deadline is not None:
-                        message = f"deadline of {spec.deadline - running.started_at:.3f} s passed; {message}"
+                        message = f"deadline of {spec.deadline - running.started_at:g} s passed; {message}"
                     self._complete(spec, outcome, running.started_at, now, _KILL_CODES[outcome], message)
             elif not self._stopping:
                 message = f"runner process {proc.pid} died ({describe_exit(proc.returncode)})"

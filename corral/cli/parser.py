@@ -69,7 +69,9 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--threads", type=values.positive_int, default=4, help="threads per worker (default %(default)s)")
     p.add_argument("--db", default="corral.db", help="SQLite database file (default %(default)s)")
     p.add_argument("--log-dir", type=Path, help="write the children's logs here instead of to this terminal")
-    p.add_argument("--ready-timeout", type=float, default=30.0, help="seconds to wait for start-up (default 30)")
+    p.add_argument(
+        "--ready-timeout", type=values.positive_seconds, default=30.0, help="seconds to wait for start-up (default 30)"
+    )
     p.add_argument(
         "--token",
         default=os.environ.get(TOKEN_ENV) or None,
@@ -94,7 +96,9 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--control", type=values.address, help="use this control plane instead of an embedded one")
     p.add_argument("--jobs", type=values.positive_int, default=48, help="jobs to submit (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds (default 120)")
+    p.add_argument(
+        "--timeout", type=values.positive_seconds, default=120.0, help="give up after this many seconds (default 120)"
+    )
     p.set_defaults(handler=demo.demo)
 
 
@@ -122,7 +126,11 @@ def _client_parent() -> argparse.ArgumentParser:
     )
     parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parent.add_argument(
-        "--rpc-timeout", type=float, default=30.0, metavar="SEC", help="deadline of each call (default 30)"
+        "--rpc-timeout",
+        type=values.positive_seconds,
+        default=30.0,
+        metavar="SEC",
+        help="deadline of each call (default 30)",
     )
     return parent
 

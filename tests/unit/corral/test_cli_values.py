@@ -112,3 +112,11 @@ def test_positive_int() -> None:
     for bad in ("0", "-1", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             values.positive_int(bad)
+
+
+def test_positive_seconds() -> None:
+    # --rpc-timeout 0 (or -1, nan) made every call fail with DEADLINE_EXCEEDED instead of a usage error
+    assert values.positive_seconds("0.5") == 0.5 and values.positive_seconds("30") == 30.0
+    for bad in ("0", "-1", "nan", "inf", "soon", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds > 0"):
+            values.positive_seconds(bad)

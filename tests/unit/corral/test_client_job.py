@@ -10,7 +10,18 @@ from typing import Any
 import pytest
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from corral import InvalidArgument, Job, JobError, JobSpec, JobState, Stats, WorkerInfo, WorkerState
+from corral import (
+    AsyncClient,
+    Client,
+    InvalidArgument,
+    Job,
+    JobError,
+    JobSpec,
+    JobState,
+    Stats,
+    WorkerInfo,
+    WorkerState,
+)
 from corral.client import list_request
 from corral.job import dict_to_struct, struct_to_dict
 from corral.spec import batch_request
@@ -243,3 +254,13 @@ def test_unknown_wire_states_become_unspecified() -> None:
     assert JobState.of(99) is JobState.STATE_UNSPECIFIED
     assert WorkerState.of(99) is WorkerState.STATE_UNSPECIFIED
     assert Job.from_proto(jobs_pb2.Job(id="j", state=99)).state is JobState.STATE_UNSPECIFIED  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, "30", True])
+def test_a_client_refuses_a_call_timeout_that_would_fail_every_call(bad: Any) -> None:
+    for make in (Client, AsyncClient):
+        with pytest.raises(InvalidArgument) as info:
+            make("127.0.0.1:1", timeout=bad)
+        assert info.value.field == "timeout"
+    with Client("127.0.0.1:1", timeout=None) as endless, Client("127.0.0.1:1", timeout=2) as two:
+        assert endless.timeout is None and two.timeout == 2.0
