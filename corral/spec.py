@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 
 from corral.errors import InvalidArgument
 from corral.job import dict_to_struct
+from corral.limits import PROTO_INT_RANGES
 from corral.v1 import jobs_pb2
 
 __all__ = ["JobSpec", "When", "batch_request", "put", "to_timestamp"]
@@ -102,18 +103,14 @@ def put(target: Message | MutableMapping[str, Any], name: str, value: Any, field
         what = "a string"
         if isinstance(target, Message):
             kind = target.DESCRIPTOR.fields_by_name[name].cpp_type
-            if kind in _INT_RANGES:
-                low, high = _INT_RANGES[kind]
+            if kind in PROTO_INT_RANGES:
+                low, high = PROTO_INT_RANGES[kind]
                 what = f"an integer between {low} and {high}"
             elif kind in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
                 what = "a number"
+        if what == "a string" and isinstance(value, str):
+            raise InvalidArgument(field or name, "is not valid UTF-8 (an unpaired surrogate)") from None
         raise InvalidArgument(field or name, f"must be {what}, got {value!r}") from None
-
-
-_INT_RANGES = {
-    FieldDescriptor.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
-}
 
 
 def to_timestamp(when: When, what: str = "time") -> timestamp_pb2.Timestamp:

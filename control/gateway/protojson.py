@@ -27,14 +27,9 @@ from google.protobuf.message import Message
 from control.api.convert import plain
 from corral.errors import InvalidArgument
 from corral.job import check_json_value
+from corral.limits import PROTO_INT_RANGES
 
 _INTEGER = re.compile(r"^-?[0-9]+$")
-_RANGES = {
-    FieldDescriptor.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.CPPTYPE_UINT32: (0, 2**32 - 1),
-    FieldDescriptor.CPPTYPE_INT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.CPPTYPE_UINT64: (0, 2**64 - 1),
-}
 _FLOAT_WORDS = {"NaN", "Infinity", "-Infinity"}
 _FLOAT32_MAX = 3.4028234663852886e38
 _WRAPPERS = {
@@ -212,8 +207,8 @@ def _check_scalar(value: Any, field: FieldDescriptor, path: str) -> None:
     elif cpp == FieldDescriptor.CPPTYPE_BOOL:
         if not isinstance(value, bool):
             raise InvalidArgument(path, f"must be true or false, got {_kind(value)}")
-    elif cpp in _RANGES:
-        low, high = _RANGES[cpp]
+    elif cpp in PROTO_INT_RANGES:
+        low, high = PROTO_INT_RANGES[cpp]
         number = _integer(value)
         if number is None:
             raise InvalidArgument(path, f"must be an integer, got {_show(value)}")

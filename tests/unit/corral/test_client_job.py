@@ -170,6 +170,7 @@ def test_integers_up_to_2_53_and_tuples_pass() -> None:
         ({"thread_demand": 2.5}, "thread_demand", "must be an integer between"),
         ({"timeout_sec": "x"}, "timeout_sec", "must be a number"),
         ({"name": 5}, "name", "must be a string"),
+        ({"name": "\udc00"}, "name", "not valid UTF-8"),
         ({"labels": {"team": 1}}, "labels[team]", "must be strings"),
         ({"scheduled_at": 1e20}, "scheduled_at", "between 0001-01-01 and 9999-12-31"),
     ],
