@@ -14,13 +14,48 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 READINESS = "corral.v1.JobService"
 
 
+SHUTTING_DOWN = "the control plane is shutting down: watch again once it is back"
+
+
+class _ClosableHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]  # grpc_health ships no types
+    """grpc's health servicer, whose Watch streams end when the control plane stops.
+
+    A client with client-side health checking keeps a Watch open for as long as it is connected, and a
+    graceful stop waits for open calls: each one held the stop for the whole shutdown grace. On
+    :meth:`close` every Watch is told NOT_SERVING and ends with UNAVAILABLE, and new ones are refused
+    the same way; Check keeps answering until the server stops.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._closed = asyncio.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
+        if not self._closed.is_set():
+            watch = asyncio.ensure_future(super().Watch(request, context))
+            closed = asyncio.ensure_future(self._closed.wait())
+            try:
+                await asyncio.wait((watch, closed), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (watch, closed):
+                    task.cancel()
+                await asyncio.gather(watch, closed, return_exceptions=True)
+            if not watch.cancelled() and (error := watch.exception()) is not None:
+                raise error
+            await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING))
+        await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+
+
 class Health:
     """The health service and the readiness rule."""
 
     SERVICE_NAME = health.SERVICE_NAME
 
     def __init__(self) -> None:
-        self.servicer = health.aio.HealthServicer()
+        self.servicer = _ClosableHealthServicer()
         self.ready = False
         self.shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -44,7 +79,9 @@ class Health:
         task.add_done_callback(self._tasks.discard)
 
     async def shutdown(self) -> None:
-        """Readiness goes NOT_SERVING for good; liveness stays until the server stops."""
+        """Readiness goes NOT_SERVING for good and open Watch streams end (NOT_SERVING, then UNAVAILABLE);
+        liveness Check answers SERVING until the server stops."""
         self.shutting_down = True
         self.ready = False
         await self.servicer.set(READINESS, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.servicer.close()

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from corral.v1 import jobs_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
@@ -193,3 +194,40 @@ def test_a_stop_ends_an_open_rest_watch_with_an_error_line_at_once(make_control_
     assert "result" in lines[0]
     assert lines[-1]["error"]["code"] == 14 and "shutting down" in lines[-1]["error"]["message"]  # 14: UNAVAILABLE
     assert took < 5, f"the stop took {took:.1f} s with one REST watch open (the grace is 10 s)"
+
+
+def test_a_stop_ends_open_health_watches_after_telling_them_not_serving(make_control_plane: Any) -> None:
+    # A gRPC client with client-side health checking (healthCheckConfig) keeps a Health/Watch open; it
+    # must hear NOT_SERVING and see the stream end, not hold the stop for the grace.
+    cp = make_control_plane(CORRAL_SHUTDOWN_GRACE_SEC="10")
+    stub = health_pb2_grpc.HealthStub(cp.channel())
+    seen: dict[str, list[int]] = {"": [], "corral.v1.JobService": []}
+    ended: dict[str, grpc.RpcError] = {}
+    opened = threading.Barrier(3)
+
+    def watch(service: str) -> None:
+        stream = stub.Watch(health_pb2.HealthCheckRequest(service=service), timeout=60)
+        try:
+            for reply in stream:
+                seen[service].append(reply.status)
+                if len(seen[service]) == 1:
+                    opened.wait(10)
+        except grpc.RpcError as err:
+            ended[service] = err
+
+    readers = [threading.Thread(target=watch, args=(s,), daemon=True) for s in seen]
+    for reader in readers:
+        reader.start()
+    opened.wait(10)
+    started = time.monotonic()
+    assert cp.stop() == 0
+    took = time.monotonic() - started
+    for reader in readers:
+        reader.join(10)
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    assert seen[""][0] == health_pb2.HealthCheckResponse.SERVING and seen[""][-1] == not_serving, seen
+    assert seen["corral.v1.JobService"][-1] == not_serving, seen
+    for service, err in ended.items():
+        assert err.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in (err.details() or ""), service  # type: ignore[attr-defined]
+    assert set(ended) == set(seen), f"streams left open: {set(seen) - set(ended)}"
+    assert took < 5, f"the stop took {took:.1f} s with two health watches open (the grace is 10 s)"
