@@ -7,8 +7,8 @@ holds the bound gRPC port and the gRPC health service "" answers SERVING), then 
 that died: a worker that crashed is restarted after a backoff that doubles from
 :attr:`ClusterConfig.restart_backoff_sec` up to :attr:`ClusterConfig.restart_backoff_cap_sec`; a worker
 that exited 0 (drained) is not; one that refused a setting (exit 2) raises :class:`WorkerRefusedSettings`,
-since it would refuse it again on every restart; a control plane that died raises :class:`ControlPlaneExited`, since the
-workers cannot do anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they
+since it would refuse it again on every restart; a control plane that died raises
+:class:`ControlPlaneExited`, since the workers cannot do anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they
 drain), then to the control plane, each with a deadline after which it sends SIGKILL.
 
 Auth: with :attr:`ClusterConfig.token` the control plane accepts that client token (added to
