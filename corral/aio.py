@@ -37,7 +37,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
-from corral.spec import JobSpec, When, batch_request
+from corral.spec import JobSpec, When, batch_request, by_id
 from corral.status import translate_errors
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
@@ -138,7 +138,9 @@ class AsyncClient:
     async def get(self, id: str) -> Job:
         """Return the job ``id``; :class:`~corral.errors.NotFound` when there is none."""
         with translate_errors():
-            pb = await self._jobs.GetJob(jobs_pb2.GetJobRequest(id=id), timeout=self.timeout, metadata=self.metadata)
+            pb = await self._jobs.GetJob(
+                by_id(jobs_pb2.GetJobRequest, id), timeout=self.timeout, metadata=self.metadata
+            )
         return Job.from_proto(pb)
 
     async def list(
@@ -160,7 +162,7 @@ class AsyncClient:
         """Cancel a job that has not finished (a running one is killed) and return it."""
         with translate_errors():
             pb = await self._jobs.CancelJob(
-                jobs_pb2.CancelJobRequest(id=id), timeout=self.timeout, metadata=self.metadata
+                by_id(jobs_pb2.CancelJobRequest, id), timeout=self.timeout, metadata=self.metadata
             )
         return Job.from_proto(pb)
 
@@ -168,7 +170,7 @@ class AsyncClient:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""
         with translate_errors():
             pb = await self._jobs.RetryJob(
-                jobs_pb2.RetryJobRequest(id=id), timeout=self.timeout, metadata=self.metadata
+                by_id(jobs_pb2.RetryJobRequest, id), timeout=self.timeout, metadata=self.metadata
             )
         return Job.from_proto(pb)
 
@@ -207,7 +209,7 @@ class AsyncClient:
             await asyncio.sleep(follow.pause(error))
 
     async def _watch(self, id: str, time_limit: float | None) -> AsyncGenerator[Job, None]:
-        call = self._jobs.WatchJob(jobs_pb2.WatchJobRequest(id=id), timeout=time_limit, metadata=self.metadata)
+        call = self._jobs.WatchJob(by_id(jobs_pb2.WatchJobRequest, id), timeout=time_limit, metadata=self.metadata)
         try:
             with translate_errors():
                 async for event in call:
@@ -235,7 +237,7 @@ class AsyncClient:
         """Stop giving the worker jobs and ask it to finish what it runs and leave."""
         with translate_errors():
             pb = await self._admin.DrainWorker(
-                admin_pb2.DrainWorkerRequest(id=id), timeout=self.timeout, metadata=self.metadata
+                by_id(admin_pb2.DrainWorkerRequest, id), timeout=self.timeout, metadata=self.metadata
             )
         return WorkerInfo.from_proto(pb)
 

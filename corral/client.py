@@ -29,7 +29,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
-from corral.spec import JobSpec, When, batch_request, put
+from corral.spec import JobSpec, When, batch_request, by_id, put
 from corral.status import translate_errors
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
@@ -147,7 +147,7 @@ class Client:
     def get(self, id: str) -> Job:
         """Return the job ``id``; :class:`~corral.errors.NotFound` when there is none."""
         with translate_errors():
-            pb = self._jobs.GetJob(jobs_pb2.GetJobRequest(id=id), timeout=self.timeout, metadata=self.metadata)
+            pb = self._jobs.GetJob(by_id(jobs_pb2.GetJobRequest, id), timeout=self.timeout, metadata=self.metadata)
         return Job.from_proto(pb)
 
     def list(
@@ -168,13 +168,15 @@ class Client:
     def cancel(self, id: str) -> Job:
         """Cancel a job that has not finished (a running one is killed) and return it."""
         with translate_errors():
-            pb = self._jobs.CancelJob(jobs_pb2.CancelJobRequest(id=id), timeout=self.timeout, metadata=self.metadata)
+            pb = self._jobs.CancelJob(
+                by_id(jobs_pb2.CancelJobRequest, id), timeout=self.timeout, metadata=self.metadata
+            )
         return Job.from_proto(pb)
 
     def retry(self, id: str) -> Job:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""
         with translate_errors():
-            pb = self._jobs.RetryJob(jobs_pb2.RetryJobRequest(id=id), timeout=self.timeout, metadata=self.metadata)
+            pb = self._jobs.RetryJob(by_id(jobs_pb2.RetryJobRequest, id), timeout=self.timeout, metadata=self.metadata)
         return Job.from_proto(pb)
 
     def watch(self, id: str) -> Generator[Job, None, None]:
@@ -213,7 +215,7 @@ class Client:
             time.sleep(follow.pause(error))
 
     def _watch(self, id: str, timeout: float | None) -> Generator[Job, None, None]:
-        call = self._jobs.WatchJob(jobs_pb2.WatchJobRequest(id=id), timeout=timeout, metadata=self.metadata)
+        call = self._jobs.WatchJob(by_id(jobs_pb2.WatchJobRequest, id), timeout=timeout, metadata=self.metadata)
         try:
             with translate_errors():
                 for event in call:
@@ -241,7 +243,7 @@ class Client:
         """Stop giving the worker jobs and ask it to finish what it runs and leave."""
         with translate_errors():
             pb = self._admin.DrainWorker(
-                admin_pb2.DrainWorkerRequest(id=id), timeout=self.timeout, metadata=self.metadata
+                by_id(admin_pb2.DrainWorkerRequest, id), timeout=self.timeout, metadata=self.metadata
             )
         return WorkerInfo.from_proto(pb)
 

@@ -15,10 +15,11 @@ limit is :data:`FIRST_CONTACT_LIMIT_SEC`, so that a wrong address is an error wi
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
-from corral.errors import CorralError, DeadlineExceeded, Unavailable
+from corral.errors import CorralError, DeadlineExceeded, InvalidArgument, Unavailable
 from corral.job import Job
 
 __all__ = [
@@ -51,7 +52,15 @@ class Follow:
     """The state of one watch-until-done: the deadline, the last job seen and the current outage."""
 
     def __init__(self, job_id: str, timeout: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        """``timeout``: seconds for the whole follow (None: no limit but the outage limit)."""
+        """``timeout``: seconds for the whole follow (None: no limit but the outage limit).
+
+        Raises:
+            InvalidArgument: on ``timeout`` unless it is a finite number >= 0 (None waits without a limit).
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < math.inf
+        ):
+            raise InvalidArgument("timeout", f"must be a finite number of seconds >= 0, or None, got {timeout!r}")
         self.job_id = job_id
         self._clock = clock
         self._timeout = timeout

@@ -9,10 +9,10 @@ so that the control plane applies its defaults.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import timestamp_pb2
 from google.protobuf.descriptor import FieldDescriptor
@@ -23,7 +23,9 @@ from corral.job import dict_to_struct
 from corral.limits import PROTO_INT_RANGES
 from corral.v1 import jobs_pb2
 
-__all__ = ["JobSpec", "When", "batch_request", "put", "to_timestamp"]
+__all__ = ["JobSpec", "When", "batch_request", "by_id", "put", "to_timestamp"]
+
+M = TypeVar("M", bound=Message)
 
 When = datetime | float
 """A point in time: an aware ``datetime`` (naive means UTC) or Unix seconds."""
@@ -88,6 +90,14 @@ def batch_request(specs: Sequence[JobSpec]) -> jobs_pb2.SubmitJobsRequest:
             request.jobs.append(spec.to_proto())
         except InvalidArgument as exc:
             raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
+    return request
+
+
+def by_id(request_type: Callable[[], M], id: str) -> M:
+    """A request naming one job or worker (``GetJobRequest``, ``DrainWorkerRequest`` ...); an ``id`` that is
+    not a string is :class:`InvalidArgument` on ``id``."""
+    request = request_type()
+    put(request, "id", id)
     return request
 
 

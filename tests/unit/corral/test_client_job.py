@@ -24,7 +24,7 @@ from corral import (
 )
 from corral.client import list_request
 from corral.job import dict_to_struct, struct_to_dict
-from corral.spec import batch_request
+from corral.spec import batch_request, by_id
 from corral.v1 import admin_pb2, jobs_pb2
 
 
@@ -265,3 +265,10 @@ def test_a_client_refuses_a_call_timeout_that_would_fail_every_call(bad: Any) ->
         assert info.value.field == "timeout"
     with Client("127.0.0.1:1", timeout=None) as endless, Client("127.0.0.1:1", timeout=2) as two:
         assert endless.timeout is None and two.timeout == 2.0
+
+
+def test_requests_by_id_name_an_id_that_is_not_a_string() -> None:
+    assert by_id(jobs_pb2.GetJobRequest, "abc").id == "abc"
+    with pytest.raises(InvalidArgument) as info:
+        by_id(admin_pb2.DrainWorkerRequest, 5)  # type: ignore[arg-type]
+    assert info.value.field == "id" and "must be a string" in info.value.rule

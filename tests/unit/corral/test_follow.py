@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from corral import follow
-from corral.errors import CorralError, DeadlineExceeded, NotFound, Unavailable
+from corral.errors import CorralError, DeadlineExceeded, InvalidArgument, NotFound, Unavailable
 from corral.follow import Follow, broken_stream
 from corral.job import Job, JobState
 
@@ -91,3 +93,12 @@ def test_only_the_control_plane_going_away_is_a_broken_stream() -> None:
     cancelled.code = "CANCELLED"
     assert broken_stream(Unavailable("down")) and broken_stream(cancelled)
     assert not broken_stream(NotFound("job 'x' not found")) and not broken_stream(CorralError("boom"))
+
+
+@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, "5", True])
+def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_refused(bad: object) -> None:
+    # NaN compared false with every deadline: wait(timeout=nan) gave up at once saying "after nan s"
+    with pytest.raises(InvalidArgument) as info:
+        Follow("j", bad)  # type: ignore[arg-type]
+    assert info.value.field == "timeout"
+    assert Follow("j", None).remaining() is None and Follow("j", 5).remaining() is not None
