@@ -254,10 +254,22 @@ def operation(route: Route, schemas: Schemas, op_id: str) -> dict[str, Any]:
     if "idempotency_key" in request.fields_by_name:
         params.append(
             {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": (
+                    "Same as the idempotencyKey field (the field wins when both are given): a quoted string "
+                    '(RFC 8941, as in the IETF Idempotency-Key draft: "order-42") or a bare key.'
+                ),
+                "schema": {"type": "string"},
+            }
+        )
+        params.append(
+            {
                 "name": "X-Idempotency-Key",
                 "in": "header",
                 "required": False,
-                "description": "Same as the idempotencyKey field (the field wins when both are given).",
+                "description": "The same as Idempotency-Key, as a bare key; when both are given they must agree.",
                 "schema": {"type": "string"},
             }
         )

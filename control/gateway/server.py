@@ -10,7 +10,7 @@
   stream (WatchJob) is newline-delimited JSON, one ``{"result": ...}`` per message and
   ``{"error": ...}`` if it fails, as grpc-gateway writes it.
 
-Headers: ``X-Idempotency-Key`` becomes the ``idempotency-key`` metadata, ``Authorization`` is passed
+Headers: ``Idempotency-Key`` (or ``X-Idempotency-Key``) becomes the ``idempotency-key`` metadata, ``Authorization`` is passed
 on, and ``X-Request-ID`` is taken or made and returned on every response.
 
 Auth: with client tokens configured, every bridge request (any path but the three above, which probes
@@ -50,7 +50,10 @@ logger = logging.getLogger(__name__)
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 REQUEST_ID_HEADER = "X-Request-ID"
-IDEMPOTENCY_HEADER = "X-Idempotency-Key"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""The IETF HTTP API draft's header: an RFC 8941 quoted string (``"order-42"``), or a bare key."""
+IDEMPOTENCY_HEADER_X = "X-Idempotency-Key"
+"""The older spelling, a bare key; when both are given they must agree."""
 ROUTE = web.RequestKey("route", str)
 """The route's name (``JobService.SubmitJob``, ``healthz``), the label of the request metrics."""
 RID = web.RequestKey("request_id", str)
@@ -283,9 +286,36 @@ def _ascii_header(request: web.Request, name: str) -> str:
     return value
 
 
+def _idempotency_key(request: web.Request) -> str:
+    key = _sf_string(_ascii_header(request, IDEMPOTENCY_HEADER), IDEMPOTENCY_HEADER)
+    older = _ascii_header(request, IDEMPOTENCY_HEADER_X)
+    if key and older and key != older:
+        raise InvalidArgument(IDEMPOTENCY_HEADER, f"differs from {IDEMPOTENCY_HEADER_X} ({key!r} and {older!r})")
+    return key or older
+
+
+def _sf_string(value: str, name: str) -> str:
+    """The text of an RFC 8941 string (``"a \\"b\\""``); a value without quotes is taken as it is."""
+    if not value.startswith('"'):
+        return value
+    out: list[str] = []
+    chars = iter(value[1:])
+    for c in chars:
+        if c == "\\":
+            c = next(chars, "")
+            if c not in ('"', "\\"):
+                raise InvalidArgument(name, 'a quoted key may escape only " and \\ (RFC 8941)')
+        elif c == '"':
+            if next(chars, None) is not None:
+                raise InvalidArgument(name, "has text after its closing quote")
+            return "".join(out)
+        out.append(c)
+    raise InvalidArgument(name, "has no closing quote")
+
+
 def _metadata(request: web.Request) -> Metadata:
     metadata = [(REQUEST_ID, _request_id(request))]
-    key = _ascii_header(request, IDEMPOTENCY_HEADER)
+    key = _idempotency_key(request)
     if key:
         metadata.append(("idempotency-key", key))
     auth = _ascii_header(request, "Authorization")

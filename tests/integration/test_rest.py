@@ -172,6 +172,32 @@ def test_idempotency_key_header_replays_the_same_job(served: ControlProc, rest: 
     assert rest.submit(body)["id"] != rest.submit(body)["id"]
 
 
+def test_the_standard_idempotency_key_header_replays_the_same_job(served: ControlProc, rest: Rest) -> None:
+    # `Idempotency-Key` (the IETF HTTP API draft: an RFC 8941 quoted string) was ignored, so a retried POST
+    # made a second job; a bare key is taken too, and it is the same key as X-Idempotency-Key.
+    key = f"order-{uuid.uuid4().hex}"
+    body = {"type": "noop", "name": "std"}
+    first = rest.submit(body, headers={"Idempotency-Key": f'"{key}"'})
+    assert first["idempotencyKey"] == key
+    assert rest.submit(body, headers={"Idempotency-Key": key})["id"] == first["id"]
+    assert rest.submit(body, headers={"X-Idempotency-Key": key})["id"] == first["id"]
+    both = {"Idempotency-Key": f'"{key}"', "X-Idempotency-Key": key}
+    assert rest.submit(body, headers=both)["id"] == first["id"]
+    escaped = rest.submit(body, headers={"Idempotency-Key": '"say \\"hi\\""'})
+    assert escaped["idempotencyKey"] == 'say "hi"'
+    before = rest.total()
+    for headers, words in [
+        ({"Idempotency-Key": key, "X-Idempotency-Key": key + "-other"}, "differs from X-Idempotency-Key"),
+        ({"Idempotency-Key": '"open'}, "no closing quote"),
+        ({"Idempotency-Key": '"a"b'}, "after its closing quote"),
+        ({"Idempotency-Key": '"a\\nb"'}, "may escape only"),
+    ]:
+        reply = rest.post("/v1/jobs", body, headers=headers)
+        assert reply.status == 400 and words in reply.json()["message"], (headers, reply.body)
+        assert reply.violation() == "Idempotency-Key"
+    assert rest.total() == before
+
+
 def test_batch_submit_is_all_or_nothing(served: ControlProc, rest: Rest) -> None:
     reply = rest.post("/v1/jobs:batchSubmit", {"jobs": [
         {"type": "add_numbers", "payload": {"a": 2, "b": 3}},
