@@ -10,6 +10,13 @@ have: a worker's settings are checked against it before any process starts, so a
 CORRAL_WORKER_THREADS cannot start millions of processes, and the control plane refuses a worker that
 registers more."""
 
+MAX_LABELS = 64
+"""Labels on one job or one worker."""
+MAX_LABEL_KEY = 63
+"""Characters in a label key."""
+MAX_LABEL_VALUE = 256
+"""Characters in a label value."""
+
 PROTO_INT_RANGES = {
     FieldDescriptor.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
     FieldDescriptor.CPPTYPE_UINT32: (0, 2**32 - 1),

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.event_loop import LOOPS
-from corral.limits import MAX_THREADS
+from corral.limits import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_THREADS
 from corral.logs import FORMATS, LEVELS
 
 __all__ = ["ConfigError", "WorkerConfig"]
@@ -118,9 +118,19 @@ class WorkerConfig:
             raise ConfigError(f"CORRAL_WORKER_SLOTS must be 1..{MAX_THREADS}, got {self.slots}")
         if not _WORKER_ID.fullmatch(self.worker_id):
             raise ConfigError(f"CORRAL_WORKER_ID must match [A-Za-z0-9._:-]{{1,128}}, got {self.worker_id!r}")
-        for key in self.labels:
+        if len(self.labels) > MAX_LABELS:
+            first = ", ".join(list(self.labels)[:3])
+            raise ConfigError(
+                f"CORRAL_WORKER_LABELS may hold at most {MAX_LABELS} labels, got {len(self.labels)} ({first}, ...)"
+            )
+        for key, text in self.labels.items():
             if not key or "=" in key or "," in key:
                 raise ConfigError(f"CORRAL_WORKER_LABELS keys must be non-empty without '=' or ',', got {key!r}")
+            if len(key) > MAX_LABEL_KEY or len(text) > MAX_LABEL_VALUE or "\x00" in key + text:
+                raise ConfigError(
+                    f"CORRAL_WORKER_LABELS keys must be at most {MAX_LABEL_KEY} characters and values at most "
+                    f"{MAX_LABEL_VALUE}, without NUL, got {key!r} ({len(key)}) = {len(text)} characters"
+                )
         for module in self.imports:
             if not _MODULE.fullmatch(module):
                 raise ConfigError(f"CORRAL_WORKER_IMPORTS must list dotted module names, got {module!r}")

@@ -9,7 +9,7 @@ a lost answer) is never refused for the rate, and a refused call has reserved no
 
 from control.admission.idempotency import IdempotencyKeys, IdempotencySweeper
 from control.admission.ratelimit import SubmitRateLimiter, TokenBucket
-from control.admission.validation import JobTypeCatalog, Limits, Submission, validate, validate_batch
+from control.admission.validation import JobTypeCatalog, Limits, Submission, check_labels, validate, validate_batch
 
 __all__ = [
     "IdempotencyKeys",
@@ -19,6 +19,7 @@ __all__ = [
     "Submission",
     "SubmitRateLimiter",
     "TokenBucket",
+    "check_labels",
     "validate",
     "validate_batch",
 ]

@@ -10,7 +10,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ import jsonschema
 from control.store.base import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER
-from corral.limits import MAX_THREADS
+from corral.limits import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_THREADS
 
 MAX_PRIORITY = 100
 MAX_ATTEMPTS = 100
@@ -27,9 +27,6 @@ MAX_TIMEOUT_SEC = 7 * 24 * 3600.0
 MAX_NAME = 256
 MAX_TYPE = 128
 MAX_KEY = 256
-MAX_LABELS = 64
-MAX_LABEL_KEY = 63
-MAX_LABEL_VALUE = 256
 MAX_RULE_TEXT = 400
 """Longest rule text in an error: a schema message quoting a huge value is shortened in the middle."""
 
@@ -160,6 +157,17 @@ def _check_text(name: str, value: str, limit: int) -> None:
         raise InvalidArgument(name, "must not contain NUL characters")
 
 
+def check_labels(labels: Mapping[str, str], field: str) -> None:
+    """A job's or a worker's labels: how many, key and value lengths, no NUL. Raises InvalidArgument."""
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgument(field, f"at most {MAX_LABELS} labels, got {len(labels)}")
+    for key, value in labels.items():
+        if not key:
+            raise InvalidArgument(field, "label keys must not be empty")
+        _check_text(f"{field}[{key}]", key, MAX_LABEL_KEY)
+        _check_text(f"{field}[{key}]", value, MAX_LABEL_VALUE)
+
+
 def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: str = "") -> None:
     """Check one submission; fills ``sub.payload_json``. Raises InvalidArgument naming the field."""
     if not sub.type:
@@ -179,13 +187,7 @@ def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: s
         if not math.isfinite(sub.timeout_sec) or sub.timeout_sec <= 0:
             raise InvalidArgument(f"{prefix}timeout_sec", f"must be > 0 seconds, got {sub.timeout_sec:g}")
         _check_range(f"{prefix}timeout_sec", sub.timeout_sec, 0, MAX_TIMEOUT_SEC)
-    if len(sub.labels) > MAX_LABELS:
-        raise InvalidArgument(f"{prefix}labels", f"at most {MAX_LABELS} labels, got {len(sub.labels)}")
-    for key, value in sub.labels.items():
-        if not key:
-            raise InvalidArgument(f"{prefix}labels", "label keys must not be empty")
-        _check_text(f"{prefix}labels[{key}]", key, MAX_LABEL_KEY)
-        _check_text(f"{prefix}labels[{key}]", value, MAX_LABEL_VALUE)
+    check_labels(sub.labels, f"{prefix}labels")
     payload_json = json.dumps(sub.payload, separators=(",", ":"), ensure_ascii=False)
     size = len(payload_json.encode())
     if size > limits.max_payload_bytes:

@@ -9,7 +9,7 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
-from control.admission import Submission
+from control.admission import Submission, check_labels
 from control.autoscale import AutoscalerState
 from control.jobs import JobRecord
 from control.registry import Assignment, WorkerEntry
@@ -165,13 +165,15 @@ def hello(reg: workers_pb2.Register) -> Hello:
     for name, value in (("threads", reg.threads), ("slots", reg.slots)):
         if not 1 <= value <= MAX_THREADS:
             raise InvalidArgument(f"register.{name}", f"must be between 1 and {MAX_THREADS}, got {value}")
+    labels = dict(reg.labels)
+    check_labels(labels, "register.labels")  # they show in ListWorkers, the CLI and the dashboards
     threads = list(reg.running_threads)
     running = {(a.job_id, a.attempt): (threads[i] if i < len(threads) else 1) for i, a in enumerate(reg.running)}
     return Hello(
         worker_id=reg.worker_id,
         threads=reg.threads,
         slots=reg.slots,
-        labels=dict(reg.labels),
+        labels=labels,
         hostname=reg.hostname,
         pid=reg.pid,
         running=running,

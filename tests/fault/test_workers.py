@@ -190,6 +190,17 @@ def test_a_register_beyond_the_thread_limit_is_refused(
     assert not control_plane.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10).workers
 
 
+def test_a_register_with_labels_past_the_limits_is_refused(control_plane: ControlProc) -> None:
+    # Worker labels show in ListWorkers, the CLI and the dashboards: a 100,000-character value was kept
+    stub = workers_pb2_grpc.WorkerServiceStub(control_plane.channel())
+    hello = workers_pb2.Register(worker_id="wordy", threads=1, slots=1, labels={"zone": "v" * 100_000})
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Connect(iter([workers_pb2.WorkerMessage(register=hello)]), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert "register.labels[zone]: must be at most 256 characters" in (info.value.details() or "")  # type: ignore[attr-defined]
+    assert not control_plane.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10).workers
+
+
 def test_a_hung_worker_loses_its_lease_at_deadline_plus_grace(control_plane: ControlProc, spawn_worker: Any) -> None:
     # Given a worker that takes a job with a 0.5 s timeout, keeps heartbeating, and never reports
     fake = FakeWorker(control_plane, "hung-1")

@@ -74,6 +74,9 @@ def test_slots_default_to_threads():
         ("CORRAL_WORKER_ID", "has space", "[A-Za-z0-9._:-]"),
         ("CORRAL_WORKER_LABELS", "novalue", "k=v"),
         ("CORRAL_WORKER_LABELS", "a=1,a=2", "repeats"),
+        ("CORRAL_WORKER_LABELS", "zone=" + "v" * 257, "values at most 256"),  # shown in ListWorkers, the CLI
+        ("CORRAL_WORKER_LABELS", "k" * 64 + "=v", "keys must be at most 63"),
+        ("CORRAL_WORKER_LABELS", ",".join(f"k{i}=v" for i in range(65)), "at most 64 labels"),
         ("CORRAL_WORKER_IMPORTS", "not a module", "module names"),
         ("CORRAL_DRAIN_TIMEOUT_SEC", "-1", ">= 0"),
         ("CORRAL_KILL_GRACE_SEC", "-0.1", ">= 0"),
