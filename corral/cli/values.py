@@ -69,7 +69,10 @@ def when(text: str, now: datetime | None = None) -> datetime:
                 f"invalid relative time {text!r}: use +N with a unit ms, s, m, h or d, e.g. +30s, +5m, +1h30m"
             )
         seconds = sum(float(m.group(1)) * _UNITS[m.group(2) or "s"] for m in parts)
-        return base + timedelta(seconds=seconds)
+        try:
+            return base + timedelta(seconds=seconds)
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"invalid relative time {text!r}: past the year 9999") from None
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

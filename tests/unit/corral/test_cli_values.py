@@ -37,6 +37,13 @@ def test_bad_relative_times_say_how_to_write_one(text: str) -> None:
         values.when(text, now=NOW)
 
 
+@pytest.mark.parametrize("text", ["+99999999d", "+9999999999999999999999h"])
+def test_a_relative_time_past_the_year_9999_is_a_usage_error(text: str) -> None:
+    # It was an OverflowError traceback
+    with pytest.raises(argparse.ArgumentTypeError, match="past the year 9999"):
+        values.when(text, now=NOW)
+
+
 def test_iso_times_keep_their_offset_and_default_to_local_time() -> None:
     assert values.when("2030-01-02T03:04:05Z") == NOW
     assert values.when("2030-01-02T05:04:05+02:00") == NOW
