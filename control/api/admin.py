@@ -8,7 +8,6 @@ from control.api import convert
 from control.api.status import grpc_errors
 from control.autoscale import Autoscaler
 from control.sessions import WorkerSessions
-from corral.errors import InvalidArgument
 from corral.v1 import admin_pb2
 
 
@@ -33,9 +32,7 @@ class AdminServicer:
     async def DrainWorker(
         self, request: admin_pb2.DrainWorkerRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.Worker:
-        if not request.id:
-            raise InvalidArgument("id", "is required")
-        return convert.worker(self.sessions.drain(request.id, self.drain_deadline_sec))
+        return convert.worker(self.sessions.drain(convert.target_id(request.id), self.drain_deadline_sec))
 
     @grpc_errors
     async def GetAutoscaler(

@@ -70,6 +70,19 @@ def _non_finite(
     return None
 
 
+MAX_ID = 128
+"""The longest job or worker id a request may name (ids made here are 32 characters; worker ids 1..128)."""
+
+
+def target_id(value: str) -> str:
+    """The ``id`` of a request naming one job or worker; InvalidArgument when empty or too long."""
+    if not value:
+        raise InvalidArgument("id", "is required")
+    if len(value) > MAX_ID:
+        raise InvalidArgument("id", f"must be at most {MAX_ID} characters, got {len(value)}")
+    return value
+
+
 def _set_struct(target: struct_pb2.Struct, text: str) -> None:
     if text and text != "{}":
         target.update(json.loads(text))
@@ -83,8 +96,19 @@ def _set_time(target: Any, t: float | None) -> None:
 def _time(msg: Message, name: str) -> float | None:
     if not msg.HasField(name):
         return None
-    value: float = getattr(msg, name).ToNanoseconds() / 1e9
+    ts = getattr(msg, name)
+    if not (_MIN_SECONDS <= ts.seconds <= _MAX_SECONDS and 0 <= ts.nanos < 1_000_000_000):
+        raise InvalidArgument(
+            name,
+            f"must be a valid Timestamp (0001-01-01..9999-12-31, nanos 0..999999999), got {ts.seconds}s {ts.nanos}ns",
+        )
+    value: float = ts.ToNanoseconds() / 1e9
     return value
+
+
+# What google/protobuf/timestamp.proto allows: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z.
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
 
 
 def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Submission:

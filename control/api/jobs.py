@@ -59,7 +59,7 @@ class JobServicer:
 
     @grpc_errors
     async def GetJob(self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.get(_id(request.id)))
+        return convert.job(await self.s.get(convert.target_id(request.id)))
 
     @grpc_errors
     async def ListJobs(
@@ -80,17 +80,17 @@ class JobServicer:
 
     @grpc_errors
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.cancel(_id(request.id)))
+        return convert.job(await self.s.cancel(convert.target_id(request.id)))
 
     @grpc_errors
     async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.retry(_id(request.id)))
+        return convert.job(await self.s.retry(convert.target_id(request.id)))
 
     @grpc_errors
     async def WatchJob(
         self, request: jobs_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
-        async for job in self.s.watch(_id(request.id)):
+        async for job in self.s.watch(convert.target_id(request.id)):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors
@@ -117,11 +117,3 @@ class JobServicer:
                 for g in (self.s.exec_limits.gates if self.s.exec_limits is not None else ())
             ],
         )
-
-
-def _id(value: str) -> str:
-    if not value:
-        raise InvalidArgument("id", "is required")
-    if len(value) > 128:
-        raise InvalidArgument("id", f"must be at most 128 characters, got {len(value)}")
-    return value

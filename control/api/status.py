@@ -63,13 +63,19 @@ class Undecodable:
 
 
 def rich_status(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str | bytes], ...]]:
-    """The status code, message and trailing metadata for ``err``."""
+    """The status code, message and trailing metadata for ``err``.
+
+    Messages and rules are cut to MAX_MESSAGE characters: they may quote what the caller sent, and
+    status and details travel as metadata, which gRPC limits to 16 KiB (beyond it the caller got
+    RESOURCE_EXHAUSTED "Stream removed" instead of the error).
+    """
     code = STATUS.get(err.code, grpc.StatusCode.UNKNOWN)
+    message = _bounded(err.message)
     details: list[any_pb2.Any] = []
     trailers: list[tuple[str, str | bytes]] = []
     if isinstance(err, InvalidArgument):
         bad = error_details_pb2.BadRequest()
-        bad.field_violations.add(field=err.field, description=err.rule)
+        bad.field_violations.add(field=_bounded(err.field), description=_bounded(err.rule))
         packed = any_pb2.Any()
         packed.Pack(bad)
         details.append(packed)
@@ -79,11 +85,20 @@ def rich_status(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
         packed.Pack(info)
         details.append(packed)
         trailers.append(("retry-after", str(math.ceil(err.retry_after))))
-    status = status_pb2.Status(
-        code=getattr(code_pb2, code.name, code_pb2.UNKNOWN), message=err.message, details=details
-    )
+    status = status_pb2.Status(code=getattr(code_pb2, code.name, code_pb2.UNKNOWN), message=message, details=details)
     trailers.append(("grpc-status-details-bin", status.SerializeToString()))
-    return code, err.message, tuple(trailers)
+    return code, message, tuple(trailers)
+
+
+MAX_MESSAGE = 1024
+"""Longest error message (and field rule) sent, in characters; see :func:`rich_status`."""
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_MESSAGE:
+        return text
+    half = MAX_MESSAGE // 2 - 3
+    return f"{text[:half]} ... {text[-half:]}"
 
 
 F = TypeVar("F", bound=Callable[..., Any])

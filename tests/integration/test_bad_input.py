@@ -6,9 +6,10 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2, status_pb2
 
-from corral.v1 import jobs_pb2
+from corral.v1 import admin_pb2, jobs_pb2
 from tests.conftest import ControlProc
 from tests.support.calls import request, rpc_error
 
@@ -41,6 +42,14 @@ CASES: list[tuple[str, jobs_pb2.SubmitJobRequest, str]] = [
     ("max_attempts 0", request("noop", max_attempts=0), "max_attempts"),
     ("oversized payload", request("reverse_string", {"text": "x" * (1 << 20)}), "payload"),
     ("extra field", request("sleep", {"seconds": 1, "unexpected": True}), "payload"),
+    # A Timestamp protobuf allows none of these; they were INTERNAL
+    (
+        "negative nanos",
+        jobs_pb2.SubmitJobRequest(type="noop", scheduled_at=Timestamp(seconds=1, nanos=-5)),
+        "scheduled_at",
+    ),
+    ("after 9999", jobs_pb2.SubmitJobRequest(type="noop", scheduled_at=Timestamp(seconds=2**62)), "scheduled_at"),
+    ("before year 1", jobs_pb2.SubmitJobRequest(type="noop", scheduled_at=Timestamp(seconds=-(2**40))), "scheduled_at"),
 ]
 
 
@@ -84,10 +93,16 @@ def test_a_bad_job_in_a_batch_rejects_the_whole_batch(control_plane: ControlProc
         ("GetJob", jobs_pb2.GetJobRequest(id=""), "id"),
         ("ListJobs", jobs_pb2.ListJobsRequest(limit=5000), "limit"),
         ("ListJobs", jobs_pb2.ListJobsRequest(offset=-1), "offset"),
+        ("GetJob", jobs_pb2.GetJobRequest(id="x" * 10_000), "id"),
+        # The not-found message quoted the whole id: 10 KB of status metadata, and the caller got
+        # RESOURCE_EXHAUSTED "Stream removed" instead of the error
+        ("DrainWorker", admin_pb2.DrainWorkerRequest(id="x" * 10_000), "id"),
+        ("DrainWorker", admin_pb2.DrainWorkerRequest(id=""), "id"),
     ],
 )
 def test_bad_reads_name_the_field(control_plane: ControlProc, call: str, req: Any, field: str) -> None:
-    err = rpc_error(getattr(control_plane.jobs, call), req)
+    stub = control_plane.admin if call == "DrainWorker" else control_plane.jobs
+    err = rpc_error(getattr(stub, call), req)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert _field(err) == field
 
