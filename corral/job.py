@@ -22,7 +22,7 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from corral.errors import InvalidArgument
-from corral.jobtypes import MAX_EXACT_INTEGER
+from corral.jobtypes import MAX_EXACT_INTEGER, MAX_JSON_DEPTH, too_deep
 from corral.v1 import jobs_pb2
 
 __all__ = [
@@ -196,8 +196,8 @@ def dict_to_struct(value: Mapping[str, Any] | None, what: str = "payload") -> st
 
     Raises:
         InvalidArgument: naming the path (``payload.items[2]``) of anything a ``Struct`` cannot carry
-            as given: a non-string key, a value that is not JSON, a number that is not finite, or an
-            integer beyond ±2**53 (it would arrive rounded).
+            as given: a non-string key, a value that is not JSON, a number that is not finite, an
+            integer beyond ±2**53 (it would arrive rounded), or nesting deeper than MAX_JSON_DEPTH.
     """
     struct = struct_pb2.Struct()
     if value is None:
@@ -215,6 +215,12 @@ def dict_to_struct(value: Mapping[str, Any] | None, what: str = "payload") -> st
 def check_json_value(value: Any, path: str) -> None:
     """Refuse, naming its path under ``path``, anything in ``value`` a ``Struct`` cannot carry as given
     (see :func:`dict_to_struct`)."""
+    if (where := too_deep(value)) is not None:
+        raise InvalidArgument(f"{path}{where}", f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
+    _check_json(value, path)
+
+
+def _check_json(value: Any, path: str) -> None:
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -236,10 +242,10 @@ def check_json_value(value: Any, path: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidArgument(path, f"keys must be strings, got {type(key).__name__} {key!r}")
-            check_json_value(item, f"{path}.{key}")
+            _check_json(item, f"{path}.{key}")
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            check_json_value(item, f"{path}[{i}]")
+            _check_json(item, f"{path}[{i}]")
     else:
         raise InvalidArgument(
             path, f"must be a JSON value (object, array, string, number, boolean or null), got {type(value).__name__}"

@@ -22,6 +22,30 @@ from typing import Any
 
 Schema = dict[str, Any]
 
+MAX_JSON_DEPTH = 32
+"""How many levels of objects and arrays a payload or a result may have (the top object is level 1).
+Messages are parsed with a depth limit, and a job nested much deeper could be stored but never read
+back: GetJob, WatchJob and ListJobs carry it a level or two deeper than SubmitJob."""
+
+
+_NESTS = (dict, list, tuple)
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """The path (``.a.b[0]``) of the first object or array deeper than ``limit`` levels in ``value``, or
+    None. Iterative, so a value nested thousands deep is answered, not a RecursionError."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    while stack:
+        node, depth, path = stack.pop()
+        if depth > limit:
+            return path
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1, f"{path}.{k}") for k, v in node.items() if isinstance(v, _NESTS))
+        elif isinstance(node, list | tuple):
+            stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(node) if isinstance(v, _NESTS))
+    return None
+
+
 MAX_EXACT_INTEGER = 2**53
 """The largest integer magnitude a payload or result number (a double in a ``Struct``) carries exactly.
 Clients and the control plane refuse payload integers beyond it rather than let them arrive rounded."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.jobtypes import MAX_JSON_DEPTH, too_deep
 from runner import jobs as _builtin_jobs  # noqa: F401  (registers the built-in types)
 from runner.errors import JobFailed
 from runner.plugins import load_plugins
@@ -51,8 +52,8 @@ def execute(job_type: str, payload: dict[str, Any], ctx: JobContext) -> dict[str
     Raises:
         JobFailed: ``UNKNOWN_TYPE`` for an unregistered type; the job's own code when it raised
             JobFailed; ``MEMORY_LIMIT`` when it ran out of memory (``MemoryError``); ``ERROR``
-            ("ExceptionName: message") when it raised anything else or returned something other
-            than a dict.
+            ("ExceptionName: message") when it raised anything else, or returned something other
+            than a dict or one nested deeper than ``corral.jobtypes.MAX_JSON_DEPTH``.
     """
     impl = get(job_type)
     try:
@@ -65,4 +66,6 @@ def execute(job_type: str, payload: dict[str, Any], ctx: JobContext) -> dict[str
         raise JobFailed("ERROR", f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(result, dict):
         raise JobFailed("ERROR", f"job type {job_type!r} returned {type(result).__name__}, not an object")
+    if (where := too_deep(result)) is not None:  # it could be stored but never read back (corral.jobtypes)
+        raise JobFailed("ERROR", f"job type {job_type!r} returned result{where} deeper than {MAX_JSON_DEPTH} levels")
     return result

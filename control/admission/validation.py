@@ -18,7 +18,7 @@ import jsonschema
 
 from control.store.base import JobTypeEntry
 from corral.errors import InvalidArgument
-from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER
+from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER, MAX_JSON_DEPTH, too_deep
 from corral.limits import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_THREADS
 
 MAX_PRIORITY = 100
@@ -188,6 +188,11 @@ def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: s
             raise InvalidArgument(f"{prefix}timeout_sec", f"must be > 0 seconds, got {sub.timeout_sec:g}")
         _check_range(f"{prefix}timeout_sec", sub.timeout_sec, 0, MAX_TIMEOUT_SEC)
     check_labels(sub.labels, f"{prefix}labels")
+    if (where := too_deep(sub.payload)) is not None:
+        # deeper would be stored, but GetJob, WatchJob and ListJobs could not carry it back
+        raise InvalidArgument(
+            f"{prefix}payload{where}", f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays"
+        )
     payload_json = json.dumps(sub.payload, separators=(",", ":"), ensure_ascii=False)
     size = len(payload_json.encode())
     if size > limits.max_payload_bytes:

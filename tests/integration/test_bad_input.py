@@ -11,7 +11,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from corral.v1 import admin_pb2, jobs_pb2
 from tests.conftest import ControlProc
-from tests.support.calls import request, rpc_error
+from tests.support.calls import nested, request, rpc_error
 
 
 def _field(err: grpc.RpcError) -> str:
@@ -42,6 +42,8 @@ CASES: list[tuple[str, jobs_pb2.SubmitJobRequest, str]] = [
     ("max_attempts 0", request("noop", max_attempts=0), "max_attempts"),
     ("oversized payload", request("reverse_string", {"text": "x" * (1 << 20)}), "payload"),
     ("extra field", request("sleep", {"seconds": 1, "unexpected": True}), "payload"),
+    # 33 levels was stored, but GetJob, WatchJob and ListJobs failed for ever ("Exception deserializing response!")
+    ("nested 33 levels", request("noop", nested(32)), "payload" + ".a" * 32),
     # A Timestamp protobuf allows none of these; they were INTERNAL
     (
         "negative nanos",

@@ -292,6 +292,8 @@ def test_stats_workers_autoscaler_and_drain(served: ControlProc, rest: Rest) -> 
         (b'["noop"]', "", "JSON object"),
         (b'{"type": "noop", "payload": ' + b'{"a": ' * 2000 + b"1" + b"}" * 2001, "", "nested too deeply"),
         (b'{"type": "add_numbers", "payload": {"a": 1}}', "payload", "required"),
+        # Stored, GetJob / WatchJob / ListJobs could not carry it back
+        (b'{"type": "noop", "payload": ' + b'{"a": ' * 33 + b"1" + b"}" * 34, "payload" + ".a" * 32, "deeper than 32"),
         # A Struct would round it to 2**53: refused rather than added wrong
         (b'{"type": "add_numbers", "payload": {"a": 9007199254740993, "b": 0}}', "payload.a", "beyond"),
         (b'{"type": "nope"}', "type", "unknown job type"),

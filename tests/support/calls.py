@@ -29,6 +29,16 @@ def request(type_: str, payload: dict[str, Any] | None = None, **fields: Any) ->
     return req
 
 
+def nested(levels: int) -> dict[str, Any]:
+    """A payload with ``levels`` more objects nested in it: {"a": {"a": ...}}."""
+    top: dict[str, Any] = {}
+    inner = top
+    for _ in range(levels):
+        inner["a"] = {}
+        inner = inner["a"]
+    return top
+
+
 def submit(cp: Stubs, type_: str, payload: dict[str, Any] | None = None, **fields: Any) -> jobs_pb2.Job:
     resp: jobs_pb2.SubmitJobResponse = cp.jobs.SubmitJob(request(type_, payload, **fields), timeout=30)
     return resp.job

@@ -26,6 +26,7 @@ from corral.client import list_request
 from corral.job import dict_to_struct, struct_to_dict
 from corral.spec import batch_request, by_id
 from corral.v1 import admin_pb2, jobs_pb2
+from tests.support.calls import nested
 
 
 def _ts(seconds: float) -> timestamp_pb2.Timestamp:
@@ -146,15 +147,22 @@ def test_struct_round_trip_and_errors() -> None:
         ({1: 2}, "payload", "keys must be strings"),
         ({"a": {"b": b"x"}}, "payload.a.b", "must be a JSON value"),
         ({"a": "\udc00"}, "payload.a", "not valid UTF-8"),
+        (nested(32), "payload" + ".a" * 32, "nests deeper than 32 levels"),
+        (nested(5000), "payload" + ".a" * 32, "nests deeper than 32 levels"),  # was a RecursionError
+        ({"a": [[[[1]]]] * 2}, None, None),
     ],
 )
 def test_payloads_a_struct_cannot_carry_are_refused_naming_the_path(
-    payload: dict[Any, Any], field: str, rule: str
+    payload: dict[Any, Any], field: str | None, rule: str | None
 ) -> None:
-    # A Struct's numbers are doubles: inf and NaN are not JSON, and 2**53 + 1 would arrive as 2**53.
+    # A Struct's numbers are doubles: inf and NaN are not JSON, and 2**53 + 1 would arrive as 2**53. A job
+    # nested past 32 levels was stored, but GetJob, WatchJob and ListJobs could not carry it back.
+    if field is None:
+        dict_to_struct(payload)
+        return
     with pytest.raises(InvalidArgument) as info:
         dict_to_struct(payload)
-    assert info.value.field == field and rule in info.value.rule
+    assert info.value.field == field and rule is not None and rule in info.value.rule
 
 
 def test_integers_up_to_2_53_and_tuples_pass() -> None:

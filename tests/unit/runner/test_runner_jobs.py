@@ -74,6 +74,30 @@ def test_a_new_job_type_is_one_registered_class():
     assert runner.get("test_triple").description == "Triple a number."
 
 
+def test_a_result_nested_past_the_limit_fails_the_job_naming_where():
+    # Stored, it could never be read back: GetJob, WatchJob and ListJobs carry it deeper than protobuf parses
+    @register
+    class Deep(JobType):
+        """Return an object nested ``levels`` deep."""
+
+        name = "test_deep_result"
+        schema = {"type": "object"}
+
+        def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+            top: dict[str, Any] = {}
+            inner = top
+            for _ in range(payload["levels"]):
+                inner["r"] = [{}]
+                inner = inner["r"][0]
+            return top
+
+    assert execute("test_deep_result", {"levels": 15}, ctx())  # 31 levels: fine
+    with pytest.raises(JobFailed) as info:
+        execute("test_deep_result", {"levels": 16}, ctx())
+    assert info.value.code == "ERROR" and "result.r[0].r[0]" in info.value.message
+    assert "deeper than 32 levels" in info.value.message
+
+
 def test_register_refuses_a_taken_name_and_incomplete_classes():
     class Other(JobType):
         name = "noop"
