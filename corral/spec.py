@@ -110,17 +110,21 @@ def put(target: Message | MutableMapping[str, Any], name: str, value: Any, field
         else:
             target[name] = value
     except (TypeError, ValueError):
-        what = "a string"
-        if isinstance(target, Message):
-            kind = target.DESCRIPTOR.fields_by_name[name].cpp_type
-            if kind in PROTO_INT_RANGES:
-                low, high = PROTO_INT_RANGES[kind]
-                what = f"an integer between {low} and {high}"
-            elif kind in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
-                what = "a number"
-        if what == "a string" and isinstance(value, str):
-            raise InvalidArgument(field or name, "is not valid UTF-8 (an unpaired surrogate)") from None
-        raise InvalidArgument(field or name, f"must be {what}, got {value!r}") from None
+        raise InvalidArgument(field or name, _rule(target, name, value)) from None
+
+
+def _rule(target: Message | MutableMapping[str, Any], name: str, value: Any) -> str:
+    """What a value of the field must be (map entries of a request are strings)."""
+    string = FieldDescriptor.CPPTYPE_STRING
+    kind = target.DESCRIPTOR.fields_by_name[name].cpp_type if isinstance(target, Message) else string
+    if kind in PROTO_INT_RANGES:
+        low, high = PROTO_INT_RANGES[kind]
+        return f"must be an integer between {low} and {high}, got {value!r}"
+    if kind in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+        return f"must be a number, got {value!r}"
+    if isinstance(value, str):
+        return "is not valid UTF-8 (an unpaired surrogate)"
+    return f"must be a string, got {value!r}"
 
 
 def to_timestamp(when: When, what: str = "time") -> timestamp_pb2.Timestamp:

@@ -36,15 +36,15 @@ def plain(value: Any) -> Any:
     return value
 
 
-def struct_to_dict(msg: struct_pb2.Struct, what: str = "payload") -> dict[str, Any]:
-    """A Struct as JSON values (see :func:`plain`); a number that is not finite, which JSON cannot hold,
-    is :class:`InvalidArgument` naming its path under ``what``."""
+def struct_to_dict(msg: struct_pb2.Struct) -> dict[str, Any]:
+    """A payload Struct as JSON values (see :func:`plain`); a number that is not finite, which JSON cannot
+    hold, is :class:`InvalidArgument` naming its path (``payload.a``)."""
     if not msg.fields:
         return {}
     try:
         out: dict[str, Any] = plain(json_format.MessageToDict(msg))
     except ValueError:  # json_format refuses NaN and infinities in a Value
-        path, number = _non_finite(msg, what) or (what, math.nan)
+        path, number = _non_finite(msg, "payload") or ("payload", math.nan)
         raise InvalidArgument(path, f"must be a finite number, got {number}") from None
     return out
 
