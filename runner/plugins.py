@@ -66,7 +66,8 @@ def load_plugins(modules: Iterable[str]) -> None:
     """Load the entry points (once), then import each module by dotted name.
 
     Raises:
-        ImportError: an entry point or a module cannot be loaded (the error names it).
+        ImportError: an entry point or a module cannot be loaded (the error names it), whatever the
+            module raised while importing (a syntax error, a job type its registry refuses, ...).
     """
     load_entry_points()
     for name in modules:
@@ -76,3 +77,5 @@ def load_plugins(modules: Iterable[str]) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             raise ImportError(f"cannot import job-type plug-in {name!r}: {exc}") from exc
+        except Exception as exc:  # its own code failed: as fatal as a missing module, and should say where
+            raise ImportError(f"cannot import job-type plug-in {name!r}: {type(exc).__name__}: {exc}") from exc

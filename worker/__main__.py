@@ -12,7 +12,8 @@ a setting without a flag listed here has ``--SETTING-NAME`` (``--kill-grace-sec 
 (``corral config --check --worker``).
 Signals: the first SIGTERM or SIGINT drains (finish running jobs up to the drain timeout, hand back
 the rest) and exits 0; a second one stops at once. A bad setting exits 2 with a message naming the
-variable; runner processes that cannot start (a plug-in that does not import) exit 1.
+variable, and so does a plug-in that does not import (it would fail the same way on every restart);
+runner processes that cannot start for another reason (not ready in time, killed) exit 1.
 """
 
 from __future__ import annotations
@@ -127,7 +128,12 @@ async def run(config: WorkerConfig) -> int:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         await agent.start()
-    except (ImportError, RunnerStartError) as exc:
+    except ImportError as exc:  # the same on every restart: as bad as a bad setting
+        logger.error("worker_start_failed", extra={"error": str(exc)})
+        print(f"python -m worker: {exc}", file=sys.stderr)
+        await agent.stop()
+        return EXIT_BAD_CONFIG
+    except RunnerStartError as exc:
         logger.error("worker_start_failed", extra={"error": str(exc)})
         await agent.stop()
         return EXIT_START_FAILED

@@ -6,7 +6,7 @@ holds the bound gRPC port and the gRPC health service "" answers SERVING), then 
 ``python -m worker --control H:P --threads T``. While it runs, :meth:`Supervisor.check` notices children
 that died: a worker that crashed is restarted after a backoff that doubles from
 :attr:`ClusterConfig.restart_backoff_sec` up to :attr:`ClusterConfig.restart_backoff_cap_sec`; a worker
-that exited 0 (drained) is not; one that refused a setting (exit 2) raises :class:`WorkerRefusedSettings`,
+that exited 0 (drained) is not; one that refused a setting or a plug-in (exit 2) raises :class:`WorkerRefusedSettings`,
 since it would refuse it again on every restart; a control plane that died raises
 :class:`ControlPlaneExited`, since the workers cannot do anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they
 drain), then to the control plane, each with a deadline after which it sends SIGKILL.
@@ -51,7 +51,7 @@ POLL_SEC = 0.1
 MAX_LOCAL_WORKERS = 256
 """The most workers one ``corral up`` runs, all on this machine (a fleet runs ``corral worker`` per host)."""
 BAD_SETTING_EXIT = 2
-"""A worker's exit status for a setting it refuses (``python -m worker``): not worth a restart."""
+"""A worker's exit status for a setting or plug-in it refuses (``python -m worker``): not worth a restart."""
 
 Report = Callable[[str], None]
 """Where the supervisor says what happens to its children (one line each)."""
@@ -66,7 +66,7 @@ class ControlPlaneExited(SupervisorError):
 
 
 class WorkerRefusedSettings(SupervisorError):
-    """Raised when a worker exits because it refuses a setting: every restart would do the same."""
+    """Raised when a worker exits because it refuses a setting or a plug-in: every restart would do the same."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,9 @@ class Supervisor:
                     self.report(f"{slot.child.name} (pid {slot.child.pid}) exited cleanly (drained); not restarting it")
                     continue
                 if slot.child.exit_code() == BAD_SETTING_EXIT:
-                    raise WorkerRefusedSettings(self._died(slot.child, "(a setting it refuses; not restarting it)"))
+                    raise WorkerRefusedSettings(
+                        self._died(slot.child, "(a setting or plug-in it refuses; not restarting it)")
+                    )
                 if now - slot.child.started_at >= self.config.healthy_run_sec:
                     slot.backoff = self.config.restart_backoff_sec
                 slot.restart_at = now + slot.backoff

@@ -162,6 +162,18 @@ def test_up_stops_with_the_reason_when_its_workers_refuse_a_setting(tmp_path: Pa
     assert "Corral is up" not in up.text()
 
 
+def test_up_stops_with_the_reason_when_its_workers_cannot_import_a_plugin(tmp_path: Path, make_up: Any) -> None:
+    # Given a plug-in that does not import: every restart of the worker would fail the same way
+    args = ("--grpc-port", "0", "--http-port", "0", "--workers", "1", "--db", str(tmp_path / "c.db"))
+    up = make_up(*args, env={"CORRAL_WORKER_IMPORTS": "tests.support.plugin_raising"})
+    # Then corral up stops with the worker's message instead of restarting it with a backoff
+    assert up.proc.wait(60) == 1
+    err = up.err.read_text()
+    assert re.search(r"corral: error: worker 1 \(pid \d+\) exited with code 2", err), err
+    assert "cannot import job-type plug-in 'tests.support.plugin_raising'" in err, err
+    assert "restarting it in" not in err and "Corral is up" not in up.text(), err
+
+
 @pytest.fixture
 def served(control_plane: ControlProc, spawn_worker: Any) -> ControlProc:
     spawn_worker(control_plane, threads=2, imports=())  # the built-in job types only

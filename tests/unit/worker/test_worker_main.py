@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from corral.v1 import workers_pb2 as pb
 from tests.support.fake_control import FakeControl, job
 from tests.support.processes import alive, children
@@ -37,9 +39,17 @@ def test_a_bad_setting_exits_2_naming_the_variable():
     assert "CORRAL_WORKER_THREADS must be 1..1024" in done.stderr
 
 
-def test_a_plugin_that_does_not_import_exits_1():
+@pytest.mark.parametrize(
+    ("module", "said"),
+    [
+        ("tests.support.no_such_module", "No module named 'tests.support.no_such_module'"),
+        ("tests.support.plugin_raising", "RuntimeError: this plug-in fails as it is imported"),
+    ],
+)
+def test_a_plugin_that_does_not_import_exits_2_naming_it(module: str, said: str):
+    # exit 2, like a bad setting: it would fail the same way on every restart (corral up stops on it)
     done = subprocess.run(
-        [sys.executable, "-m", "worker", "--import", "tests.support.no_such_module", "--threads", "1"],
+        [sys.executable, "-m", "worker", "--import", module, "--threads", "1"],
         cwd=ROOT,
         env=env(),
         capture_output=True,
@@ -47,7 +57,9 @@ def test_a_plugin_that_does_not_import_exits_1():
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
+    assert f"python -m worker: cannot import job-type plug-in '{module}': {said}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 async def _spawn(port: int, *extra: str) -> asyncio.subprocess.Process:
