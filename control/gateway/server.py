@@ -11,7 +11,8 @@
   ``{"error": ...}`` if it fails, as grpc-gateway writes it.
 
 Headers: ``Idempotency-Key`` (or ``X-Idempotency-Key``) becomes the ``idempotency-key`` metadata, ``Authorization`` is passed
-on, and ``X-Request-ID`` is taken or made and returned on every response.
+on (each of them given twice is a 400: which one was meant cannot be told), and ``X-Request-ID`` is taken or
+made and returned on every response.
 
 Auth: with client tokens configured, every bridge request (any path but the three above, which probes
 and Prometheus reach without credentials) needs ``Authorization: Bearer <client token>``; without one
@@ -280,7 +281,10 @@ def _request_id(request: web.Request) -> str:
 
 
 def _ascii_header(request: web.Request, name: str) -> str:
-    value = request.headers.get(name, "")
+    values = request.headers.getall(name, ())
+    if len(values) > 1:  # which one the client meant cannot be told: a replayed POST must not guess
+        raise InvalidArgument(name, f"must be given once, got {len(values)}")
+    value = values[0] if values else ""
     if value and not all(" " <= c <= "~" for c in value):
         raise InvalidArgument(name, "must be printable ASCII")
     return value

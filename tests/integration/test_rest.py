@@ -72,14 +72,20 @@ class Rest:
         path: str,
         body: Any = None,
         raw: bytes | None = None,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str] | list[tuple[str, str]] | None = None,
         timeout: float = 30.0,
     ) -> Reply:
+        """One request; ``headers`` as a list of pairs may repeat a header."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-            hdrs = {"Content-Type": "application/json", **(headers or {})}
-            conn.request(method, path, body=data, headers=hdrs)
+            pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+            conn.putrequest(method, path, skip_accept_encoding=True)
+            for name, value in [("Content-Type", "application/json"), *pairs]:
+                conn.putheader(name, value)
+            if data is not None:
+                conn.putheader("Content-Length", str(len(data)))
+            conn.endheaders(data)
             resp = conn.getresponse()
             return Reply(resp.status, resp.headers, resp.read())
         finally:
@@ -191,6 +197,8 @@ def test_the_standard_idempotency_key_header_replays_the_same_job(served: Contro
         ({"Idempotency-Key": '"open'}, "no closing quote"),
         ({"Idempotency-Key": '"a"b'}, "after its closing quote"),
         ({"Idempotency-Key": '"a\\nb"'}, "may escape only"),
+        ([("Idempotency-Key", key), ("Idempotency-Key", key + "-other")], "must be given once, got 2"),
+        ([("Idempotency-Key", key), ("Idempotency-Key", key)], "must be given once, got 2"),
     ]:
         reply = rest.post("/v1/jobs", body, headers=headers)
         assert reply.status == 400 and words in reply.json()["message"], (headers, reply.body)
