@@ -150,7 +150,8 @@ def _check_range(name: str, value: float, low: float, high: float) -> None:
         raise InvalidArgument(name, f"must be between {low:g} and {high:g}, got {value:g}")
 
 
-def _check_text(name: str, value: str, limit: int) -> None:
+def check_text(name: str, value: str, limit: int) -> None:
+    """At most ``limit`` characters and no NUL; raises InvalidArgument naming ``name``."""
     if len(value) > limit:
         raise InvalidArgument(name, f"must be at most {limit} characters, got {len(value)}")
     if "\x00" in value:
@@ -164,20 +165,20 @@ def check_labels(labels: Mapping[str, str], field: str) -> None:
     for key, value in labels.items():
         if not key:
             raise InvalidArgument(field, "label keys must not be empty")
-        _check_text(f"{field}[{key}]", key, MAX_LABEL_KEY)
-        _check_text(f"{field}[{key}]", value, MAX_LABEL_VALUE)
+        check_text(f"{field}[{key}]", key, MAX_LABEL_KEY)
+        check_text(f"{field}[{key}]", value, MAX_LABEL_VALUE)
 
 
 def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: str = "") -> None:
     """Check one submission; fills ``sub.payload_json``. Raises InvalidArgument naming the field."""
     if not sub.type:
         raise InvalidArgument(f"{prefix}type", "is required")
-    _check_text(f"{prefix}type", sub.type, MAX_TYPE)
+    check_text(f"{prefix}type", sub.type, MAX_TYPE)
     if sub.type not in catalog:
         known = ", ".join(catalog.names())
         raise InvalidArgument(f"{prefix}type", f"unknown job type {sub.type!r}; known types: {known}")
-    _check_text(f"{prefix}name", sub.name, MAX_NAME)
-    _check_text(f"{prefix}idempotency_key", sub.idempotency_key, MAX_KEY)
+    check_text(f"{prefix}name", sub.name, MAX_NAME)
+    check_text(f"{prefix}idempotency_key", sub.idempotency_key, MAX_KEY)
     _check_range(f"{prefix}priority", sub.priority, 0, MAX_PRIORITY)
     if sub.thread_demand is not None:
         _check_range(f"{prefix}thread_demand", sub.thread_demand, 1, MAX_THREADS)

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from control.admission.validation import MAX_TYPE, check_text
 from control.api import convert
 from control.api.identity import client_identity
 from control.api.status import grpc_errors
@@ -75,6 +76,7 @@ class JobServicer:
             if value not in JobState._value2member_map_:
                 raise InvalidArgument("status", f"unknown state {value}")
             states.append(JobState(value))
+        check_text("type", request.type, MAX_TYPE)  # no job type is longer: say so rather than list none
         page = await self.s.list_jobs(states, request.type, limit, request.offset)
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
 
