@@ -2,7 +2,8 @@
 
 Flags override the environment (:mod:`control.config`); every setting without a flag listed here has
 ``--SETTING-NAME`` (``--max-batch 500``). ``--check-config[=json]`` prints the effective settings and
-exits 0, or the first bad one and exits 2 (``corral config --check``), as start-up would.
+exits 0, or the first bad one and exits 2 (``corral config --check``), as start-up would. A part that
+cannot start (a port in use, a database another control plane holds) exits 1 with one line naming the setting.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from control.app import ControlPlane
+from control.app import ControlPlane, StartFailed
 from control.config import ConfigError, ControlConfig
 from corral import event_loop, gc_tuning, logs
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
@@ -91,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(config.log_level, config.log_format)
     gc_tuning.apply()
-    event_loop.run(serve(config, args.port_file, args.http_port_file, args.worker_port_file), config.event_loop)
+    try:
+        event_loop.run(serve(config, args.port_file, args.http_port_file, args.worker_port_file), config.event_loop)
+    except StartFailed as exc:
+        print(f"corral control: cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from types import TracebackType
+from typing import TypeVar
 
 import grpc
 
@@ -36,7 +38,21 @@ from control.tls import ServerTls
 from control.token_reload import TokenFileWatcher
 from corral import logs
 
+_T = TypeVar("_T")
+
 logger = logging.getLogger(__name__)
+
+
+class StartFailed(Exception):
+    """Raised by :meth:`ControlPlane.start` when a part cannot start; the message names the setting."""
+
+
+def _started(open_part: Callable[[], _T], settings: str) -> _T:
+    """``open_part()``, its OSError turned into StartFailed naming ``settings``."""
+    try:
+        return open_part()
+    except OSError as exc:
+        raise StartFailed(f"{exc} ({settings})") from exc
 
 
 class ControlPlane:
@@ -63,8 +79,21 @@ class ControlPlane:
         self._stopped = False
 
     async def start(self) -> None:
+        """Open the store, serve gRPC and HTTP, start the background loops.
+
+        Raises:
+            StartFailed: a part cannot start (a port in use, a database that cannot be opened or that
+                another control plane holds); what had started is stopped again.
+        """
+        try:
+            await self._start()
+        except StartFailed:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
         cfg = self.config
-        self.store = open_store(cfg.db, sync=cfg.db_sync)
+        self.store = _started(lambda: open_store(cfg.db, sync=cfg.db_sync), "CORRAL_DB, --db")
         scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
         scheduler.metrics = self.metrics
         self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)
@@ -86,16 +115,16 @@ class ControlPlane:
             if cfg.auth_token_file:
                 self.token_watcher = TokenFileWatcher(auth, cfg.auth_tokens, cfg.auth_token_file, self.metrics)
         tls = ServerTls.load(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca) if cfg.tls_cert else None
-        self._server, self.grpc_port = create_server(
-            f"{cfg.host}:{cfg.grpc_port}",
-            *servicers,
-            self.health,
-            auth=auth,
-            credentials=server_credentials(tls) if tls else None,
+        server = self._server = create_server(*servicers, self.health, auth=auth)
+        credentials = server_credentials(tls) if tls else None
+        self.grpc_port = _started(
+            lambda: add_port(server, f"{cfg.host}:{cfg.grpc_port}", credentials), "CORRAL_GRPC_PORT, --grpc-port"
         )
         if tls is not None and tls.client_ca is not None:
             mutual = server_credentials(tls, require_client_cert=True)
-            self.worker_port = add_port(self._server, f"{cfg.host}:{cfg.worker_port}", mutual)
+            self.worker_port = _started(
+                lambda: add_port(server, f"{cfg.host}:{cfg.worker_port}", mutual), "CORRAL_WORKER_PORT, --worker-port"
+            )
         bridge_target = f"{_loopback(cfg.host)}:{self.grpc_port}"
         if tls is not None and cfg.gateway_mode == "loopback":
             # The bridge's own way in, plaintext on 127.0.0.1 only: tokens are still checked there, and no
@@ -120,7 +149,10 @@ class ControlPlane:
             auth=auth,
             ssl_context=tls.ssl_context() if tls else None,
         )
-        await self.gateway.start()
+        try:
+            await self.gateway.start()
+        except OSError as exc:
+            raise StartFailed(f"{exc} (CORRAL_HTTP_PORT, --http-port)") from exc
         self.http_port = self.gateway.port
         self._tasks = [
             asyncio.ensure_future(scheduler.run_timer()),

@@ -94,26 +94,32 @@ def server_credentials(tls: ServerTls, *, require_client_cert: bool = False) -> 
 
 
 def add_port(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
-    """Listen on ``address`` too (TLS with ``credentials``, else plaintext); returns the bound port."""
-    port: int = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    """Listen on ``address`` too (TLS with ``credentials``, else plaintext); returns the bound port.
+
+    Raises:
+        OSError: the address cannot be bound (in use, or not an address of this machine).
+    """
+    try:
+        port: int = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError:  # what grpcio raises for a failed bind; its own message only says to turn on debug logs
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        raise OSError(f"cannot listen on {address}: the port is in use or the address is not one of this machine")
     return port
 
 
 def create_server(
-    address: str,
     jobs: JobServicer,
     workers: WorkerServicer,
     admin: AdminServicer,
     health: Health,
     *,
     auth: Authenticator | None = None,
-    credentials: grpc.ServerCredentials | None = None,
-) -> tuple[grpc.aio.Server, int]:
-    """The gRPC server with every service, health and reflection; returns it and the bound port.
+) -> grpc.aio.Server:
+    """The gRPC server with every service, health and reflection, listening on no port yet (see
+    :func:`add_port`, which can fail: the caller holds the server by then and can stop it).
 
-    ``auth``: who may call what (no interceptor at all without it); ``credentials``: TLS on ``address``.
+    ``auth``: who may call what (no interceptor at all without it).
     """
     interceptors: list[grpc.aio.ServerInterceptor] = [RequestIds()]
     if auth is not None:
@@ -133,4 +139,4 @@ def create_server(
     health.add_to(server)
     names = [s.full_name for s in SERVICES] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
-    return server, add_port(server, address, credentials)
+    return server

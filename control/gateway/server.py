@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -111,7 +112,8 @@ class Gateway:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
-            raise OSError(f"cannot serve HTTP on {self.host}:{self.port}: {exc.strerror or exc}") from exc
+            why = os.strerror(exc.errno) if exc.errno else str(exc)  # asyncio's own text repeats the address
+            raise OSError(f"cannot serve HTTP on {self.host}:{self.port}: {why}") from exc
         self._runner = runner
         self.port = int(runner.addresses[0][1])
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from control.jobs import TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry
+from control.store.lock import DatabaseLock
 from corral.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -124,12 +125,25 @@ class SQLiteStore:
     """The embedded store; see the module docstring for what a commit survives."""
 
     def __init__(self, path: str, *, sync: str = "normal") -> None:
+        """Open (or create) the database at ``path`` and hold it (see :mod:`control.store.lock`).
+
+        Raises:
+            OSError: the database cannot be opened, is not a Corral database, or another control
+                plane holds it; the message names the file.
+        """
         self.path = path
         self.sync = sync
-        self._wconn = _connect(path, sync)
-        self._wconn.executescript(resources.files("control.store").joinpath("schema.sql").read_text())
-        _migrate(self._wconn)
-        self._rconn = _connect(path, sync)
+        self._lock = DatabaseLock(path)
+        try:
+            self._wconn = _connect(path, sync)
+            self._wconn.executescript(resources.files("control.store").joinpath("schema.sql").read_text())
+            _migrate(self._wconn)
+            self._rconn = _connect(path, sync)
+        except sqlite3.Error as exc:
+            with contextlib.suppress(AttributeError, sqlite3.Error):
+                self._wconn.close()
+            self._lock.release()
+            raise OSError(f"cannot open the database {path}: {exc}") from exc
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
         # With synchronous=FULL a commit waits for fsync: run it off the event loop, one at a time.
         self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sync") if sync == "full" else None
@@ -318,3 +332,4 @@ class SQLiteStore:
         for conn in (self._wconn, self._rconn):
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
+        self._lock.release()

@@ -1,6 +1,7 @@
 """One conformance suite for every Store implementation (SQLite today; PostgreSQL joins the params)."""
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from control import jobs
 from control.jobs import JobRecord, JobState
 from control.store import IdempotencyEntry, JobPage, JobTypeEntry, SQLiteStore, Store
+from control.store.lock import DatabaseLock
 
 T = TypeVar("T")
 
@@ -130,3 +132,24 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s = SQLiteStore(path)
     assert {j.id: j.request_id for j in s.load_active()} == {"job-1": None, "job-2": "req-2"}
     s.close()
+
+
+def test_a_database_is_held_by_one_store_at_a_time(tmp_path: Path) -> None:
+    path = str(tmp_path / "held.db")
+    first = SQLiteStore(path)
+    with pytest.raises(OSError, match=rf"in use by another control plane \(pid {os.getpid()}\)"):
+        SQLiteStore(path)
+    first.close()
+    SQLiteStore(path).close()  # closing lets it go
+
+
+def test_a_file_that_is_not_a_database_is_named_and_not_held(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database, but a file someone keeps\n" * 100)
+    with pytest.raises(OSError, match=rf"cannot open the database {path}: file is not a database"):
+        SQLiteStore(str(path))
+    assert path.read_text().startswith("not a database")
+    DatabaseLock(str(path)).release()  # the failed open let its lock go
+    with pytest.raises(OSError, match="there is no directory"):
+        SQLiteStore(str(tmp_path / "no" / "such" / "c.db"))
+    SQLiteStore(str(tmp_path / "fine.db")).close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -231,3 +232,69 @@ def test_a_stop_ends_open_health_watches_after_telling_them_not_serving(make_con
         assert err.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in (err.details() or ""), service  # type: ignore[attr-defined]
     assert set(ended) == set(seen), f"streams left open: {set(seen) - set(ended)}"
     assert took < 5, f"the stop took {took:.1f} s with two health watches open (the grace is 10 s)"
+
+
+def _start_control(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m control`` that is expected not to start; its exit code and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "control", *args],
+        cwd=ROOT,
+        env=base_env(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_second_control_plane_on_the_same_database_refuses_to_start(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given a control plane with 20 jobs queued or running on its one-slot worker
+    log = tmp_path / "runs.log"
+    spawn_worker(control_plane, threads=1, imports=("tests.support.jobtypes",))
+    reqs = [request("record", {"path": str(log), "seconds": 0.05}) for _ in range(20)]
+    ids = [job.id for job in submit_many(control_plane, reqs)]
+    assert control_plane.proc is not None
+    holder = control_plane.proc.pid
+
+    # When a second one is started on the same database (a second `corral up` in another terminal):
+    # before, it started, loaded the same queued jobs and would have run each of them a second time
+    second = _start_control(
+        "--grpc-port", "0", "--http-port", "0", "--db", str(control_plane.db), env=control_plane.env
+    )
+
+    # Then it refuses, naming the database, the holder and the setting
+    assert second.returncode == 1, second.stderr
+    said = second.stderr.strip().splitlines()[-1]
+    assert said == (
+        f"corral control: cannot start: the database {control_plane.db} is in use by another control plane "
+        f"(pid {holder}): stop that one first, or give this one a database of its own (CORRAL_DB, --db)"
+    )
+    # and the first goes on: every job runs once
+    wait_all_done(control_plane, ids)
+    assert sorted(executions(log)) == sorted((job_id, 1) for job_id in ids)
+
+    # After kill -9 of the holder the kernel has dropped its lock: the next control plane starts at once
+    control_plane.kill()
+    control_plane.start()
+    assert _counts(control_plane)["SUCCEEDED"] == 20
+
+
+@pytest.mark.parametrize("which", ["grpc", "http"])
+def test_a_port_in_use_stops_start_up_with_one_line_naming_the_setting(tmp_path: Path, which: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        ports = (
+            ["--grpc-port", port, "--http-port", "0"] if which == "grpc" else ["--grpc-port", "0", "--http-port", port]
+        )
+        done = _start_control(*ports, "--db", str(tmp_path / "c.db"), env={})
+    assert done.returncode == 1, done.stderr
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith(
+        f"corral control: cannot start: cannot {'listen on' if which == 'grpc' else 'serve HTTP on'}"
+    )
+    assert said.endswith(f"(CORRAL_{which.upper()}_PORT, --{which}-port)"), said
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

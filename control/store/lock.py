@@ -1,0 +1,66 @@
+"""One control plane per database: an exclusive ``flock`` on ``<database>.lock`` for the store's life.
+
+Two control planes on one SQLite file would each load the same queued jobs and dispatch them to their
+own workers, and both leases would commit: every such job would run twice. SQLite's own locks cannot
+prevent that (each transaction is fine on its own), so the store holds this lock from open to close.
+
+The kernel drops the lock when the process ends, ``kill -9`` included, so a crashed control plane
+never blocks the next one. The file stays (removing it would race with a control plane opening it);
+it holds the pid of its holder, for the message a second one prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+
+__all__ = ["DatabaseLock"]
+
+
+class DatabaseLock:
+    """The lock of one database file, taken when made; :meth:`release` (or process exit) drops it."""
+
+    def __init__(self, database: str) -> None:
+        """Take the lock without waiting.
+
+        Raises:
+            OSError: another process holds it (the message names the database and that process's pid),
+                or the lock file cannot be created.
+        """
+        self.path = f"{database}.lock"
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:  # no such directory, no write permission, a read-only file system, ...
+            folder = os.path.dirname(os.path.abspath(database))
+            if isinstance(exc, FileNotFoundError) and not os.path.isdir(folder):
+                raise OSError(f"cannot open the database {database}: there is no directory {folder}") from None
+            raise OSError(f"cannot open the database {database}: cannot create {self.path}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"pid {holder}" if holder else "another process"
+            raise OSError(
+                f"the database {database} is in use by another control plane ({who}): "
+                "stop that one first, or give this one a database of its own"
+            ) from None
+        except OSError:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Drop the lock. Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _read_pid(fd: int) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        return int(os.pread(fd, 32, 0).decode().strip() or 0)
+    return 0
