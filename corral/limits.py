@@ -25,3 +25,15 @@ PROTO_INT_RANGES = {
 }
 """The values each protobuf integer type holds, by ``FieldDescriptor.cpp_type``: what a request field can
 carry at all, before the control plane's own rules."""
+
+MAX_RESULT_BYTES = 8 << 20
+"""A job's result, as UTF-8 JSON. A larger one fails the attempt with ``RESULT_TOO_LARGE``: a result
+travels whole in one message of the worker's stream and in every GetJob and WatchJob answer (at most
+64 MiB each), and there it is a ``google.protobuf.Struct``, which takes up to 5.5 times the bytes of
+its JSON (``0,`` is 2 bytes of JSON and 11 of Struct). A result the stream cannot carry would block
+every other result of its worker; one GetJob cannot answer would be unreadable. Large outputs belong
+in storage, with the result saying where."""
+MAX_ERROR_MESSAGE_BYTES = 64 << 10
+"""An attempt's error message, as UTF-8; a longer one is cut, and its end says so."""
+MAX_ERROR_CODE = 64
+"""Characters of an attempt's error code; a longer one is cut."""

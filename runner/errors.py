@@ -8,6 +8,7 @@ is reported as ``ERROR``. The codes a runner produces itself::
     UNKNOWN_TYPE     no job type has the requested name
     MEMORY_LIMIT     the job ran out of memory (its runner's CORRAL_JOB_MEMORY_LIMIT_MB); the
                      runner process exits after reporting it and the worker starts a fresh one
+    RESULT_TOO_LARGE the result is over corral.limits.MAX_RESULT_BYTES of JSON
 
 Built-in job types add their own (``OVERFLOW``, ``HTTP_ERROR``, ``NETWORK_ERROR``, ``TOO_LARGE``,
 ``SMTP_ERROR``, ``SMTP_NOT_CONFIGURED``, ``IO_ERROR``, ``IO_MISMATCH``; see runner/README.md).

@@ -10,6 +10,8 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
   memory limit (``--memory-limit-mb``, see :mod:`runner.limits`), then writes READY;
 * reports a job that ran out of memory as ``MEMORY_LIMIT`` and then exits, so that the worker
   replaces it with a fresh process;
+* fails a result over ``corral.limits.MAX_RESULT_BYTES`` with ``RESULT_TOO_LARGE`` and cuts error
+  messages to ``MAX_ERROR_MESSAGE_BYTES``, so that nothing a job returns can outgrow the worker's stream;
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
   keeps the default SIGTERM action, which is how the worker stops a job at its deadline.
 
@@ -29,7 +31,7 @@ from typing import BinaryIO
 from runner import JobContext, execute, load_plugins
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
-from runner.wire import FAILED, OK, READY, REQUEST, encode_response
+from runner.wire import READY, REQUEST, encode_failure, encode_response, encode_result
 
 __all__ = ["die_with_parent", "main", "serve"]
 
@@ -69,22 +71,22 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
             if not isinstance(payload, dict):
                 raise JobFailed("INVALID_PAYLOAD", "payload: is not a JSON object")
             ctx = JobContext(job_id, attempt, threads, deadline or None)
-            frame = encode_response(OK, b"", dumps(execute(job_type, payload, ctx)).encode())
+            frame = encode_result(dumps(execute(job_type, payload, ctx)).encode())
         except JobFailed as exc:
             message = exc.message
             if exc.code == "MEMORY_LIMIT" and memory_limit_mb:
                 message = f"{message}; the limit is {memory_limit_mb} MiB (CORRAL_JOB_MEMORY_LIMIT_MB)"
-            frame = encode_response(FAILED, exc.code.encode(), message.encode("utf-8", "replace"))
+            frame = encode_failure(exc.code, message)
             if exc.code == "MEMORY_LIMIT":
                 _write_all(out_fd, frame)
                 return  # the worker replaces this process: its heap may be left fragmented or full
         except MemoryError as exc:  # outside the job (its result was too large to encode)
-            _write_all(out_fd, encode_response(FAILED, b"MEMORY_LIMIT", f"result: {exc!r}".encode()))
+            _write_all(out_fd, encode_failure("MEMORY_LIMIT", f"result: {exc!r}"))
             return
         except ValueError as exc:  # malformed payload JSON, or a result that is not JSON
-            frame = encode_response(FAILED, b"ERROR", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
+            frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
-            frame = encode_response(FAILED, b"ERROR", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"))
+            frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         _write_all(out_fd, frame)
 
 

@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import struct
 
+from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BYTES
+
 __all__ = [
     "FAILED",
     "OK",
     "READY",
     "REQUEST",
     "RESPONSE",
+    "encode_failure",
     "encode_request",
     "encode_response",
+    "encode_result",
 ]
 
 REQUEST = struct.Struct("<IHHiid")
@@ -57,3 +61,28 @@ def encode_request(
 def encode_response(kind: int, code: bytes = b"", body: bytes = b"") -> bytes:
     """One response frame."""
     return RESPONSE.pack(kind, 0, len(code), len(body)) + code + body
+
+
+def encode_result(result_json: bytes) -> bytes:
+    """The response for a result; ``RESULT_TOO_LARGE`` when it is over ``MAX_RESULT_BYTES``."""
+    if len(result_json) > MAX_RESULT_BYTES:
+        return encode_failure("RESULT_TOO_LARGE", too_large(len(result_json)))
+    return encode_response(OK, b"", result_json)
+
+
+def too_large(size: int) -> str:
+    """The error message of a result of ``size`` bytes over the limit."""
+    return (
+        f"result: {size} bytes of JSON, over the limit of {MAX_RESULT_BYTES} bytes; "
+        "store large outputs elsewhere and return where they are"
+    )
+
+
+def encode_failure(code: str, message: str) -> bytes:
+    """The response for a failure, the code and the message cut to their limits (the cut says so)."""
+    body = message.encode("utf-8", "replace")
+    if len(body) > MAX_ERROR_MESSAGE_BYTES:
+        note = f" ... (cut: {len(body)} bytes in all)".encode()
+        kept = body[: MAX_ERROR_MESSAGE_BYTES - len(note)].decode("utf-8", "ignore").encode()
+        body = kept + note
+    return encode_response(FAILED, code[:MAX_ERROR_CODE].encode("utf-8", "replace"), body)

@@ -45,6 +45,7 @@ class RunnerProcess:
         "_pidfd",
         "_popen",
         "_req_fd",
+        "_wanted",
         "exited",
         "pid",
         "ready",
@@ -62,6 +63,7 @@ class RunnerProcess:
         self._on_frame = on_frame
         self._on_exit = on_exit
         self._buffer = bytearray()
+        self._wanted = 0  # bytes the buffer needs before the frame in it is whole
         self._pending = b""
         self._popen: subprocess.Popen[bytes] | None = None
         self._req_fd = -1
@@ -172,20 +174,25 @@ class RunnerProcess:
         buffer = self._buffer
         if buffer:
             buffer += data
+            if len(buffer) < self._wanted:  # a large frame still arriving: parse it once, when whole
+                return
             data = bytes(buffer)
             buffer.clear()
         offset = 0
         end = len(data)
+        wanted = header
         while end - offset >= header:
             kind, _, code_len, body_len = unpack(data, offset)
             start = offset + header
             stop = start + code_len + body_len
             if stop > end:
+                wanted = stop - offset
                 break
             self._on_frame(self, kind, data[start : start + code_len], data[start + code_len : stop])
             offset = stop
         if offset < end:
-            buffer += data[offset:]
+            buffer += memoryview(data)[offset:]
+            self._wanted = wanted
 
     def _on_pidfd(self) -> None:
         assert self._popen is not None

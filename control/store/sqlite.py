@@ -52,6 +52,15 @@ _IDEM_EXPIRE = (
 
 _Op = tuple[str, list[tuple[Any, ...]]]
 
+PAGE_TEXT_BYTES = 10 << 20
+"""A page of :meth:`SQLiteStore.list_jobs` stops before its payloads, results, errors and labels pass
+this many characters (it always holds one job): a page of 1,000 jobs with large results would not fit
+in memory, nor its ListJobs answer in a gRPC message (64 MiB, where JSON grows up to 5.5 times as a
+Struct). Callers page on with ``offset + len(jobs)``."""
+_LARGE_COLUMNS = tuple(
+    _COLUMNS.replace(" ", "").split(",").index(c) for c in ("payload", "result", "error_message", "labels")
+)
+
 CHECKPOINT_SEC = 1.0
 """How often the write-ahead log is copied back into the database file."""
 
@@ -286,9 +295,17 @@ class SQLiteStore:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
 
         def q(c: sqlite3.Connection) -> JobPage:
-            rows = c.execute(
+            cursor = c.execute(
                 f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY seq DESC LIMIT ? OFFSET ?", (*args, limit, offset)
-            ).fetchall()
+            )
+            rows: list[tuple[Any, ...]] = []
+            size = 0
+            for row in cursor:
+                size += sum(len(row[i]) for i in _LARGE_COLUMNS)
+                if rows and size > PAGE_TEXT_BYTES:
+                    break
+                rows.append(row)
+            cursor.close()
             total = c.execute(f"SELECT COUNT(*) FROM jobs{clause}", args).fetchone()[0]
             return JobPage([_record(r) for r in rows], total)
 

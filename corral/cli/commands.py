@@ -66,8 +66,10 @@ def list_jobs(args: argparse.Namespace) -> int:
         return ExitCode.OK
     out = render.console()
     out.print(render.jobs_table(page.jobs))
-    shown = f"{args.offset + 1}-{args.offset + len(page.jobs)}" if page.jobs else "none"
-    out.print(f"[dim]{shown} of {page.total} jobs[/]")
+    end = args.offset + len(page.jobs)
+    shown = f"{args.offset + 1}-{end}" if page.jobs else "none"
+    more = f"; next page: --offset {end}" if page.jobs and end < page.total else ""
+    out.print(f"[dim]{shown} of {page.total} jobs{more}[/]")
     return ExitCode.OK
 
 

@@ -90,6 +90,22 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
     assert [j.seq for j in page.jobs] == [7, 5]
 
 
+def test_a_page_stops_before_its_payloads_and_results_outgrow_an_answer(store: Store) -> None:
+    # Given 5 finished jobs with 4 MiB results and one with a result larger than a page
+    jobs_ = [record(i, state=JobState.SUCCEEDED) for i in range(1, 7)]
+    for job in jobs_[:5]:
+        job.result_json = '{"x":"' + "a" * (4 << 20) + '"}'
+    jobs_[5].result_json = '{"x":"' + "b" * (12 << 20) + '"}'
+    store.insert(jobs_)
+    run(store.commit())
+    # Then a page holds what fits in 10 MiB, the first job always, and total counts them all
+    first = run(store.list_jobs([], "", 50, 0))
+    assert ([j.seq for j in first.jobs], first.total) == ([6], 6)
+    second = run(store.list_jobs([], "", 50, 1))
+    assert ([j.seq for j in second.jobs], second.total) == ([5, 4], 6)
+    assert [j.seq for j in run(store.list_jobs([], "", 1, 3)).jobs] == [3]
+
+
 def test_active_counts_keys_and_types_survive_reopen(tmp_path: Path) -> None:
     path = str(tmp_path / "s.db")
     s = SQLiteStore(path)

@@ -6,6 +6,8 @@
 * ``native_block`` {"seconds"}: blocks SIGTERM and sleeps inside libc (never back in the interpreter).
 * ``py_loop`` {"n"}: ``for _ in range(n): pass``, the CPU-bound benchmark type.
 * ``crash`` {"how": "exit" | "segv"}: the runner process dies (``os._exit(7)`` or SIGSEGV).
+* ``big_output`` {"result_bytes", "error_bytes", "code"}: returns ``{"x": "a" * result_bytes}``, or with
+  ``error_bytes`` fails with ``code`` (default ``BIG``) and a message of that many characters.
 
 (``tests.support.probes`` has the ``pid_*`` variants that report their process id.)
 """
@@ -18,6 +20,7 @@ import signal
 import time
 from typing import Any
 
+from runner.errors import JobFailed
 from runner.registry import JobContext, JobType, register
 
 _SECONDS = {"type": "number", "minimum": 0, "maximum": 86400}
@@ -118,6 +121,28 @@ class Crash(JobType):
             os.kill(os.getpid(), signal.SIGSEGV)
             time.sleep(10)
         os._exit(7)
+
+
+@register
+class BigOutput(JobType):
+    """Return a large result, or fail with a large error."""
+
+    name = "big_output"
+    schema = {
+        "type": "object",
+        "properties": {
+            "result_bytes": {"type": "integer", "minimum": 0},
+            "error_bytes": {"type": "integer", "minimum": 0},
+            "code": {"type": "string"},
+        },
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """See the module docstring."""
+        if "error_bytes" in payload:
+            raise JobFailed(payload.get("code", "BIG"), "é" + "m" * (payload["error_bytes"] - 1))
+        return {"x": "a" * payload.get("result_bytes", 0)}
 
 
 def _ignore_sigterm_sleep(seconds: float) -> None:

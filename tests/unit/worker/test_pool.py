@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import worker
+from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BYTES
 from tests.support.processes import alive
 from tests.support.waiting import until
 from worker.attempt import Completion, JobSpec, Outcome
@@ -112,6 +113,31 @@ def test_runs_jobs_and_reports_results_and_failures():
         assert (unknown.outcome, unknown.error_code) == (Outcome.FAILED, "UNKNOWN_TYPE")
         assert json.loads((await b.result("plugin")).result_json) == {"n": 1000}
         assert json.loads((await b.result("text")).result_json) == {"reversed": "😀ba"}
+        assert await b.pool.wait_idle(5)
+        assert b.pool.restarts == 0
+
+    scenario(2, body)
+
+
+def test_results_and_errors_are_kept_within_what_the_stream_carries():
+    async def body(b: Bundle) -> None:
+        # Given jobs whose output is at, and just past, the limits
+        at_limit = MAX_RESULT_BYTES - len('{"x":""}')
+        b.submit("largest", "big_output", {"result_bytes": at_limit})
+        b.submit("too-large", "big_output", {"result_bytes": at_limit + 1})
+        b.submit("long-error", "big_output", {"error_bytes": 10 * MAX_ERROR_MESSAGE_BYTES, "code": "C" * 500})
+        # Then a result at the limit arrives whole, one past it fails with a code that says so
+        largest = await b.result("largest", within=30)
+        assert largest.outcome == Outcome.SUCCEEDED and len(largest.result_json) == MAX_RESULT_BYTES
+        too_large = await b.result("too-large", within=30)
+        assert (too_large.outcome, too_large.error_code) == (Outcome.FAILED, "RESULT_TOO_LARGE")
+        assert too_large.error_message.startswith(f"result: {MAX_RESULT_BYTES + 1} bytes of JSON, over the limit")
+        # and an error message is cut, UTF-8 intact, its end saying how long it was
+        long_error = await b.result("long-error")
+        assert long_error.error_code == "C" * MAX_ERROR_CODE
+        message = long_error.error_message.encode()
+        assert len(message) <= MAX_ERROR_MESSAGE_BYTES and long_error.error_message.startswith("émmm")
+        assert long_error.error_message.endswith(f"... (cut: {10 * MAX_ERROR_MESSAGE_BYTES + 1} bytes in all)")
         assert await b.pool.wait_idle(5)
         assert b.pool.restarts == 0
 
