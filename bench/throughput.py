@@ -41,10 +41,14 @@ def run_once(n: int, workers: int, threads: int, batch: int) -> dict[str, float]
         cpu = {part: (used - cpu0[part]) / n * 1e6 for part, used in c.cpu_seconds().items()}
         # Outside the timed part: every job id read back SUCCEEDED on its first attempt.
         seen: dict[str, int] = {}
-        for offset in range(0, n, 1000):
+        offset = 0
+        while True:  # a page may hold fewer than its limit: go on from what it held
             page = c.jobs.ListJobs(
                 jobs_pb2.ListJobsRequest(status=[jobs_pb2.Job.SUCCEEDED], limit=1000, offset=offset), timeout=30
             )
+            if not page.jobs:
+                break
+            offset += len(page.jobs)
             seen.update((j.id, j.attempts) for j in page.jobs)
         assert page.total == n, f"{page.total} of {n} succeeded"
         assert set(seen) == set(ids), "the SUCCEEDED jobs are not the submitted ones"
