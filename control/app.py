@@ -31,6 +31,7 @@ from control.config import ControlConfig
 from control.gateway import Gateway, InProcess, Invoker, Loopback, http_routes
 from control.metrics import Metrics
 from control.reaper import Reaper
+from control.retention import RetentionSweeper
 from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
 from control.store import Store, open_store
@@ -158,6 +159,11 @@ class ControlPlane:
             asyncio.ensure_future(scheduler.run_timer()),
             asyncio.ensure_future(reaper.run()),
             asyncio.ensure_future(IdempotencySweeper(scheduler.idempotency, self.store, self.clock).run()),
+            asyncio.ensure_future(
+                RetentionSweeper(
+                    scheduler, self.clock, succeeded_sec=cfg.job_retention_sec, failed_sec=cfg.failed_retention_sec
+                ).run()
+            ),
             asyncio.ensure_future(self._refresh_readiness()),
         ]
         if self.token_watcher is not None:

@@ -68,6 +68,12 @@ class ControlConfig:
     """CORRAL_SELECTION: round_robin | lru."""
     idempotency_ttl_sec: float = 86_400.0
     """IDEMPOTENCY_TTL_SEC: > 0; how long an idempotency key is remembered."""
+    job_retention_sec: float = 7 * 86_400.0
+    """CORRAL_JOB_RETENTION_SEC: 0, or >= IDEMPOTENCY_TTL_SEC; SUCCEEDED and CANCELLED jobs are deleted
+    this long after they finished (0 keeps them for ever)."""
+    failed_retention_sec: float = 14 * 86_400.0
+    """CORRAL_FAILED_RETENTION_SEC: 0, or >= IDEMPOTENCY_TTL_SEC; FAILED jobs (the dead-letter queue)
+    are deleted this long after they failed (0 keeps them until retried)."""
     rate_limit_jobs_per_min: float = 0.0
     """RATE_LIMIT_JOBS_PER_MIN: >= 0; jobs submitted per minute across all clients (0 = no limit)."""
     rate_limit_burst: int = 0
@@ -228,6 +234,19 @@ class ControlConfig:
             self.selection in ("round_robin", "lru"), "CORRAL_SELECTION", "must be round_robin or lru", self.selection
         )
         _rule(_pos(self.idempotency_ttl_sec), "IDEMPOTENCY_TTL_SEC", "must be > 0", self.idempotency_ttl_sec)
+        for name, var in (
+            ("job_retention_sec", "CORRAL_JOB_RETENTION_SEC"),
+            ("failed_retention_sec", "CORRAL_FAILED_RETENTION_SEC"),
+        ):
+            keep = getattr(self, name)
+            _rule(_nonneg(keep), var, "must be >= 0 (0 keeps finished jobs for ever)", keep)
+            _rule(
+                keep == 0 or keep >= self.idempotency_ttl_sec,
+                var,
+                f"must be 0 or at least IDEMPOTENCY_TTL_SEC ({self.idempotency_ttl_sec:g}): "
+                "a replayed submission must still find its job",
+                keep,
+            )
         self._check_rate_limits()
         _rule(_nonneg(self.shutdown_grace_sec), "CORRAL_SHUTDOWN_GRACE_SEC", "must be >= 0", self.shutdown_grace_sec)
         _rule(
@@ -433,6 +452,8 @@ _ENV: dict[str, str] = {
     "max_batch": "CORRAL_MAX_BATCH",
     "selection": "CORRAL_SELECTION",
     "idempotency_ttl_sec": "IDEMPOTENCY_TTL_SEC",
+    "job_retention_sec": "CORRAL_JOB_RETENTION_SEC",
+    "failed_retention_sec": "CORRAL_FAILED_RETENTION_SEC",
     "rate_limit_jobs_per_min": "RATE_LIMIT_JOBS_PER_MIN",
     "rate_limit_burst": "CORRAL_RATE_LIMIT_BURST",
     "rate_limit_per_client_jobs_per_min": "CORRAL_RATE_LIMIT_PER_CLIENT_JOBS_PER_MIN",
@@ -491,6 +512,8 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "max_batch": _INT,
     "selection": _lower,
     "idempotency_ttl_sec": _FLOAT,
+    "job_retention_sec": _FLOAT,
+    "failed_retention_sec": _FLOAT,
     "rate_limit_jobs_per_min": _FLOAT,
     "rate_limit_burst": _INT,
     "rate_limit_per_client_jobs_per_min": _FLOAT,

@@ -67,6 +67,12 @@ class Metrics:
             "Leases that expired (deadline + grace) on a worker that did not report.",
             registry=r,
         )
+        self.jobs_purged = Counter(
+            "corral_jobs_purged",
+            "Finished jobs deleted from the store past their retention (CORRAL_JOB_RETENTION_SEC, CORRAL_FAILED_RETENTION_SEC).",
+            ["state"],
+            registry=r,
+        )
         self.idempotent_replays = Counter(
             "corral_idempotent_replays",
             "Submissions answered with the job an idempotency key already made.",

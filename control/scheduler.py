@@ -94,6 +94,9 @@ class Scheduler:
         self._after_commit: list[Callable[[], None]] = []
         self._timer_wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._rewrites = asyncio.Lock()
+        # RetryJob reads a finished job, then writes it back live; a purge in between would delete the
+        # row it then updates (the job would live in memory only). Both hold this lock.
 
     # ---- start-up: rebuild memory from the store --------------------------------------------------
     def recover(self) -> None:
@@ -386,23 +389,36 @@ class Scheduler:
         if job_id in self.active:
             job = self.active[job_id]
             raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
-        job = await self.get(job_id)
-        if job_id in self.active:  # raced with another retry while reading
-            raise FailedPrecondition(
-                f"job {job_id!r} is {self.active[job_id].state.name}; only FAILED jobs can be retried"
-            )
-        if job.state is not JobState.FAILED:
-            raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
-        self.recent.discard(job_id)  # live again: reads must see the record as it changes
-        jobs.redrive(job, self.clock.now())
-        self.active[job.id] = job
-        self.counts[JobState.FAILED] -= 1
-        self.counts[job.state] += 1
-        self._enqueue(job)
-        self.store.update([job])
-        await self._commit()
+        async with self._rewrites:
+            job = await self.get(job_id)
+            if job_id in self.active:  # raced with another retry while reading
+                raise FailedPrecondition(
+                    f"job {job_id!r} is {self.active[job_id].state.name}; only FAILED jobs can be retried"
+                )
+            if job.state is not JobState.FAILED:
+                raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
+            self.recent.discard(job_id)  # live again: reads must see the record as it changes
+            jobs.redrive(job, self.clock.now())
+            self.active[job.id] = job
+            self.counts[JobState.FAILED] -= 1
+            self.counts[job.state] += 1
+            self._enqueue(job)
+            self.store.update([job])
+            await self._commit()
         self.watchers.announce(job)
         return job
+
+    async def purge(self, state: JobState, before: float, limit: int) -> int:
+        """Delete up to ``limit`` jobs in the terminal ``state`` that finished by ``before`` (see
+        :mod:`control.retention`); returns how many."""
+        async with self._rewrites:
+            ids = await self.store.purge_finished(state, before, limit)
+        for job_id in ids:
+            self.recent.discard(job_id)
+        if ids:
+            self.counts[state] -= len(ids)
+            self.metrics.jobs_purged.labels(state.name).inc(len(ids))
+        return len(ids)
 
     # ---- dispatch -------------------------------------------------------------------------------
     def dispatch_soon(self) -> None:

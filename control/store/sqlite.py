@@ -203,6 +203,43 @@ class SQLiteStore:
             return run()
         return await asyncio.get_running_loop().run_in_executor(self._syncer, run)
 
+    async def purge_finished(self, state: JobState, before: float, limit: int) -> list[str]:
+        """Delete finished jobs past their retention, in a transaction of its own after the queued
+        writes (on the sync thread with CORRAL_DB_SYNC=full, which keeps the order).
+
+        The window is the ``limit`` oldest jobs of ``state`` by submission (the index on state and
+        seq), so a sweep reads a bounded range however many jobs are kept; jobs finish roughly in
+        submission order, and one that ran long holds back those behind it only until it expires too."""
+        ops, self._pending = self._pending, []
+
+        def run() -> list[str]:
+            if ops:
+                self._write(ops)
+            return self._purge(state, before, limit)
+
+        if self._syncer is None:
+            return run()
+        return await asyncio.get_running_loop().run_in_executor(self._syncer, run)
+
+    def _purge(self, state: JobState, before: float, limit: int) -> list[str]:
+        if self._error is not None:
+            return []
+        conn = self._wconn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            rows = conn.execute(
+                "SELECT seq, id, finished_at FROM jobs WHERE state = ? ORDER BY seq LIMIT ?", (int(state), limit)
+            ).fetchall()
+            doomed = [(seq, id_) for seq, id_, finished in rows if finished is not None and finished <= before]
+            conn.executemany("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq, _ in doomed])
+            conn.execute("COMMIT")
+        except sqlite3.Error:  # not fatal: the jobs are deleted by a later sweep
+            logger.exception("job_purge_failed")
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            return []
+        return [id_ for _, id_ in doomed]
+
     def _expire_keys(self, now: float, limit: int) -> int:
         if self._error is not None:
             return 0

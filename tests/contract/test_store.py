@@ -106,6 +106,35 @@ def test_a_page_stops_before_its_payloads_and_results_outgrow_an_answer(store: S
     assert [j.seq for j in run(store.list_jobs([], "", 1, 3)).jobs] == [3]
 
 
+def test_purge_deletes_finished_jobs_of_one_state_past_a_time(store: Store) -> None:
+    # Given jobs finished at 100, 200 and 300 in each terminal state, and live ones
+    jobs_ = []
+    for i, (state, finished) in enumerate(
+        [(s, t) for t in (100.0, 200.0, 300.0) for s in (JobState.SUCCEEDED, JobState.FAILED)], start=1
+    ):
+        job = record(i, state=state)
+        job.finished_at = finished
+        jobs_.append(job)
+    jobs_ += [record(7), record(8, state=JobState.RUNNING)]
+    store.insert(jobs_)
+    # When SUCCEEDED jobs finished by 250 are purged (the insert still queued: it is written first)
+    gone = run(store.purge_finished(JobState.SUCCEEDED, 250.0, 1000))
+    # Then exactly those go
+    assert sorted(gone) == ["job-1", "job-3"]
+    left = run(store.list_jobs([], "", 50, 0))
+    assert sorted(j.id for j in left.jobs) == ["job-2", "job-4", "job-5", "job-6", "job-7", "job-8"]
+    assert store.count_by_state() == {
+        JobState.SUCCEEDED: 1,
+        JobState.FAILED: 3,
+        JobState.PENDING: 1,
+        JobState.RUNNING: 1,
+    }
+    # and a purge looks only at the oldest `limit` jobs of the state, so a sweep reads a bounded range
+    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == ["job-2", "job-4"]
+    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == ["job-6"]
+    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == []
+
+
 def test_active_counts_keys_and_types_survive_reopen(tmp_path: Path) -> None:
     path = str(tmp_path / "s.db")
     s = SQLiteStore(path)

@@ -27,6 +27,11 @@ def test_environment_and_flags() -> None:
         ({"CORRAL_BACKOFF_BASE_SEC": "10", "CORRAL_BACKOFF_CAP_SEC": "5"}, "CORRAL_BACKOFF_CAP_SEC must be >="),
         ({"CORRAL_SELECTION": "random"}, "CORRAL_SELECTION must be round_robin or lru"),
         ({"CORRAL_DB_SYNC": "sometimes"}, "CORRAL_DB_SYNC must be normal or full"),
+        ({"CORRAL_JOB_RETENTION_SEC": "-1"}, "CORRAL_JOB_RETENTION_SEC must be >= 0"),
+        (
+            {"CORRAL_FAILED_RETENTION_SEC": "3600"},
+            r"CORRAL_FAILED_RETENTION_SEC must be 0 or at least IDEMPOTENCY_TTL_SEC \(86400\)",
+        ),
     ],
 )
 def test_bad_values_name_the_variable_and_rule(env: dict[str, str], message: str) -> None:

@@ -1,0 +1,84 @@
+"""Retention: finished jobs leave the store some time after they finished, so it does not grow for ever.
+
+``CORRAL_JOB_RETENTION_SEC`` (7 days) applies to SUCCEEDED and CANCELLED jobs,
+``CORRAL_FAILED_RETENTION_SEC`` (14 days) to FAILED ones, the dead-letter queue; 0 keeps them. Both are
+at least ``IDEMPOTENCY_TTL_SEC`` (the configuration refuses less), so a replayed submission always
+finds the job its key made.
+
+:class:`RetentionSweeper` deletes in steps of at most :data:`PURGE_BATCH` jobs (one short store
+transaction each, yielding to the event loop between them), every :func:`sweep_interval` seconds. A
+purged job is gone for every read (GetJob and WatchJob answer NOT_FOUND, ListJobs and GetStats no
+longer count it) and ``corral_jobs_purged_total{state}`` counts it. The database file stops growing;
+it does not shrink (SQLite reuses the freed pages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from control.admission.idempotency import sweep_interval
+from control.clock import Clock
+from control.jobs import JobState
+from control.scheduler import Scheduler
+
+__all__ = ["PURGE_BATCH", "RetentionSweeper"]
+
+logger = logging.getLogger(__name__)
+
+PURGE_BATCH = 1000
+"""Most jobs of one state one purge step deletes."""
+
+
+class RetentionSweeper:
+    """Deletes finished jobs past their retention (see the module docstring)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        clock: Clock,
+        *,
+        succeeded_sec: float,
+        failed_sec: float,
+        batch: int = PURGE_BATCH,
+    ) -> None:
+        self.scheduler = scheduler
+        self.clock = clock
+        self.batch = batch
+        self.keep: dict[JobState, float] = {
+            state: seconds
+            for state, seconds in (
+                (JobState.SUCCEEDED, succeeded_sec),
+                (JobState.CANCELLED, succeeded_sec),
+                (JobState.FAILED, failed_sec),
+            )
+            if seconds > 0
+        }
+        """How long each terminal state is kept (states kept for ever are absent)."""
+        self.interval = sweep_interval(min(self.keep.values())) if self.keep else 0.0
+        """Seconds between sweeps: a job outlives its retention by at most about this long."""
+
+    async def sweep(self) -> int:
+        """Delete every job past its retention now, ``batch`` at a time; returns how many."""
+        total = 0
+        for state, keep in self.keep.items():
+            while True:
+                purged = await self.scheduler.purge(state, self.clock.now() - keep, self.batch)
+                total += purged
+                if purged < self.batch:
+                    break
+                await asyncio.sleep(0)  # let submissions and results in between two steps
+        if total:
+            logger.info("jobs_purged", extra={"jobs": total})
+        return total
+
+    async def run(self) -> None:
+        """Sweep every ``interval`` seconds until cancelled (returns at once when every state is kept)."""
+        if not self.keep:
+            return
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # a failed sweep must not stop later ones
+                logger.exception("job_purge_failed")
+            await asyncio.sleep(self.interval)
