@@ -68,6 +68,8 @@ class WorkerEntry:
     last_assigned_at: float = 0.0
     jobs_completed: int = 0
     jobs_failed: int = 0
+    job_types: frozenset[str] = frozenset()
+    """The job types it can run, as it registered them (empty: it did not say, so any)."""
 
     @property
     def connected(self) -> bool:
@@ -95,6 +97,10 @@ class WorkerEntry:
 
     def can_take(self, threads: int) -> bool:
         return self.accepts_work and self.free_threads >= threads
+
+    def runs(self, job_type: str) -> bool:
+        """Whether it can run jobs of ``job_type`` (its runners have that type registered)."""
+        return not self.job_types or job_type in self.job_types
 
 
 class WorkerRegistry:

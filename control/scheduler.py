@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import heapq
 import logging
 import os
 import random
@@ -95,6 +96,10 @@ class Scheduler:
         self._timer_wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._rewrites = asyncio.Lock()
+        self._parked: dict[str, list[tuple[int, float, int, str]]] = {}
+        """PENDING jobs, by type, that no worker running their type could take (see _park)."""
+        self._unserved: set[str] = set()
+        """Types with parked jobs and no connected worker that runs them (logged once each)."""
         # RetryJob reads a finished job, then writes it back live; a purge in between would delete the
         # row it then updates (the job would live in memory only). Both hold this lock.
 
@@ -432,14 +437,17 @@ class Scheduler:
         free = sum(w.free_slots for w in workers if w.accepts_work)
         if free <= 0:
             return
+        if self._parked:
+            self._unpark(workers)
         now = self.clock.now()
         grace = self.config.lease_grace_sec
-        max_threads = self.registry.max_threads
         deferred: list[JobRecord] = []
         reserved: set[str] = set()
         batches: dict[str, list[Assignment]] = {}
         leased: list[JobRecord] = []
         candidates: list[WorkerEntry] = workers
+        # Per job type, this pass: the candidates that run it, and the most threads a connected one has.
+        typed: dict[str, tuple[list[WorkerEntry], int]] = {}
         limits = self.exec_limits
         gates = NO_GATES
         held = 0
@@ -460,15 +468,25 @@ class Scheduler:
                             self.dispatch_soon()
                             break
                         continue
-            threads = granted_threads(job.thread_demand, max_threads)
-            worker = self.policy.choose(candidates, threads)
+            view = typed.get(job.type)
+            if view is None:
+                runs = [w for w in candidates if w.runs(job.type)]
+                most = max((w.threads for w in workers if w.runs(job.type)), default=0)
+                view = typed[job.type] = (runs, most)
+            runners, most_threads = view
+            threads = granted_threads(job.thread_demand, most_threads)
+            worker = self.policy.choose(runners, threads)
             if worker is None:
+                if not any(w.accepts_work for w in runners):
+                    self._park(job, bool(most_threads))  # out of the way of jobs other workers can run
+                    continue
                 deferred.append(job)
-                hold = reserve_for(candidates, threads)
+                hold = reserve_for(runners, threads)
                 if hold is not None:
                     reserved.add(hold.id)
                     free -= hold.free_slots if hold.accepts_work else 0
                     candidates = [w for w in workers if w.id not in reserved]
+                    typed.clear()
                 continue
             if gates and limits is not None:
                 limits.take(gates, job.id, now)
@@ -504,6 +522,29 @@ class Scheduler:
                         },
                     )
             self.later(leased, send)
+
+    def _park(self, job: JobRecord, served: bool) -> None:
+        """Set aside a PENDING job that no worker running its type can take now; ``served``: some
+        connected worker runs the type (it is busy or draining), else none does."""
+        heapq.heappush(self._parked.setdefault(job.type, []), (-job.priority, job.ready_at, job.seq, job.id))
+        if not served and job.type not in self._unserved:
+            self._unserved.add(job.type)
+            logger.warning(logs.JOB_TYPE_UNSERVED, extra={"type": job.type})
+
+    def _unpark(self, workers: list[WorkerEntry]) -> None:
+        """Back to the ready queue, best first: as many parked jobs of each type as the workers that run
+        it have free slots (the pass then places them in their order among the rest)."""
+        for job_type, heap in list(self._parked.items()):
+            room = sum(w.free_slots for w in workers if w.accepts_work and w.runs(job_type))
+            if room > 0:
+                self._unserved.discard(job_type)
+            while room > 0 and heap:
+                job = self.active.get(heapq.heappop(heap)[3])
+                if job is not None and job.state is JobState.PENDING and job.id not in self._queued:
+                    self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq)
+                    room -= 1
+            if not heap:
+                del self._parked[job_type]
 
     # ---- delayed jobs ---------------------------------------------------------------------------
     async def run_timer(self) -> None:

@@ -82,6 +82,7 @@ class WorkerSessions:
             worker = WorkerEntry(hello.worker_id, hello.threads, hello.slots, registered_at=now, last_seen=now)
         worker.threads, worker.slots = hello.threads, hello.slots
         worker.labels, worker.hostname, worker.pid = hello.labels, hello.hostname, hello.pid
+        worker.job_types = frozenset(t.name for t in hello.job_types)
         worker.link, worker.last_seen, worker.draining = link, now, False
 
         adopted: list[AttemptKey] = []

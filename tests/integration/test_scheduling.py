@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -177,3 +178,42 @@ def test_timeout_stops_the_job_and_frees_the_slot(
     assert died - deadline <= 0.2 + 0.05
     # and the worker's slot serves the next job
     assert wait_done(control_plane, submit(control_plane, "noop").id).state == S.SUCCEEDED
+
+
+def test_a_job_goes_only_to_workers_that_run_its_type(control_plane: ControlProc, spawn_worker: Any) -> None:
+    # Given two workers, only one of which (the one with a single thread) has the plug-in type `py_loop`
+    plain = spawn_worker(control_plane, threads=4, slots=1, imports=())
+    plugged = spawn_worker(control_plane, threads=1, imports=("tests.support.jobtypes",))
+    # When jobs of that type (one wanting 4 threads) and built-in jobs are submitted together
+    typed = submit_many(control_plane, [request("py_loop", {"n": 10}) for _ in range(7)])
+    typed += submit_many(control_plane, [request("py_loop", {"n": 10}, thread_demand=4)])
+    builtin = submit_many(control_plane, [request("sleep", {"seconds": 0.05}) for _ in range(8)])
+    done = {job.id: job for job in wait_all_done(control_plane, [j.id for j in typed + builtin])}
+    # Then every plug-in job ran on the worker that has it, first time (before: round-robin sent half
+    # of them to the other worker, where they failed UNKNOWN_TYPE and spent their attempts)
+    assert {(done[j.id].state, done[j.id].worker_id, done[j.id].attempts) for j in typed} == {
+        (S.SUCCEEDED, plugged.worker_id, 1)
+    }
+    # the one wanting 4 threads with the most a worker that runs it has
+    assert done[typed[-1].id].threads_granted == 1
+    # and the built-in jobs used both workers
+    assert {done[j.id].worker_id for j in builtin} == {plain.worker_id, plugged.worker_id}
+
+
+def test_jobs_no_worker_runs_wait_without_holding_up_the_others(control_plane: ControlProc, spawn_worker: Any) -> None:
+    # Given a plug-in type that a worker made known and then took away (it left)
+    first = spawn_worker(control_plane, threads=1, imports=("tests.support.jobtypes",))
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    wait_until(lambda: first.worker_id not in {w.id for w in control_plane.workers()}, what="the worker to leave")
+    spawn_worker(control_plane, threads=1, imports=())
+    # When 200 jobs of that type are queued ahead of (higher priority than) built-in ones
+    waiting = submit_many(control_plane, [request("py_loop", {"n": 10}, priority=100) for _ in range(200)])
+    builtin = submit_many(control_plane, [request("noop") for _ in range(5)])
+    # Then the built-in jobs run on the worker there is, while the others wait PENDING, not failed
+    assert {j.state for j in wait_all_done(control_plane, [j.id for j in builtin])} == {S.SUCCEEDED}
+    assert {control_plane.get(j.id).state for j in waiting[:10]} == {S.PENDING}
+    # and once a worker that runs them comes, they all run there, each once
+    back = spawn_worker(control_plane, threads=4, imports=("tests.support.jobtypes",))
+    ran = wait_all_done(control_plane, [j.id for j in waiting])
+    assert {(j.state, j.worker_id, j.attempts) for j in ran} == {(S.SUCCEEDED, back.worker_id, 1)}
