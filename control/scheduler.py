@@ -45,7 +45,8 @@ logger = logging.getLogger(__name__)
 MAX_SCAN = 64
 """Jobs the dispatcher may look past when the best ones fit no free worker (backfill depth)."""
 MAX_HOLD = 1024
-"""Jobs one dispatch pass may park behind execution rate limits before it yields to the event loop."""
+"""Jobs one dispatch pass may set aside (behind execution rate limits, or for want of a worker that runs
+their type) before it yields to the event loop."""
 
 
 class Scheduler:
@@ -96,12 +97,12 @@ class Scheduler:
         self._timer_wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._rewrites = asyncio.Lock()
+        # RetryJob reads a finished job, then writes it back live; a purge in between would delete the
+        # row it then updates (the job would live in memory only). Both hold this lock.
         self._parked: dict[str, list[tuple[int, float, int, str]]] = {}
         """PENDING jobs, by type, that no worker running their type could take (see _park)."""
         self._unserved: set[str] = set()
         """Types with parked jobs and no connected worker that runs them (logged once each)."""
-        # RetryJob reads a finished job, then writes it back live; a purge in between would delete the
-        # row it then updates (the job would live in memory only). Both hold this lock.
 
     # ---- start-up: rebuild memory from the store --------------------------------------------------
     def recover(self) -> None:
@@ -479,6 +480,10 @@ class Scheduler:
             if worker is None:
                 if not any(w.accepts_work for w in runners):
                     self._park(job, bool(most_threads))  # out of the way of jobs other workers can run
+                    held += 1
+                    if held >= MAX_HOLD:  # a long run of such jobs: let the loop breathe
+                        self.dispatch_soon()
+                        break
                     continue
                 deferred.append(job)
                 hold = reserve_for(runners, threads)
