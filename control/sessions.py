@@ -17,7 +17,7 @@ from control.registry import AttemptKey, WorkerEntry, WorkerLink
 from control.scheduler import Scheduler
 from control.store import JobTypeEntry
 from corral import logs
-from corral.errors import NotFound, StaleAttempt
+from corral.errors import AlreadyExists, NotFound, StaleAttempt
 
 logger = logging.getLogger(__name__)
 
@@ -71,12 +71,19 @@ class WorkerSessions:
         """Connect a worker; returns (adopted, rejected) attempts of those it says it runs."""
         s = self.s
         now = s.clock.now()
+        worker = s.registry.get(hello.worker_id)
+        if worker is not None and worker.link is not None and worker.link is not link:
+            if (worker.hostname, worker.pid) != (hello.hostname, hello.pid):
+                # Another process with the same id: taking its place would make the two take turns
+                # for ever, each registration killing the jobs of the other.
+                raise AlreadyExists(
+                    f"worker id {hello.worker_id!r} is in use by a connected worker (host {worker.hostname!r}, "
+                    f"pid {worker.pid}): give each worker its own id (CORRAL_WORKER_ID, --worker-id)"
+                )
+            worker.link.close()  # a newer stream of the same worker process replaces the old one
         for entry_type in hello.job_types:
             if s.catalog.add(entry_type):
                 s.store.put_job_type(entry_type, now)
-        worker = s.registry.get(hello.worker_id)
-        if worker is not None and worker.link is not None and worker.link is not link:
-            worker.link.close()  # a newer stream of the same worker replaces the old one
         held: dict[AttemptKey, int] = dict(worker.running) if worker is not None else {}
         if worker is None:
             worker = WorkerEntry(hello.worker_id, hello.threads, hello.slots, registered_at=now, last_seen=now)

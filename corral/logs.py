@@ -29,6 +29,7 @@ LEASE_EXPIRED = "lease_expired"
 STALE_RESULT = "stale_result"
 # Workers
 WORKER_REGISTERED = "worker_registered"
+WORKER_REFUSED = "worker_refused"
 WORKER_HEARTBEAT = "worker_heartbeat"
 WORKER_DISCONNECTED = "worker_disconnected"
 WORKER_STALE = "worker_stale"

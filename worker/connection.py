@@ -47,7 +47,7 @@ from importlib import metadata
 
 import grpc
 
-from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_HEARTBEAT, WORKER_REGISTERED
+from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_HEARTBEAT, WORKER_REFUSED, WORKER_REGISTERED
 from corral.v1 import workers_pb2 as pb
 from corral.v1 import workers_pb2_grpc as pb_grpc
 from runner.registry import JobType
@@ -70,6 +70,15 @@ goes out at once when nothing else is running."""
 RESULTS_BATCH_BYTES = 1 << 20
 """A Results message is cut after about this many bytes of result and error text."""
 
+_REFUSALS = frozenset(
+    {
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
+"""Codes with which the control plane refuses a registration (the worker keeps trying, and says so)."""
 _OUTCOMES = {outcome: pb.JobResult.Outcome.Value(outcome.value) for outcome in Outcome}
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
@@ -215,6 +224,8 @@ class Connection:
                 reason = "stream ended"
             except grpc.aio.AioRpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
+                if exc.code() in _REFUSALS:  # not the network: somebody has to change something
+                    logger.error(WORKER_REFUSED, extra={"reason": reason})
             except (TimeoutError, ConnectionError, asyncio.InvalidStateError, ProtocolError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             finally:

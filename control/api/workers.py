@@ -111,13 +111,13 @@ class WorkerServicer:
             if first.WhichOneof("msg") != "register":
                 raise InvalidArgument("register", "the first message on a worker stream must be Register")
             hello = convert.hello(first.register)
+            link = GrpcLink()
+            adopted, rejected = self.sessions.register(hello, link)
         except StopAsyncIteration:
             return
         except CorralError as err:
             code, message, trailers = rich_status(err)
             await context.abort(code, message, trailing_metadata=trailers)
-        link = GrpcLink()
-        adopted, rejected = self.sessions.register(hello, link)
         s = self.sessions.s
         reply = workers_pb2.ControlMessage()
         reply.registered.worker_id = hello.worker_id

@@ -247,3 +247,33 @@ def test_drain_worker_finishes_its_job_and_the_worker_leaves(
     assert wait_done(control_plane, job.id).state == S.SUCCEEDED
     assert w.wait(30) == 0
     wait_until(lambda: w.worker_id not in {x.id for x in control_plane.workers()}, what="worker to leave")
+
+
+def test_a_second_worker_with_the_same_id_is_refused_and_the_first_keeps_its_jobs(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given a worker running a job
+    log = tmp_path / "runs.log"
+    first = spawn_worker(control_plane, threads=1, worker_id="gpu-1")
+    job = submit(control_plane, "record", {"path": str(log), "seconds": 1.5})
+    wait_until(lambda: executions(log), what="the job to start")
+    # When another worker process is started with the same id (a copied CORRAL_WORKER_ID): before,
+    # each registration replaced the other, ~20 times a second, killing the jobs of the one replaced
+    second = spawn_worker(control_plane, threads=1, worker_id="gpu-1", wait=False)
+    wait_until(lambda: "worker_refused" in first.log.read_text(), what="the second worker to be refused")
+    # Then it is refused, naming the id and the setting, and the first keeps its job to the end, once
+    assert "worker id 'gpu-1' is in use by a connected worker" in first.log.read_text()
+    assert "CORRAL_WORKER_ID" in first.log.read_text()
+    done = wait_done(control_plane, job.id)
+    assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 1, "gpu-1")
+    assert executions(log) == [(job.id, 1)]
+    (entry,) = [w for w in control_plane.workers() if w.id == "gpu-1"]
+    assert entry.pid == first.proc.pid
+    # and once the first has left, the second takes the id over
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+
+    def second_registered() -> bool:
+        return any(w.id == "gpu-1" and w.pid == second.proc.pid for w in control_plane.workers())
+
+    wait_until(second_registered, timeout=15, what="the second worker to register")
