@@ -219,13 +219,14 @@ class Connection:
             logger.info(WORKER_CONNECTING, extra={"control_addr": self._config.control_addr, "retry": retry})
             sessions = self.sessions
             self.connect_attempts += 1
+            event = WORKER_DISCONNECTED
             try:
                 await self._session()
                 reason = "stream ended"
             except grpc.aio.AioRpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
                 if exc.code() in _REFUSALS:  # not the network: somebody has to change something
-                    logger.error(WORKER_REFUSED, extra={"reason": reason})
+                    event = WORKER_REFUSED
             except (TimeoutError, ConnectionError, asyncio.InvalidStateError, ProtocolError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             finally:
@@ -235,7 +236,8 @@ class Connection:
             if self._closing:
                 return
             retry = 0 if self.sessions > sessions else retry + 1
-            logger.info(WORKER_DISCONNECTED, extra={"reason": reason, "retry": retry})
+            level = logging.ERROR if event is WORKER_REFUSED else logging.INFO
+            logger.log(level, event, extra={"reason": reason, "retry": retry})
             await asyncio.sleep(reconnect_delay(retry, self._config.reconnect_max_sec, self._rng))
 
     async def _session(self) -> None:
