@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from control.jobs import TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry
@@ -51,6 +51,7 @@ _IDEM_EXPIRE = (
 )
 
 _Op = tuple[str, list[tuple[Any, ...]]]
+_T = TypeVar("_T")
 
 PAGE_TEXT_BYTES = 10 << 20
 """A page of :meth:`SQLiteStore.list_jobs` stops before its payloads, results, errors and labels pass
@@ -191,31 +192,27 @@ class SQLiteStore:
 
     async def delete_expired_idempotency(self, now: float, limit: int) -> int:
         """Delete at most ``limit`` keys expired by ``now``, in a transaction of its own after the
-        queued writes (on the sync thread with CORRAL_DB_SYNC=full, which keeps the order)."""
-        ops, self._pending = self._pending, []
-
-        def run() -> int:
-            if ops:
-                self._write(ops)
-            return self._expire_keys(now, limit)
-
-        if self._syncer is None:
-            return run()
-        return await asyncio.get_running_loop().run_in_executor(self._syncer, run)
+        queued writes."""
+        return await self._after_queued(lambda: self._expire_keys(now, limit))
 
     async def purge_finished(self, state: JobState, before: float, limit: int) -> list[str]:
         """Delete finished jobs past their retention, in a transaction of its own after the queued
-        writes (on the sync thread with CORRAL_DB_SYNC=full, which keeps the order).
+        writes.
 
         The window is the ``limit`` oldest jobs of ``state`` by submission (the index on state and
         seq), so a sweep reads a bounded range however many jobs are kept; jobs finish roughly in
         submission order, and one that ran long holds back those behind it only until it expires too."""
+        return await self._after_queued(lambda: self._purge(state, before, limit))
+
+    async def _after_queued(self, step: Callable[[], _T]) -> _T:
+        """Write what is queued, then run ``step`` (its own transaction): here, or on the sync thread
+        with CORRAL_DB_SYNC=full, which keeps the order of transactions."""
         ops, self._pending = self._pending, []
 
-        def run() -> list[str]:
+        def run() -> _T:
             if ops:
                 self._write(ops)
-            return self._purge(state, before, limit)
+            return step()
 
         if self._syncer is None:
             return run()
