@@ -17,12 +17,19 @@ class Clock(Protocol):
         """Unix time in seconds."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that a change of the system time does not move (for "how long since")."""
+        ...
+
 
 class SystemClock:
     """The real wall clock."""
 
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
 
 class FakeClock:
@@ -32,6 +39,9 @@ class FakeClock:
         self._now = start
 
     def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
         return self._now
 
     def advance(self, seconds: float) -> None:

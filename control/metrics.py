@@ -207,8 +207,8 @@ class StateCollector(Collector):
         for ws, n in by_worker.items():
             wstate.add_metric([ws.name], n)
         yield wstate
-        now = self.s.clock.now()
-        oldest = max((now - w.last_seen for w in workers), default=0.0)
+        steady = self.s.clock.monotonic()
+        oldest = max((steady - w.heard_at for w in workers), default=0.0)
         yield GaugeMetricFamily(
             "corral_worker_heartbeat_age_max_seconds",
             "Seconds since the least recently heard worker.",

@@ -40,10 +40,11 @@ class Reaper:
     def sweep(self) -> None:
         s = self.s
         now = s.clock.now()
+        steady = s.clock.monotonic()
         changed: list[JobRecord] = []
         timeout = s.config.heartbeat_timeout_sec
         for worker in s.registry.all():
-            if now - worker.last_seen <= timeout:
+            if steady - worker.heard_at <= timeout:
                 continue
             s.registry.remove(worker.id)
             self.reaped += 1
@@ -51,7 +52,7 @@ class Reaper:
                 logs.WORKER_STALE,
                 extra={
                     "worker_id": worker.id,
-                    "silent_sec": round(now - worker.last_seen, 3),
+                    "silent_sec": round(steady - worker.heard_at, 3),
                     "jobs": len(worker.running),
                 },
             )

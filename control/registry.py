@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from control.clock import Clock
 
 AttemptKey = tuple[str, int]
 
@@ -62,6 +65,9 @@ class WorkerEntry:
     hostname: str = ""
     pid: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    heard_at: float = 0.0
+    """When it was last heard from, on the monotonic clock: what staleness is judged by, so that a
+    step of the system time neither reaps live workers nor keeps dead ones (``last_seen`` is for people)."""
     link: WorkerLink | None = None
     draining: bool = False
     running: dict[AttemptKey, int] = field(default_factory=dict)
@@ -94,6 +100,11 @@ class WorkerEntry:
     @property
     def accepts_work(self) -> bool:
         return self.link is not None and not self.draining and self.free_slots > 0
+
+    def heard(self, clock: Clock) -> None:
+        """Note a sign of life now."""
+        self.last_seen = clock.now()
+        self.heard_at = clock.monotonic()
 
     def can_take(self, threads: int) -> bool:
         return self.accepts_work and self.free_threads >= threads

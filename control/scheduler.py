@@ -120,6 +120,7 @@ class Scheduler:
                 if ghost is None:
                     # Known only from the store: reaped if it does not reconnect in time.
                     ghost = WorkerEntry(job.worker_id, threads=0, slots=0, registered_at=now, last_seen=now)
+                    ghost.heard(self.clock)
                     self.registry.add(ghost)
                 ghost.running[(job.id, job.attempts)] = job.threads_granted
         if self.active:

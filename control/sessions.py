@@ -87,10 +87,11 @@ class WorkerSessions:
         held: dict[AttemptKey, int] = dict(worker.running) if worker is not None else {}
         if worker is None:
             worker = WorkerEntry(hello.worker_id, hello.threads, hello.slots, registered_at=now, last_seen=now)
+        worker.heard(s.clock)
         worker.threads, worker.slots = hello.threads, hello.slots
         worker.labels, worker.hostname, worker.pid = hello.labels, hello.hostname, hello.pid
         worker.job_types = frozenset(t.name for t in hello.job_types)
-        worker.link, worker.last_seen, worker.draining = link, now, False
+        worker.link, worker.draining = link, False
 
         adopted: list[AttemptKey] = []
         rejected: list[AttemptKey] = []
@@ -136,7 +137,7 @@ class WorkerSessions:
         """Note a sign of life; returns the worker (None when it was reaped meanwhile)."""
         worker = self.s.registry.get(worker_id)
         if worker is not None:
-            worker.last_seen = self.s.clock.now()
+            worker.heard(self.s.clock)
         return worker
 
     def results(self, worker_id: str, reports: list[Report], link: WorkerLink) -> None:

@@ -56,7 +56,9 @@ def test_state_is_read_at_scrape_time() -> None:
     assert samples(m)[("corral_ready", ())] == 0
     s.counts[JobState.PENDING] = 4
     s.counts[JobState.FAILED] = 2
-    s.registry.add(WorkerEntry("w1", threads=2, slots=2, registered_at=s.clock.now(), last_seen=s.clock.now()))
+    worker = WorkerEntry("w1", threads=2, slots=2, registered_at=s.clock.now(), last_seen=s.clock.now())
+    worker.heard(s.clock)
+    s.registry.add(worker)
     s.clock.advance(3.5)
     ready[0] = True
     got = samples(m)

@@ -1,0 +1,81 @@
+"""The reaper judges silence on the monotonic clock: a step of the system time reaps nobody.
+
+The system time cannot be stepped in a test on a shared machine, so the clock here is a fake whose
+wall time jumps while its monotonic time does not, as a real one does when an operator or an NTP
+step moves the time. Everything else is real: the scheduler, the sessions, the SQLite store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from control.config import ControlConfig
+from control.reaper import Reaper
+from control.registry import Assignment, AttemptKey
+from control.scheduler import Scheduler
+from control.sessions import Hello, WorkerSessions
+from control.store import SQLiteStore
+
+
+class SteppedClock:
+    """Wall time that can jump; monotonic time that moves only with :meth:`advance`."""
+
+    def __init__(self) -> None:
+        self.wall = 1_700_000_000.0
+        self.steady = 1000.0
+
+    def now(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.steady
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.steady += seconds
+
+
+class Link:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def assign(self, assignments: list[Assignment]) -> None: ...
+
+    def cancel(self, job_id: str, attempt: int) -> None: ...
+
+    def ack(self, attempts: list[AttemptKey]) -> None: ...
+
+    def drain(self, deadline_sec: float) -> None: ...
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_step_of_the_system_time_reaps_no_live_worker(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = SteppedClock()
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        config = ControlConfig.from_env({"WORKER_HEARTBEAT_TIMEOUT_SEC": "10"})
+        scheduler = Scheduler(store, config, clock)
+        sessions = WorkerSessions(scheduler)
+        reaper = Reaper(scheduler)
+        link = Link()
+        sessions.register(Hello("w1", threads=1, slots=1), link)
+        try:
+            # When the system time steps an hour ahead, a second after the worker was heard from
+            clock.advance(1)
+            clock.wall += 3600
+            reaper.sweep()
+            # Then it is still there (before: silent for 3601 s by the wall clock, it was reaped,
+            # and every job it ran failed WORKER_LOST while still running)
+            assert "w1" in scheduler.registry and not link.closed and reaper.reaped == 0
+            # and real silence still reaps it: 10 s of the monotonic clock, whatever the wall says
+            clock.wall -= 7200
+            clock.advance(10.5)
+            reaper.sweep()
+            assert "w1" not in scheduler.registry and link.closed and reaper.reaped == 1
+        finally:
+            store.close()
+
+    asyncio.run(main())
