@@ -236,6 +236,13 @@ def adopt(job: JobRecord, attempt: int, worker_id: str, now: float, grace: float
     job.updated_at = now
 
 
+def shift_lease(job: JobRecord, seconds: float) -> None:
+    """The system time stepped by ``seconds``: move the lease's end with it, so that it still ends
+    after the job's own timeout plus grace, not early (a step ahead) or late (a step back)."""
+    if job.lease_expires_at is not None:
+        job.lease_expires_at += seconds
+
+
 def succeed(job: JobRecord, attempt: int, result_json: str, now: float, exec_seconds: float) -> None:
     """RUNNING -> SUCCEEDED with its result."""
     check_attempt(job, attempt)

@@ -19,6 +19,9 @@ from corral import logs
 
 logger = logging.getLogger(__name__)
 
+CLOCK_STEP_SEC = 1.0
+"""A change of (system time - monotonic time) between two sweeps larger than this is a step of the clock."""
+
 
 class Reaper:
     """Periodic sweep; ``sweep()`` is also called directly by tests."""
@@ -28,6 +31,7 @@ class Reaper:
         timeout = scheduler.config.heartbeat_timeout_sec
         self.interval = max(0.05, min(1.0, timeout / 4))
         self.reaped = 0
+        self._skew: float | None = None  # system time minus monotonic time at the last sweep
 
     async def run(self) -> None:
         while True:
@@ -66,6 +70,7 @@ class Reaper:
                     changed.append(job)
             s.registry.changed()
             s.on_change()
+        self._follow_clock_steps(now, steady)
         for job_id in list(s.running):
             job = s.active[job_id]
             if job.lease_expires_at is not None and job.lease_expires_at < now:
@@ -80,3 +85,15 @@ class Reaper:
                     holder.link.cancel(job_id, attempt)
         if changed:
             s.later(changed)
+
+    def _follow_clock_steps(self, now: float, steady: float) -> None:
+        """Leases end at a system time; when that time steps (more than a second between two
+        sweeps; NTP's slewing moves it by far less), move every running lease by the step."""
+        skew = now - steady
+        step = 0.0 if self._skew is None else skew - self._skew
+        self._skew = skew
+        if abs(step) <= CLOCK_STEP_SEC:
+            return
+        logger.warning(logs.CLOCK_STEPPED, extra={"seconds": round(step, 3), "leases": len(self.s.running)})
+        for job_id in self.s.running:
+            jobs.shift_lease(self.s.active[job_id], step)

@@ -26,6 +26,7 @@ JOB_ADOPTED = "job_adopted"
 JOB_TYPE_UNSERVED = "job_type_unserved"
 JOB_TIMED_OUT = "job_timed_out"
 LEASE_EXPIRED = "lease_expired"
+CLOCK_STEPPED = "clock_stepped"
 STALE_RESULT = "stale_result"
 # Workers
 WORKER_REGISTERED = "worker_registered"

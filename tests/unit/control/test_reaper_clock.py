@@ -1,4 +1,5 @@
-"""The reaper judges silence on the monotonic clock: a step of the system time reaps nobody.
+"""The reaper and a step of the system time: silence is judged on the monotonic clock, and running
+leases move with the step.
 
 The system time cannot be stepped in a test on a shared machine, so the clock here is a fake whose
 wall time jumps while its monotonic time does not, as a real one does when an operator or an NTP
@@ -10,7 +11,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from control.admission import Submission
 from control.config import ControlConfig
+from control.jobs import JobState
 from control.reaper import Reaper
 from control.registry import Assignment, AttemptKey
 from control.scheduler import Scheduler
@@ -39,10 +42,14 @@ class SteppedClock:
 class Link:
     def __init__(self) -> None:
         self.closed = False
+        self.assigned: list[str] = []
+        self.cancelled: list[str] = []
 
-    def assign(self, assignments: list[Assignment]) -> None: ...
+    def assign(self, assignments: list[Assignment]) -> None:
+        self.assigned += [a.job_id for a in assignments]
 
-    def cancel(self, job_id: str, attempt: int) -> None: ...
+    def cancel(self, job_id: str, attempt: int) -> None:
+        self.cancelled.append(job_id)
 
     def ack(self, attempts: list[AttemptKey]) -> None: ...
 
@@ -75,6 +82,45 @@ def test_a_step_of_the_system_time_reaps_no_live_worker(tmp_path: Path) -> None:
             clock.advance(10.5)
             reaper.sweep()
             assert "w1" not in scheduler.registry and link.closed and reaper.reaped == 1
+        finally:
+            store.close()
+
+    asyncio.run(main())
+
+
+def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = SteppedClock()
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, ControlConfig.from_env({"CORRAL_LEASE_GRACE_SEC": "5"}), clock)
+        sessions = WorkerSessions(scheduler)
+        reaper = Reaper(scheduler)
+        link = Link()
+        sessions.register(Hello("w1", threads=1, slots=1), link)
+        try:
+            # Given a job running with a 60 s timeout (its lease ends 65 s after it started)
+            (job,) = await scheduler.submit([Submission("noop", {}, payload_json="{}", timeout_sec=60)])
+            for _ in range(10):
+                await asyncio.sleep(0)
+            assert job.state is JobState.RUNNING and link.assigned == [job.id]
+            reaper.sweep()
+            # When the system time steps two minutes ahead, 1 s later
+            clock.advance(1)
+            sessions.heard_from("w1")
+            clock.wall += 120
+            reaper.sweep()
+            # Then the lease still runs (before: it had "expired", and the job failed LEASE_EXPIRED
+            # and was cancelled on its worker)
+            assert job.state is JobState.RUNNING and link.cancelled == []
+            # and it still ends at its own timeout plus grace, by the monotonic clock
+            clock.advance(63.5)
+            sessions.heard_from("w1")
+            reaper.sweep()
+            assert job.state is JobState.RUNNING
+            clock.advance(1)
+            sessions.heard_from("w1")
+            reaper.sweep()
+            assert job.state is not JobState.RUNNING and link.cancelled == [job.id]
         finally:
             store.close()
 
