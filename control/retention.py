@@ -21,6 +21,7 @@ from control.admission.idempotency import sweep_interval
 from control.clock import Clock
 from control.jobs import JobState
 from control.scheduler import Scheduler
+from corral import logs
 
 __all__ = ["PURGE_BATCH", "RetentionSweeper"]
 
@@ -69,7 +70,7 @@ class RetentionSweeper:
                     break
                 await asyncio.sleep(0)  # let submissions and results in between two steps
         if total:
-            logger.info("jobs_purged", extra={"jobs": total})
+            logger.info(logs.JOBS_PURGED, extra={"jobs": total})
         return total
 
     async def run(self) -> None:
