@@ -3,7 +3,8 @@
 Flags override the environment (:mod:`control.config`); every setting without a flag listed here has
 ``--SETTING-NAME`` (``--max-batch 500``). ``--check-config[=json]`` prints the effective settings and
 exits 0, or the first bad one and exits 2 (``corral config --check``), as start-up would. A part that
-cannot start (a port in use, a database another control plane holds) exits 1 with one line naming the setting.
+cannot start (a port in use, a database another control plane holds) exits 1 with one line naming the setting;
+a store that can no longer be written (a full disk) stops it with exit status 3.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from control.app import ControlPlane, StartFailed
 from control.config import ConfigError, ControlConfig
 from corral import event_loop, gc_tuning, logs
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
+
+EXIT_STORE_FAILED = 3
+"""Exit status when the store could not be written (see ControlPlane._refresh_readiness)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,7 +53,8 @@ async def serve(
     port_file: Path | None,
     http_port_file: Path | None = None,
     worker_port_file: Path | None = None,
-) -> None:
+) -> int:
+    """Run a control plane until SIGTERM or SIGINT (exit status 0) or until its store fails (3)."""
     cp = ControlPlane(config)
     await cp.start()
     if http_port_file is not None:  # before the gRPC port file: that one says "serving" to waiters
@@ -63,8 +68,21 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, cp.reload_tokens)  # the usual "read your config again", not an exit
-    await stop.wait()
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(cp.failed.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in waits:
+        waiting.cancel()
     await cp.stop()
+    if cp.failed.is_set():
+        assert cp.store is not None
+        print(
+            f"corral control: the store cannot be written ({cp.store.failure}): stopped. What was committed is "
+            "kept and running jobs keep running on their workers; start again once it can be written "
+            "(a full disk, a read-only file system, a lost volume).",
+            file=sys.stderr,
+        )
+        return EXIT_STORE_FAILED
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(config.log_level, config.log_format)
     gc_tuning.apply()
     try:
-        event_loop.run(serve(config, args.port_file, args.http_port_file, args.worker_port_file), config.event_loop)
+        code: int = event_loop.run(
+            serve(config, args.port_file, args.http_port_file, args.worker_port_file), config.event_loop
+        )
     except StartFailed as exc:
         print(f"corral control: cannot start: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return code
 
 
 if __name__ == "__main__":

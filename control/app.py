@@ -76,6 +76,8 @@ class ControlPlane:
         self.token_watcher: TokenFileWatcher | None = None
         """Reloads CORRAL_AUTH_TOKEN_FILE (set when that file is in use)."""
         self._server: grpc.aio.Server | None = None
+        self.failed = asyncio.Event()
+        """Set when the store could not be written: the process should stop (see _refresh_readiness)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
 
@@ -214,10 +216,19 @@ class ControlPlane:
         self.readiness()
 
     async def _refresh_readiness(self) -> None:
-        """Re-check readiness every second: a store that stops accepting writes raises no event."""
+        """Re-check readiness every second: a store that stops accepting writes raises no event.
+
+        Such a store stops the control plane (:attr:`failed`): what it holds in memory is then ahead
+        of what was committed, and only a restart from the store is consistent again. Nothing
+        committed is lost, workers keep their running jobs for the next control plane, and an
+        orchestrator's restart (or the operator's, once the disk has room) brings it back."""
         while True:
             await asyncio.sleep(1.0)
             self._update_readiness()
+            store = self.store
+            if store is not None and not store.healthy and not self.failed.is_set():
+                logger.critical(logs.STORE_FAILED, extra={"error": store.failure, "db": self.config.db})
+                self.failed.set()
 
     async def wait(self) -> None:
         """Block until the server terminates."""

@@ -27,6 +27,8 @@ class CorralError(Exception):
     """Base of every error Corral raises on purpose."""
 
     code: str = "UNKNOWN"
+    answered: bool = False
+    """True when a client got it from the control plane itself (not from the network on the way)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

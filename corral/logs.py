@@ -27,6 +27,7 @@ JOB_TYPE_UNSERVED = "job_type_unserved"
 JOBS_PURGED = "jobs_purged"
 JOB_TIMED_OUT = "job_timed_out"
 LEASE_EXPIRED = "lease_expired"
+STORE_FAILED = "store_failed"
 CLOCK_STEPPED = "clock_stepped"
 STALE_RESULT = "stale_result"
 # Workers

@@ -50,7 +50,12 @@ def error_from_rpc(exc: grpc.RpcError) -> CorralError:
     message = _call(exc, "details") or (str(code.value[1]) if isinstance(code, grpc.StatusCode) else str(exc))
     trailers = _trailers(exc)
     status = _rich_status(trailers.get(_DETAILS_KEY))
+    error = _error(name, message, trailers, status)
+    error.answered = status is not None  # the control plane sends its rich status with every error
+    return error
 
+
+def _error(name: str, message: str, trailers: dict[str, Any], status: status_pb2.Status | None) -> CorralError:
     if name == InvalidArgument.code:
         violation = _unpack(status, error_details_pb2.BadRequest)
         if violation is not None and violation.field_violations:

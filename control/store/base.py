@@ -93,4 +93,9 @@ class Store(Protocol):
     @property
     def healthy(self) -> bool: ...
 
+    @property
+    def failure(self) -> str:
+        """Why the store cannot be written ("" while it can)."""
+        ...
+
     def close(self) -> None: ...

@@ -305,6 +305,10 @@ class SQLiteStore:
     def healthy(self) -> bool:
         return self._error is None
 
+    @property
+    def failure(self) -> str:
+        return "" if self._error is None else str(self._error) or type(self._error).__name__
+
     # ---- reads --------------------------------------------------------------------------------
     async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._reader, fn, self._rconn)

@@ -30,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(parsed.handler(parsed))
     except Unavailable as exc:
+        if exc.answered:  # it was reached, and cannot take the call now (stopping, its store failing)
+            return fail(f"UNAVAILABLE: {exc.message}", ExitCode.UNREACHABLE)
         address = getattr(parsed, "control", None) or "the control plane"
         return fail(f"UNAVAILABLE: cannot reach the control plane at {address}: {exc.message}", ExitCode.UNREACHABLE)
     except InvalidArgument as exc:

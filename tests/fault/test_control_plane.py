@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import socket
 import subprocess
@@ -298,3 +299,39 @@ def test_a_port_in_use_stops_start_up_with_one_line_naming_the_setting(tmp_path:
     )
     assert said.endswith(f"(CORRAL_{which.upper()}_PORT, --{which}-port)"), said
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_a_store_that_cannot_be_written_stops_the_control_plane_and_a_restart_loses_nothing(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    cp = control_plane
+    spawn_worker(cp, threads=2)
+    assert cp.proc is not None
+    # Given a store with about 300 KB left to grow: RLIMIT_FSIZE makes the kernel refuse to write its
+    # files past that size, as a full disk does (a test cannot fill a shared machine's disk)
+    files = [*cp.workdir.glob("corral.db*"), cp.log]
+    limit = max(f.stat().st_size for f in files) + 300_000
+    resource.prlimit(cp.proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+    # When jobs keep coming
+    acked: list[str] = []
+    refused: grpc.RpcError | None = None
+    for _ in range(500):
+        try:
+            acked.append(cp.jobs.SubmitJob(request("reverse_string", {"text": "x" * 20_000}), timeout=10).job.id)
+        except grpc.RpcError as err:
+            refused = err
+            break
+    # Then a submission is refused, saying why (before: the control plane stayed up for good, unready,
+    # its memory ahead of its store, and even a disk with room again did not bring it back)
+    assert refused is not None and refused.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert "store cannot be written" in (refused.details() or "")  # type: ignore[attr-defined]
+    # and the control plane stops, exit status 3, with one line that says what to do
+    assert cp.proc.wait(30) == 3
+    assert "corral control: the store cannot be written" in cp.log.read_text()
+    cp.proc = None
+    # And once the store can be written again, a restart has every acknowledged job, each run once
+    cp.start()
+    done = wait_all_done(cp, acked)
+    assert {(j.state, j.attempts) for j in done} == {(S.SUCCEEDED, 1)}
+    assert all(j.result["reversed"] == "x" * 20_000 for j in done)
+    assert cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=1), timeout=10).total == len(acked)

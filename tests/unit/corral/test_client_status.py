@@ -1,7 +1,7 @@
 """The client's one RpcError -> corral.errors translation, against a real gRPC server on 127.0.0.1.
 
-The fake JobService below aborts GetJob with whatever the job id asks for (``CODE``, ``CODE:field`` for a
-BadRequest detail, ``CODE:retry=<s>`` for a RetryInfo detail, ``CODE:after=<s>`` for a retry-after
+The fake JobService below aborts GetJob with whatever the job id asks for (``CODE``, ``CODE:rich`` for a
+status detail trailer as the control plane always sends, ``CODE:field`` for a BadRequest detail, ``CODE:retry=<s>`` for a RetryInfo detail, ``CODE:after=<s>`` for a retry-after
 trailer); WatchJob streams PENDING, RUNNING and, unless the id is ``hang``, SUCCEEDED.
 Both clients are checked against the same cases.
 """
@@ -58,10 +58,10 @@ class FakeJobs(jobs_pb2_grpc.JobServiceServicer):
             )
         elif extra.startswith("after="):
             trailers.append(("retry-after", extra.removeprefix("after=")))
-        elif extra:
+        elif extra and extra != "rich":
             violation = error_details_pb2.BadRequest.FieldViolation(field=extra, description="must be an integer")
             details.append(_detail(error_details_pb2.BadRequest(field_violations=[violation])))
-        if details:
+        if details or extra == "rich":
             status = status_pb2.Status(code=code.value[0], message=f"{name} happened", details=details)
             trailers.append(("grpc-status-details-bin", status.SerializeToString()))
         context.set_trailing_metadata(trailers)
@@ -172,8 +172,18 @@ def closed_address() -> str:
 
 @GETS
 def test_an_unreachable_server_is_unavailable(closed_address: str, get: Any) -> None:
-    with pytest.raises(errors.Unavailable):
+    with pytest.raises(errors.Unavailable) as info:
         get(closed_address, "x")
+    assert not info.value.answered  # nobody answered: the CLI says it cannot reach the control plane
+
+
+@GETS
+def test_an_error_the_server_sent_says_it_answered(address: str, get: Any) -> None:
+    # The control plane's own UNAVAILABLE (stopping, its store failing): the CLI printed "cannot reach
+    # the control plane" for it, which sent the operator to look at the network
+    with pytest.raises(errors.Unavailable) as info:
+        get(address, "UNAVAILABLE:rich")
+    assert info.value.answered and info.value.message == "UNAVAILABLE happened"
 
 
 def test_sync_watch_yields_every_change_and_wait_returns_the_terminal_job(address: str) -> None:
