@@ -66,11 +66,11 @@ def encode_response(kind: int, code: bytes = b"", body: bytes = b"") -> bytes:
 def encode_result(result_json: bytes) -> bytes:
     """The response for a result; ``RESULT_TOO_LARGE`` when it is over ``MAX_RESULT_BYTES``."""
     if len(result_json) > MAX_RESULT_BYTES:
-        return encode_failure("RESULT_TOO_LARGE", too_large(len(result_json)))
+        return encode_failure("RESULT_TOO_LARGE", _too_large(len(result_json)))
     return encode_response(OK, b"", result_json)
 
 
-def too_large(size: int) -> str:
+def _too_large(size: int) -> str:
     """The error message of a result of ``size`` bytes over the limit."""
     return (
         f"result: {size} bytes of JSON, over the limit of {MAX_RESULT_BYTES} bytes; "
