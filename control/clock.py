@@ -37,13 +37,19 @@ class FakeClock:
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = start
+        self._steady = start
 
     def now(self) -> float:
         return self._now
 
     def monotonic(self) -> float:
-        return self._now
+        return self._steady
 
     def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds``."""
+        self._now += seconds
+        self._steady += seconds
+
+    def step(self, seconds: float) -> None:
+        """Move only the system time by ``seconds`` (either way), as ``date -s`` or an NTP step does."""
         self._now += seconds

@@ -150,28 +150,30 @@ def test_up_exits_1_with_the_reason_when_the_control_plane_cannot_start(tmp_path
     assert re.search(r"corral: error: control plane \(pid \d+\) exited with code \d+ while starting", err), err
 
 
-def test_up_stops_with_the_reason_when_its_workers_refuse_a_setting(tmp_path: Path, make_up: Any) -> None:
-    # Given a worker setting every worker refuses
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        # a worker setting every worker refuses
+        ({"CORRAL_WORKER_LABELS": "bad"}, "CORRAL_WORKER_LABELS must be k=v pairs"),
+        # a plug-in that does not import: every restart of the worker would fail the same way
+        (
+            {"CORRAL_WORKER_IMPORTS": "tests.support.plugin_raising"},
+            "cannot import job-type plug-in 'tests.support.plugin_raising'",
+        ),
+    ],
+    ids=["setting", "plugin"],
+)
+def test_up_stops_with_the_reason_when_its_workers_refuse_what_they_are_given(
+    tmp_path: Path, make_up: Any, env: dict[str, str], said: str
+) -> None:
     args = ("--grpc-port", "0", "--http-port", "0", "--workers", "1", "--db", str(tmp_path / "c.db"))
-    up = make_up(*args, env={"CORRAL_WORKER_LABELS": "bad"})
+    up = make_up(*args, env=env)
     # Then corral up stops with the worker's own message instead of restarting it for ever
     assert up.proc.wait(60) == 1
     err = up.err.read_text()
     assert re.search(r"corral: error: worker 1 \(pid \d+\) exited with code 2", err), err
-    assert "CORRAL_WORKER_LABELS must be k=v pairs" in err and "restarting it in" not in err, err
+    assert said in err and "restarting it in" not in err, err
     assert "Corral is up" not in up.text()
-
-
-def test_up_stops_with_the_reason_when_its_workers_cannot_import_a_plugin(tmp_path: Path, make_up: Any) -> None:
-    # Given a plug-in that does not import: every restart of the worker would fail the same way
-    args = ("--grpc-port", "0", "--http-port", "0", "--workers", "1", "--db", str(tmp_path / "c.db"))
-    up = make_up(*args, env={"CORRAL_WORKER_IMPORTS": "tests.support.plugin_raising"})
-    # Then corral up stops with the worker's message instead of restarting it with a backoff
-    assert up.proc.wait(60) == 1
-    err = up.err.read_text()
-    assert re.search(r"corral: error: worker 1 \(pid \d+\) exited with code 2", err), err
-    assert "cannot import job-type plug-in 'tests.support.plugin_raising'" in err, err
-    assert "restarting it in" not in err and "Corral is up" not in up.text(), err
 
 
 @pytest.fixture

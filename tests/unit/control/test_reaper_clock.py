@@ -1,8 +1,8 @@
 """The reaper and a step of the system time: silence is judged on the monotonic clock, and running
 leases move with the step.
 
-The system time cannot be stepped in a test on a shared machine, so the clock here is a fake whose
-wall time jumps while its monotonic time does not, as a real one does when an operator or an NTP
+The system time cannot be stepped in a test on a shared machine, so the clock here is a FakeClock whose
+wall time jumps (``step``) while its monotonic time does not, as a real one does when an operator or an NTP
 step moves the time. Everything else is real: the scheduler, the sessions, the SQLite store.
 """
 
@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 
 from control.admission import Submission
+from control.clock import FakeClock
 from control.config import ControlConfig
 from control.jobs import JobState
 from control.reaper import Reaper
@@ -19,24 +20,6 @@ from control.registry import Assignment, AttemptKey
 from control.scheduler import Scheduler
 from control.sessions import Hello, WorkerSessions
 from control.store import SQLiteStore
-
-
-class SteppedClock:
-    """Wall time that can jump; monotonic time that moves only with :meth:`advance`."""
-
-    def __init__(self) -> None:
-        self.wall = 1_700_000_000.0
-        self.steady = 1000.0
-
-    def now(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.steady
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.steady += seconds
 
 
 class Link:
@@ -61,7 +44,7 @@ class Link:
 
 def test_a_step_of_the_system_time_reaps_no_live_worker(tmp_path: Path) -> None:
     async def main() -> None:
-        clock = SteppedClock()
+        clock = FakeClock()
         store = SQLiteStore(str(tmp_path / "c.db"))
         config = ControlConfig.from_env({"WORKER_HEARTBEAT_TIMEOUT_SEC": "10"})
         scheduler = Scheduler(store, config, clock)
@@ -72,13 +55,13 @@ def test_a_step_of_the_system_time_reaps_no_live_worker(tmp_path: Path) -> None:
         try:
             # When the system time steps an hour ahead, a second after the worker was heard from
             clock.advance(1)
-            clock.wall += 3600
+            clock.step(3600)
             reaper.sweep()
             # Then it is still there (before: silent for 3601 s by the wall clock, it was reaped,
             # and every job it ran failed WORKER_LOST while still running)
             assert "w1" in scheduler.registry and not link.closed and reaper.reaped == 0
             # and real silence still reaps it: 10 s of the monotonic clock, whatever the wall says
-            clock.wall -= 7200
+            clock.step(-7200)
             clock.advance(10.5)
             reaper.sweep()
             assert "w1" not in scheduler.registry and link.closed and reaper.reaped == 1
@@ -90,7 +73,7 @@ def test_a_step_of_the_system_time_reaps_no_live_worker(tmp_path: Path) -> None:
 
 def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) -> None:
     async def main() -> None:
-        clock = SteppedClock()
+        clock = FakeClock()
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({"CORRAL_LEASE_GRACE_SEC": "5"}), clock)
         sessions = WorkerSessions(scheduler)
@@ -100,14 +83,16 @@ def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) 
         try:
             # Given a job running with a 60 s timeout (its lease ends 65 s after it started)
             (job,) = await scheduler.submit([Submission("noop", {}, payload_json="{}", timeout_sec=60)])
-            for _ in range(10):
+            for _ in range(100):  # loop turns, not time: the dispatch runs on the next ones
+                if link.assigned:
+                    break
                 await asyncio.sleep(0)
             assert job.state is JobState.RUNNING and link.assigned == [job.id]
             reaper.sweep()
             # When the system time steps two minutes ahead, 1 s later
             clock.advance(1)
             sessions.heard_from("w1")
-            clock.wall += 120
+            clock.step(120)
             reaper.sweep()
             # Then the lease still runs (before: it had "expired", and the job failed LEASE_EXPIRED
             # and was cancelled on its worker)
