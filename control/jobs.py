@@ -237,8 +237,9 @@ def adopt(job: JobRecord, attempt: int, worker_id: str, now: float, grace: float
 
 
 def shift_lease(job: JobRecord, seconds: float) -> None:
-    """The system time stepped by ``seconds``: move the lease's end with it, so that it still ends
-    after the job's own timeout plus grace, not early (a step ahead) or late (a step back)."""
+    """Move the lease's end by ``seconds``: the system time stepped by that much, or the control plane
+    stood still that long (control.reaper). The lease still ends after the job's own timeout plus grace,
+    not early (a step ahead, a pause) or late (a step back)."""
     if job.lease_expires_at is not None:
         job.lease_expires_at += seconds
 

@@ -5,6 +5,11 @@ stream is still open (hung) or closed (crashed and did not come back). Each atte
 failed attempt with reason WORKER_LOST. A lease is expired at its job's deadline plus the lease
 grace, for a worker that is alive but did not kill its job: the attempt fails with LEASE_EXPIRED
 and the worker is told to cancel it.
+
+Time the control plane itself stood still (stopped, frozen with its container or VM, its event loop
+blocked) is nobody's silence: the heartbeats of that time wait unread in its sockets. A sweep that
+runs late by more than PAUSE_SEC moves every worker's last-heard time and every running lease on by
+the delay (:meth:`Reaper.forgive`) before it judges anyone.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 CLOCK_STEP_SEC = 1.0
 """A change of (system time - monotonic time) between two sweeps larger than this is a step of the clock."""
+PAUSE_SEC = 1.0
+"""A sweep this much later than planned means the control plane stood still meanwhile (see the module)."""
 
 
 class Reaper:
@@ -34,9 +41,14 @@ class Reaper:
         self._skew: float | None = None  # system time minus monotonic time at the last sweep
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
+            planned = loop.time() + self.interval
             await asyncio.sleep(self.interval)
             try:
+                late = loop.time() - planned
+                if late > PAUSE_SEC:
+                    self.forgive(late)
                 self.sweep()
             except Exception:  # a bug here must not stop reaping for good
                 logger.exception("reaper_failed")
@@ -85,6 +97,20 @@ class Reaper:
                     holder.link.cancel(job_id, attempt)
         if changed:
             s.later(changed)
+
+    def forgive(self, seconds: float) -> None:
+        """The control plane stood still for ``seconds`` and heard no one: count none of it as a
+        worker's silence or against a lease."""
+        s = self.s
+        steady = s.clock.monotonic()
+        workers = s.registry.all()
+        logger.warning(
+            logs.CONTROL_PAUSED, extra={"seconds": round(seconds, 3), "workers": len(workers), "leases": len(s.running)}
+        )
+        for worker in workers:
+            worker.heard_at = min(steady, worker.heard_at + seconds)
+        for job_id in s.running:
+            jobs.shift_lease(s.active[job_id], seconds)
 
     def _follow_clock_steps(self, now: float, steady: float) -> None:
         """Leases end at a system time; when that time steps (more than a second between two

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from corral.v1 import jobs_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
-from tests.support.calls import executions, request, submit_many, wait_all_done
+from tests.support.calls import executions, request, submit, submit_many, wait_all_done
 
 S = jobs_pb2.Job
 
@@ -335,3 +335,38 @@ def test_a_store_that_cannot_be_written_stops_the_control_plane_and_a_restart_lo
     assert {(j.state, j.attempts) for j in done} == {(S.SUCCEEDED, 1)}
     assert all(j.result["reversed"] == "x" * 20_000 for j in done)
     assert cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=1), timeout=10).total == len(acked)
+
+
+@pytest.mark.slow
+def test_a_control_plane_that_stood_still_reaps_no_worker_and_expires_no_lease(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    cp = control_plane
+    assert cp.proc is not None
+    log = tmp_path / "runs.log"
+    workers = {spawn_worker(cp, threads=1).worker_id for _ in range(2)}
+    # Given two jobs running, one of them with a lease that ends 3 + 2 (grace) s after it started
+    jobs = [
+        submit(cp, "record", {"path": str(log), "seconds": 1.0}, timeout_sec=3),
+        submit(cp, "record", {"path": str(log), "seconds": 1.0}),
+    ]
+    wait_until(lambda: len(executions(log)) == 2, what="both jobs to start")
+    # When the control plane stands still for 6 s (SIGSTOP: a frozen container or VM, a blocked event
+    # loop), three heartbeat timeouts and past that lease's end, while its workers go on
+    cp.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(6.0)  # the fault itself: how long the process stands still
+    finally:
+        cp.proc.send_signal(signal.SIGCONT)
+    done = wait_all_done(cp, [j.id for j in jobs], timeout=30)
+    # Then no worker was lost and no lease expired: both jobs succeeded on their first attempt, each run
+    # once (before: on waking, the reaper judged the heartbeats waiting unread in its sockets as silence,
+    # removed both workers, failed both jobs WORKER_LOST and ran them again)
+    assert [(j.state, j.attempts) for j in done] == [(S.SUCCEEDED, 1)] * 2
+    assert Counter(job_id for job_id, _ in executions(log)) == {j.id: 1 for j in jobs}
+    assert {w.id for w in cp.workers()} == workers
+    lines = [json.loads(line) for line in cp.log.read_text().splitlines() if line.startswith("{")]
+    events = {line["event"] for line in lines}
+    assert "worker_stale" not in events and "lease_expired" not in events
+    (paused,) = [line for line in lines if line["event"] == "control_paused"]
+    assert 5.0 <= paused["seconds"] <= 7.0 and paused["workers"] == 2 and paused["leases"] == 2

@@ -1,5 +1,5 @@
-"""The reaper and a step of the system time: silence is judged on the monotonic clock, and running
-leases move with the step.
+"""The reaper, a step of the system time and a pause of the control plane: silence is judged on the
+monotonic clock, less the time the control plane stood still; running leases move with the step.
 
 The system time cannot be stepped in a test on a shared machine, so the clock here is a FakeClock whose
 wall time jumps (``step``) while its monotonic time does not, as a real one does when an operator or an NTP
@@ -106,6 +106,37 @@ def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) 
             sessions.heard_from("w1")
             reaper.sweep()
             assert job.state is not JobState.RUNNING and link.cancelled == [job.id]
+        finally:
+            store.close()
+
+    asyncio.run(main())
+
+
+def test_time_the_control_plane_stood_still_is_no_worker_silence_but_real_silence_after_it_is(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        clock = FakeClock()
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, ControlConfig.from_env({"WORKER_HEARTBEAT_TIMEOUT_SEC": "10"}), clock)
+        sessions = WorkerSessions(scheduler)
+        reaper = Reaper(scheduler)
+        sessions.register(Hello("w1", threads=1, slots=1), Link())
+        try:
+            # When the control plane stood still for a minute, 2 s after the worker was last heard
+            clock.advance(2)
+            clock.advance(60)
+            reaper.forgive(60)
+            reaper.sweep()
+            # Then the worker is not lost: 2 s of silence count, not 62
+            assert "w1" in scheduler.registry and reaper.reaped == 0
+            # and silence after the pause still does: 8 s more make the 10 s timeout
+            clock.advance(7.5)
+            reaper.sweep()
+            assert "w1" in scheduler.registry
+            clock.advance(1)
+            reaper.sweep()
+            assert "w1" not in scheduler.registry and reaper.reaped == 1
         finally:
             store.close()
 
