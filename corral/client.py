@@ -31,10 +31,17 @@ from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When, batch_request, by_id, put
 from corral.status import translate_errors
+from corral.transport import keepalive
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
-DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (("grpc.max_receive_message_length", 64 << 20),)
-"""Jobs carry their payloads and results (a binary array can be megabytes): accept up to 64 MiB."""
+KEEPALIVE_SEC = 5.0
+"""While a call is open the client pings the control plane this often, and gives the connection up
+when a ping is unanswered as long: a watch on a connection that went silent (a partition) fails
+UNAVAILABLE within about twice this, and is watched again (corral.follow), instead of hanging for ever."""
+DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", 64 << 20),  # payloads and results (a binary array can be megabytes)
+    *keepalive(KEEPALIVE_SEC, KEEPALIVE_SEC),
+)
 
 __all__ = [
     "DEFAULT_ADDRESS",

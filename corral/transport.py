@@ -40,6 +40,24 @@ MEASURED_ON = ("1.85.",)
 """grpcio releases (prefixes) on which the setting was measured; other releases keep gRPC's defaults."""
 
 
+def keepalive(every_sec: float, timeout_sec: float) -> list[tuple[str, int]]:
+    """Channel options that ping the server every ``every_sec`` while a call is open and end the
+    connection when a ping is not answered within ``timeout_sec`` (the call fails ``UNAVAILABLE``).
+
+    Without them a connection that goes silent with no FIN or RST (a partition, a server host that
+    lost power, a load balancer that forgot the flow) is noticed only when TCP gives up on data sent,
+    after many minutes, and never by a call that only listens (a watch). The control plane accepts a
+    ping a second (``control.api.create_server``).
+    """
+    every_ms, timeout_ms = int(every_sec * 1000), int(timeout_sec * 1000)
+    return [
+        ("grpc.keepalive_time_ms", every_ms),
+        ("grpc.keepalive_timeout_ms", timeout_ms),
+        ("grpc.http2.ping_timeout_ms", timeout_ms),  # what grpcio 1.85 waits for the ack by
+        ("grpc.http2.max_pings_without_data", 0),  # a call that only listens sends no data, and must still ping
+    ]
+
+
 def _grpcio_version() -> str:
     try:
         return metadata.version("grpcio")

@@ -48,6 +48,7 @@ from importlib import metadata
 import grpc
 
 from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_HEARTBEAT, WORKER_REFUSED, WORKER_REGISTERED
+from corral.transport import keepalive
 from corral.v1 import workers_pb2 as pb
 from corral.v1 import workers_pb2_grpc as pb_grpc
 from runner.registry import JobType
@@ -80,11 +81,20 @@ _REFUSALS = frozenset(
 )
 """Codes with which the control plane refuses a registration (the worker keeps trying, and says so)."""
 _OUTCOMES = {outcome: pb.JobResult.Outcome.Value(outcome.value) for outcome in Outcome}
+KEEPALIVE_SEC = 2.0
+"""How often the worker pings the control plane's connection (HTTP/2 PING, answered by gRPC itself)."""
+KEEPALIVE_TIMEOUT_SEC = 3.0
+"""A ping unanswered this long ends the connection and the worker connects again. Without it a
+connection that went silent with no FIN or RST (a partition, a control-plane host that lost power)
+went unnoticed for many minutes, and the control plane reaped the worker meanwhile. Together with
+KEEPALIVE_SEC it stays under the default heartbeat timeout (10 s), so the worker is back in time to
+keep its jobs."""
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.min_reconnect_backoff_ms", 50),
+    *keepalive(KEEPALIVE_SEC, KEEPALIVE_TIMEOUT_SEC),
 ]
 
 

@@ -131,7 +131,10 @@ def create_server(
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
             ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            # The least time between a client's pings on a quiet connection before they count as abuse
+            # (GOAWAY too_many_pings): workers ping every few seconds to notice a connection that went
+            # silent (worker.connection.KEEPALIVE_SEC).
+            ("grpc.http2.min_ping_interval_without_data_ms", 1000),
         ],
     )
     for service, servicer in zip(SERVICES, (jobs, workers, admin), strict=True):

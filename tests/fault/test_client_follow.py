@@ -18,6 +18,7 @@ import corral
 from corral import JobState, follow
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
+from tests.support.partition import PartitionableRelay
 
 
 @pytest.fixture
@@ -147,3 +148,36 @@ def test_a_control_plane_that_cannot_be_reached_is_reported_within_seconds(serve
     with pytest.raises(corral.Unavailable):
         follower["wait"](job.id, 60)
     assert time.monotonic() - started < 15, "a wrong or dead address must not wait out the outage limit"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_watch_on_a_connection_that_went_silent_watches_again_and_sees_the_end(
+    served: ControlProc, kind: str
+) -> None:
+    with PartitionableRelay(served.port) as relay:
+        # Given a client watching a 12 s job through a relay
+        with corral.Client(served.address, timeout=10) as submitter:
+            job_id = submitter.submit("sleep", {"seconds": 12}).id
+        if kind == "sync":
+            client = corral.Client(relay.address, timeout=10)
+            thread, out = in_thread(lambda: list(client.watch(job_id)))
+        else:
+
+            async def watch() -> list[corral.Job]:
+                async with corral.AsyncClient(relay.address, timeout=10) as c:
+                    return [job async for job in c.watch(job_id)]
+
+            thread, out = in_thread(lambda: asyncio.run(watch()))
+        wait_until(lambda: relay.connections == 1, what="the watch to connect")
+        wait_until(lambda: served.get(job_id).state == jobs_pb2.Job.RUNNING, what="the job to run")
+        # When its connection goes silent both ways, with no FIN or RST (a partition)
+        assert relay.cut() == 1
+        # Then the client notices (keepalive), watches again on a new connection, and sees the job end
+        # (before: the watch waited for ever on the dead connection)
+        wait_until(lambda: relay.connections >= 2, timeout=15, what="the client to connect again")
+        thread.join(30)
+        assert not thread.is_alive() and "error" not in out, out
+        assert out["value"][-1].state is JobState.SUCCEEDED
+        if kind == "sync":
+            client.close()

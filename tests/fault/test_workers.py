@@ -14,6 +14,7 @@ import pytest
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2, workers_pb2_grpc
 from tests.conftest import ControlProc, wait_until
 from tests.support.calls import executions, submit, wait_done
+from tests.support.partition import PartitionableRelay
 from tests.support.processes import alive, children
 
 S = jobs_pb2.Job
@@ -277,3 +278,29 @@ def test_a_second_worker_with_the_same_id_is_refused_and_the_first_keeps_its_job
         return any(w.id == "gpu-1" and w.pid == second.proc.pid for w in control_plane.workers())
 
     wait_until(second_registered, timeout=15, what="the second worker to register")
+
+
+@pytest.mark.slow
+def test_a_worker_cut_off_by_a_silent_partition_reconnects_and_keeps_its_job(
+    make_control_plane: Any, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given a worker that reaches the control plane through a relay, running a 9 s job (heartbeat
+    # timeout 10 s, the default)
+    cp = make_control_plane(WORKER_HEARTBEAT_TIMEOUT_SEC=10)
+    log = tmp_path / "runs.log"
+    with PartitionableRelay(cp.port) as relay:
+        worker = spawn_worker(cp, threads=1, address=relay.address)
+        job = submit(cp, "record", {"path": str(log), "seconds": 9.0})
+        wait_until(lambda: executions(log), what="the job to start")
+        # When its connection goes silent both ways, with no FIN or RST (a partition, a peer host that
+        # lost power): TCP alone would not tell the worker for many minutes, or ever while it only listens
+        assert relay.cut() == 1
+        cut_at = time.monotonic()
+        # Then the worker notices within its keepalive bound and connects again
+        wait_until(lambda: relay.connections >= 2, timeout=15, what="the worker to reconnect")
+        assert time.monotonic() - cut_at <= 8.0  # keepalive 2 s + 3 s, a reconnect, scheduling slack
+        # and, back before the heartbeat timeout, it keeps its job: one run, the first attempt (before:
+        # it never noticed, the control plane reaped it, and its result went into the void)
+        done = wait_done(cp, job.id, timeout=30)
+        assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 1, worker.worker_id)
+        assert executions(log) == [(job.id, 1)]
