@@ -12,6 +12,8 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
   replaces it with a fresh process;
 * fails a result over ``corral.limits.MAX_RESULT_BYTES`` with ``RESULT_TOO_LARGE`` and cuts error
   messages to ``MAX_ERROR_MESSAGE_BYTES``, so that nothing a job returns can outgrow the worker's stream;
+* exits after answering a job that left a process of its own running, so that the worker ends it (see
+  ``worker.process``: a job's processes end with the job);
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
   keeps the default SIGTERM action, which is how the worker stops a job at its deadline.
 
@@ -88,6 +90,24 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         _write_all(out_fd, frame)
+        if _children_left():
+            return  # the worker replaces this process, and ends its process group with it
+
+
+def _children_left() -> bool:
+    """Whether a process that a job started still runs after the job ended (reaping any that ended).
+
+    It would outlive its job and run on under the next ones; a runner that has one exits after its
+    answer, and the worker ends the runner's process group (what the job started) and starts a fresh
+    runner. One ``wait4`` call when the job started nothing.
+    """
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -130,11 +130,18 @@ class RunnerProcess:
             self._loop.add_writer(self._req_fd, self._on_writable)
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the process, if it still exists."""
+        """Send ``sig`` to the process and to every process a job started from it, if it still exists.
+
+        The runner leads a process group of its own (``start_new_session``), which a job's children
+        join unless they leave it: a tool a job runs is stopped with the job, not left running
+        orphaned. Until it is reaped the runner's pid (even a zombie's) names that group and no other.
+        """
         if self.exited or self._popen is None:
             return
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
 
     def close_input(self) -> None:
         """Close the request pipe: an idle runner exits at the end of file."""
@@ -206,6 +213,9 @@ class RunnerProcess:
             if not data:
                 break
             self._feed(data)
+        # What its jobs started and left behind goes with it, while the zombie still holds the group's id.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
         self.returncode = self._popen.wait()  # the pidfd is readable: it is a zombie, so this does not block
         self.exited = True
         self._close_fds()

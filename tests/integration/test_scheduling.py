@@ -217,3 +217,38 @@ def test_jobs_no_worker_runs_wait_without_holding_up_the_others(control_plane: C
     back = spawn_worker(control_plane, threads=4, imports=("tests.support.jobtypes",))
     ran = wait_all_done(control_plane, [j.id for j in waiting])
     assert {(j.state, j.worker_id, j.attempts) for j in ran} == {(S.SUCCEEDED, back.worker_id, 1)}
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel"])
+def test_a_job_stopped_at_its_timeout_or_cancelled_leaves_no_child_process_behind(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path, how: str
+) -> None:
+    # Given a job that runs a child process (a tool, a shell command) and waits for it
+    spawn_worker(control_plane, threads=1)
+    pid_file = tmp_path / "pid"
+    limit = {"timeout_sec": 0.5} if how == "timeout" else {}
+    job = submit(control_plane, "pid_spawn", {"pid_path": str(pid_file), "seconds": 60}, **limit)
+    child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the child to start"))
+    # When the job is stopped
+    if how == "cancel":
+        control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id))
+    done = wait_done(control_plane, job.id)
+    assert done.state == (S.CANCELLED if how == "cancel" else S.FAILED)
+    # Then the child goes with it (before: it ran on, orphaned, for its whole 60 s)
+    wait_until(lambda: not alive(child), timeout=5, interval=0.01, what="the job's child process to die")
+
+
+def test_a_process_a_job_left_running_ends_with_the_job(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given a job that starts a child process and returns without waiting for it
+    spawn_worker(control_plane, threads=1)
+    pid_file = tmp_path / "pid"
+    job = submit(control_plane, "pid_spawn", {"pid_path": str(pid_file), "seconds": 60, "detach": True})
+    done = wait_done(control_plane, job.id)
+    child = int(pid_file.read_text())
+    # Then the job succeeds, and its child does not run on under the jobs that follow
+    assert done.state == S.SUCCEEDED and done.result["child"] == child
+    wait_until(lambda: not alive(child), timeout=5, interval=0.01, what="the left child process to die")
+    # and the worker's slot serves the next job
+    assert wait_done(control_plane, submit(control_plane, "noop").id).state == S.SUCCEEDED
