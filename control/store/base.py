@@ -9,7 +9,7 @@ Updates are compare-and-set on the fencing token: a row is never overwritten by 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -80,7 +80,9 @@ class Store(Protocol):
         page must fit in one answer); ``total`` counts every match."""
         ...
 
-    def load_active(self) -> list[JobRecord]: ...
+    def load_active(self) -> Iterator[JobRecord]:
+        """Every job not finished yet, in submission order, one at a time (a backlog can be millions)."""
+        ...
 
     def count_by_state(self) -> dict[JobState, int]: ...
 
