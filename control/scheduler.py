@@ -18,6 +18,7 @@ import heapq
 import logging
 import os
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -316,7 +317,7 @@ class Scheduler:
         job = JobRecord(
             id=os.urandom(16).hex(),
             seq=self._seq,
-            type=sub.type,
+            type=sys.intern(sub.type),  # one string per type, not one per queued job
             payload_json=sub.payload_json,
             created_at=now,
             name=sub.name,
