@@ -1,5 +1,5 @@
-"""Backlog: control-plane memory with 100,000 queued jobs, and the dispatch rate with that backlog
-beside the rate with an empty queue."""
+"""Backlog: control-plane memory with 100,000 queued jobs, how long a restart takes to load them and the
+memory after it, and the dispatch rate with that backlog beside the rate with an empty queue."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def run_once(backlog: int, measure: int) -> dict[str, float]:
             c.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=reqs), timeout=120)
         submit_rate = backlog / (time.perf_counter() - t0)
         full_rss = c.rss_mb()
+        restart_sec = c.restart_control()
+        restart_rss = c.rss_mb()
         c.add_worker()
         c.add_worker()
         c.wait_for_workers(2)
@@ -43,6 +45,8 @@ def run_once(backlog: int, measure: int) -> dict[str, float]:
     return {
         "rss_empty_mb": empty_rss,
         "rss_backlog_mb": full_rss,
+        "restart_s": restart_sec,
+        "rss_restarted_mb": restart_rss,
         "submit_per_s": submit_rate,
         "dispatch_backlog_per_s": busy_rate,
         "dispatch_empty_per_s": empty_rate,

@@ -51,21 +51,7 @@ class Cluster:
         return f"127.0.0.1:{self.port}"
 
     def __enter__(self) -> Cluster:
-        tmp = Path(self.tmp.name)
-        port_file = tmp / "port"
-        self.control = subprocess.Popen(
-            [sys.executable, "-m", "control", "--grpc-port", "0", "--port-file", str(port_file), "--http-port", "0",
-             "--http-port-file", str(tmp / "http.port"), "--db", str(tmp / "bench.db")],
-            cwd=ROOT, env=self.env,
-        )  # fmt: skip
-        self.procs.append(self.control)
-        deadline = time.monotonic() + 30
-        while not (port_file.exists() and port_file.read_text()):
-            if time.monotonic() > deadline or self.control.poll() is not None:
-                raise RuntimeError("control plane did not start")
-            time.sleep(0.02)
-        self.port = int(port_file.read_text())
-        self.http_port = int((tmp / "http.port").read_text())
+        self._start_control()
         self.channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", 64 << 20)])
         self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
@@ -73,6 +59,35 @@ class Cluster:
             self.add_worker()
         self.wait_for_workers(self.n_workers)
         return self
+
+    def _start_control(self, timeout: float = 600.0) -> None:
+        """Start the control plane (on the port it had, after the first start) and wait until it serves."""
+        tmp = Path(self.tmp.name)
+        port_file = tmp / "port"
+        port_file.unlink(missing_ok=True)
+        self.control = subprocess.Popen(
+            [sys.executable, "-m", "control", "--grpc-port", str(self.port), "--port-file", str(port_file),
+             "--http-port", "0", "--http-port-file", str(tmp / "http.port"), "--db", str(tmp / "bench.db")],
+            cwd=ROOT, env=self.env,
+        )  # fmt: skip
+        self.procs.insert(0, self.control)
+        deadline = time.monotonic() + timeout
+        while not (port_file.exists() and port_file.read_text()):
+            if time.monotonic() > deadline or self.control.poll() is not None:
+                raise RuntimeError("control plane did not start")
+            time.sleep(0.02)
+        self.port = int(port_file.read_text())
+        self.http_port = int((tmp / "http.port").read_text())
+
+    def restart_control(self) -> float:
+        """Stop the control plane (SIGTERM) and start it again on the same store; returns the seconds
+        from the start until it serves (it loads every unfinished job first)."""
+        self.control.send_signal(signal.SIGTERM)
+        self.control.wait(60)
+        self.procs.remove(self.control)
+        t0 = time.perf_counter()
+        self._start_control()
+        return time.perf_counter() - t0
 
     def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
         """Block until ``n`` workers are registered."""
