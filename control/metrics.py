@@ -9,7 +9,8 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
 * Events, bumped where they happen (:class:`Metrics`; a cached labelled child costs about 1 µs):
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
   ``corral_jobs_failed_total{type,reason}`` (dead-lettered), ``corral_job_attempt_failures_total{type,reason}``
-  (every failed attempt), ``corral_job_retries_total{reason}``, ``corral_lease_timeouts_total``,
+  (every failed attempt), ``corral_job_retries_total{reason}`` (``reason`` is the error code; past
+  MAX_REASONS distinct ones, ``OTHER``), ``corral_lease_timeouts_total``,
   ``corral_idempotent_replays_total``, ``corral_rate_limited_requests_total`` (submissions refused by
   a submission rate limit), ``corral_exec_rate_delayed_jobs_total{limit}`` (jobs held back by an
   execution rate limit; ``corral_exec_rate_waiting_jobs{limit}`` is how many wait now),
@@ -35,13 +36,20 @@ from prometheus_client.registry import Collector
 
 from control.clock import Clock
 from control.exec_limits import ExecLimits
-from control.jobs import LEASE_EXPIRED, JobState
+from control.jobs import CANCELLED, ERROR, LEASE_EXPIRED, TIMEOUT, WORKER_LOST, JobState
 from control.registry import WorkerRegistry, WorkerState
 
 DISPATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 """Seconds from a job becoming ready to its lease."""
 RUN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 """Seconds one successful attempt ran on its worker."""
+MAX_REASONS = 64
+"""Distinct failure reasons (error codes) labelled at most; later ones are counted as ``OTHER_REASON``.
+A job type's code is its author's choice, and one that puts a changing value in it (an id, a message)
+would otherwise make a new time series for every failure, without end."""
+OTHER_REASON = "OTHER"
+_OWN_REASONS = frozenset({ERROR, TIMEOUT, WORKER_LOST, LEASE_EXPIRED, CANCELLED})
+"""Reasons the control plane and the worker give themselves: always labelled, never counted in MAX_REASONS."""
 
 
 class Metrics:
@@ -132,6 +140,7 @@ class Metrics:
             registry=r,
         )
         self._by_type: dict[tuple[str, str], Callable[..., None]] = {}
+        self._reasons: set[str] = set()  # labelled failure reasons other than the control plane's own
 
     # ---- hooks (hot path: cached children, no formatting) -------------------------------------------
     def job_submitted(self, job_type: str) -> None:
@@ -152,13 +161,18 @@ class Metrics:
 
     def attempt_failed(self, job_type: str, reason: str, retry: bool) -> None:
         """One attempt failed with ``reason``; ``retry`` tells whether the job will run again."""
+        if reason == LEASE_EXPIRED:
+            self.lease_timeouts.inc()
+        if reason not in self._reasons and reason not in _OWN_REASONS:
+            if len(self._reasons) >= MAX_REASONS:
+                reason = OTHER_REASON
+            else:
+                self._reasons.add(reason)
         self.attempt_failures.labels(job_type, reason).inc()
         if retry:
             self.retries.labels(reason).inc()
         else:
             self.failed.labels(job_type, reason).inc()
-        if reason == LEASE_EXPIRED:
-            self.lease_timeouts.inc()
 
     def watch(self, scheduler: SchedulerView, ready: Callable[[], bool]) -> None:
         """Expose the scheduler's state at scrape time."""

@@ -5,7 +5,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from control.clock import FakeClock
 from control.jobs import JobState
-from control.metrics import Metrics
+from control.metrics import MAX_REASONS, Metrics
 from control.registry import WorkerEntry, WorkerRegistry
 
 
@@ -26,6 +26,25 @@ def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def test_failure_reasons_past_the_limit_are_counted_as_other_and_the_own_ones_stay_labelled() -> None:
+    # Given a job type whose error codes carry a changing value (an id per failure)
+    m = Metrics()
+    for i in range(MAX_REASONS + 50):
+        m.attempt_failed("plugin", f"DB_ERROR_{i}", retry=False)
+    m.attempt_failed("plugin", "DB_ERROR_0", retry=False)
+    m.attempt_failed("plugin", "TIMEOUT", retry=False)
+    m.attempt_failed("plugin", "LEASE_EXPIRED", retry=True)
+    got = samples(m)
+    failed = {dict(labels)["reason"]: v for (name, labels), v in got.items() if name == "corral_jobs_failed_total"}
+    # Then the series stop at the limit (plus OTHER) instead of growing with every failure, nothing is
+    # uncounted, a reason seen before the limit keeps its series, and the control plane's own stay labelled
+    assert len([r for r in failed if r.startswith("DB_ERROR_")]) == MAX_REASONS
+    assert failed["OTHER"] == 50 and failed["DB_ERROR_0"] == 2 and failed["TIMEOUT"] == 1
+    assert sum(failed.values()) == MAX_REASONS + 50 + 2
+    assert got[("corral_job_retries_total", (("reason", "LEASE_EXPIRED"),))] == 1
+    assert got[("corral_lease_timeouts_total", ())] == 1
 
 
 def test_hooks_count_events_by_type_and_reason() -> None:
