@@ -134,6 +134,9 @@ async def run(config: WorkerConfig) -> int:
         await agent.stop()
         return EXIT_BAD_CONFIG
     except RunnerStartError as exc:
+        if agent.stopping:  # a signal stopped it while it started: the runners it had were killed, on purpose
+            await agent.wait_stopped()
+            return EXIT_OK
         logger.error("worker_start_failed", extra={"error": str(exc)})
         await agent.stop()
         return EXIT_START_FAILED

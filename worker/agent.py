@@ -97,6 +97,11 @@ class Agent:
         await self._stopped.wait()
 
     @property
+    def stopping(self) -> bool:
+        """Whether a stop has begun (asked for, or at the end of a drain)."""
+        return self._stopping
+
+    @property
     def draining(self) -> bool:
         """Whether a drain has begun."""
         return self._drain_task is not None

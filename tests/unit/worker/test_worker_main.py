@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral.v1 import workers_pb2 as pb
+from tests.conftest import wait_until
 from tests.support.fake_control import FakeControl, job
 from tests.support.processes import alive, children
 from tests.support.waiting import until
@@ -60,6 +61,29 @@ def test_a_plugin_that_does_not_import_exits_2_naming_it(module: str, said: str)
     assert done.returncode == 2
     assert f"python -m worker: cannot import job-type plug-in '{module}': {said}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_sigterm_while_the_runners_start_stops_the_worker_cleanly():
+    # Given a worker whose plug-in is slow to import, stopped (a scale-down, Ctrl-C) while its runner
+    # processes are still importing it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker", "--import", "tests.support.plugin_slow", "--threads", "2"],
+        cwd=ROOT,
+        env={**env(), "CORRAL_TEST_IMPORT_SEC": "3"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: len(children(proc.pid)) == 2, timeout=30, what="the runner processes to start")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    # Then it exits 0, saying it stopped (before: exit 3 and an error blaming the plug-ins, "a runner
+    # process exited while starting (does every --import module import?)")
+    assert proc.returncode == 0, err
+    assert "worker_start_failed" not in out + err and "worker_stopped" in out + err
 
 
 async def _spawn(port: int, *extra: str) -> asyncio.subprocess.Process:
