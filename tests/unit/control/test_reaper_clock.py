@@ -9,6 +9,7 @@ step moves the time. Everything else is real: the scheduler, the sessions, the S
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 
 from control.admission import Submission
@@ -42,16 +43,32 @@ class Link:
         self.closed = True
 
 
+@dataclass
+class Parts:
+    """A real scheduler, sessions and SQLite store on a FakeClock, a reaper, and worker "w1" registered."""
+
+    clock: FakeClock
+    store: SQLiteStore
+    scheduler: Scheduler
+    sessions: WorkerSessions
+    reaper: Reaper
+    link: Link
+
+
+def _parts(tmp_path: Path, env: dict[str, str]) -> Parts:
+    clock = FakeClock()
+    store = SQLiteStore(str(tmp_path / "c.db"))
+    scheduler = Scheduler(store, ControlConfig.from_env(env), clock)
+    sessions = WorkerSessions(scheduler)
+    link = Link()
+    sessions.register(Hello("w1", threads=1, slots=1), link)
+    return Parts(clock, store, scheduler, sessions, Reaper(scheduler), link)
+
+
 def test_a_step_of_the_system_time_reaps_no_live_worker(tmp_path: Path) -> None:
     async def main() -> None:
-        clock = FakeClock()
-        store = SQLiteStore(str(tmp_path / "c.db"))
-        config = ControlConfig.from_env({"WORKER_HEARTBEAT_TIMEOUT_SEC": "10"})
-        scheduler = Scheduler(store, config, clock)
-        sessions = WorkerSessions(scheduler)
-        reaper = Reaper(scheduler)
-        link = Link()
-        sessions.register(Hello("w1", threads=1, slots=1), link)
+        p = _parts(tmp_path, {"WORKER_HEARTBEAT_TIMEOUT_SEC": "10"})
+        clock, scheduler, reaper, link = p.clock, p.scheduler, p.reaper, p.link
         try:
             # When the system time steps an hour ahead, a second after the worker was heard from
             clock.advance(1)
@@ -66,20 +83,15 @@ def test_a_step_of_the_system_time_reaps_no_live_worker(tmp_path: Path) -> None:
             reaper.sweep()
             assert "w1" not in scheduler.registry and link.closed and reaper.reaped == 1
         finally:
-            store.close()
+            p.store.close()
 
     asyncio.run(main())
 
 
 def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) -> None:
     async def main() -> None:
-        clock = FakeClock()
-        store = SQLiteStore(str(tmp_path / "c.db"))
-        scheduler = Scheduler(store, ControlConfig.from_env({"CORRAL_LEASE_GRACE_SEC": "5"}), clock)
-        sessions = WorkerSessions(scheduler)
-        reaper = Reaper(scheduler)
-        link = Link()
-        sessions.register(Hello("w1", threads=1, slots=1), link)
+        p = _parts(tmp_path, {"CORRAL_LEASE_GRACE_SEC": "5"})
+        clock, scheduler, sessions, reaper, link = p.clock, p.scheduler, p.sessions, p.reaper, p.link
         try:
             # Given a job running with a 60 s timeout (its lease ends 65 s after it started)
             (job,) = await scheduler.submit([Submission("noop", {}, payload_json="{}", timeout_sec=60)])
@@ -107,7 +119,7 @@ def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) 
             reaper.sweep()
             assert job.state is not JobState.RUNNING and link.cancelled == [job.id]
         finally:
-            store.close()
+            p.store.close()
 
     asyncio.run(main())
 
@@ -116,12 +128,8 @@ def test_time_the_control_plane_stood_still_is_no_worker_silence_but_real_silenc
     tmp_path: Path,
 ) -> None:
     async def main() -> None:
-        clock = FakeClock()
-        store = SQLiteStore(str(tmp_path / "c.db"))
-        scheduler = Scheduler(store, ControlConfig.from_env({"WORKER_HEARTBEAT_TIMEOUT_SEC": "10"}), clock)
-        sessions = WorkerSessions(scheduler)
-        reaper = Reaper(scheduler)
-        sessions.register(Hello("w1", threads=1, slots=1), Link())
+        p = _parts(tmp_path, {"WORKER_HEARTBEAT_TIMEOUT_SEC": "10"})
+        clock, scheduler, reaper = p.clock, p.scheduler, p.reaper
         try:
             # When the control plane stood still for a minute, 2 s after the worker was last heard
             clock.advance(2)
@@ -138,6 +146,6 @@ def test_time_the_control_plane_stood_still_is_no_worker_silence_but_real_silenc
             reaper.sweep()
             assert "w1" not in scheduler.registry and reaper.reaped == 1
         finally:
-            store.close()
+            p.store.close()
 
     asyncio.run(main())
