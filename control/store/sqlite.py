@@ -95,9 +95,12 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
         request_id,
     ) = row  # fmt: skip
-    # Few distinct values, repeated over many jobs: one string each, not one per job.
+    # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
+    # each, not one per job: a backlog of a million jobs holds them all.
+    if payload == _EMPTY_OBJECT:
+        payload = _EMPTY_OBJECT
     j = JobRecord(
-        id=id_, type=sys.intern(type_), payload_json=_EMPTY_OBJECT if payload == _EMPTY_OBJECT else payload, created_at=created_at, name=name, priority=priority,
+        id=id_, type=sys.intern(type_), payload_json=payload, created_at=created_at, name=name, priority=priority,
         thread_demand=thread_demand, timeout_sec=timeout_sec, max_attempts=max_attempts, scheduled_at=scheduled_at,
         idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
         ready_at=ready_at, request_id=request_id or None,
