@@ -23,6 +23,7 @@ Nothing here logs per job: the hot path is read, ``json.loads``, run, ``json.dum
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -58,6 +59,7 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
     read = requests.read
     dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
     _write_all(out_fd, encode_response(READY))
+    before = _children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
     while True:
         header = read(header_size)
         if len(header) < header_size:
@@ -90,16 +92,17 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         _write_all(out_fd, frame)
-        if _children_left():
+        if _children_left(before):
             return  # the worker replaces this process, and ends its process group with it
 
 
-def _children_left() -> bool:
-    """Whether a process that a job started still runs after the job ended (reaping any that ended).
+def _children_left(before: set[int]) -> bool:
+    """Whether a process that a job started still runs after the job ended (reaping any that ended);
+    ``before``: the children there were before any job ran.
 
     It would outlive its job and run on under the next ones; a runner that has one exits after its
     answer, and the worker ends the runner's process group (what the job started) and starts a fresh
-    runner. One ``wait4`` call when the job started nothing.
+    runner. One ``wait4`` call when no child runs at all.
     """
     while True:
         try:
@@ -107,7 +110,17 @@ def _children_left() -> bool:
         except ChildProcessError:
             return False
         if pid == 0:
-            return True
+            return bool(_children() - before)
+
+
+def _children() -> set[int]:
+    """Pids of this process's children, from /proc (empty where the kernel does not list them)."""
+    pids: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(pid) for pid in f.read().split())
+    return pids
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -252,3 +252,19 @@ def test_a_process_a_job_left_running_ends_with_the_job(
     wait_until(lambda: not alive(child), timeout=5, interval=0.01, what="the left child process to die")
     # and the worker's slot serves the next job
     assert wait_done(control_plane, submit(control_plane, "noop").id).state == S.SUCCEEDED
+
+
+def test_a_helper_a_plugin_started_as_it_was_imported_is_not_taken_for_a_job_s(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    # Given a plug-in that starts a helper process at import, for all its jobs to share
+    spawn_worker(control_plane, threads=1, imports=("tests.support.plugin_helper",))
+    # When its jobs run one after another
+    done = [wait_done(control_plane, submit(control_plane, "helper_pid").id) for _ in range(3)]
+    # Then they all run in the same runner with the same helper: the runner is not replaced after each
+    # job as if the job had left the helper behind
+    assert {(j.state, j.result["runner"], j.result["helper"]) for j in done} == {
+        (S.SUCCEEDED, done[0].result["runner"], done[0].result["helper"])
+    }
+    helper = done[0].result["helper"]
+    assert isinstance(helper, float) and alive(int(helper))
