@@ -29,7 +29,7 @@ def test_a_burst_of_3000_concurrent_calls_and_2000_watches_is_served_not_cancell
                 await stubs[i % 4].GetStats(jobs_pb2.GetStatsRequest(), timeout=60)
                 return "OK"
             except grpc.aio.AioRpcError as err:
-                return err.code().name
+                return str(err.code().name)
 
         async def first_event(i: int) -> str:
             call = stubs[i % 4].WatchJob(jobs_pb2.WatchJobRequest(id=job.id), timeout=60)
@@ -37,7 +37,7 @@ def test_a_burst_of_3000_concurrent_calls_and_2000_watches_is_served_not_cancell
                 event = await call.read()
                 return "OK" if event is not grpc.aio.EOF and event.job.id == job.id else "EOF"
             except grpc.aio.AioRpcError as err:
-                return err.code().name
+                return str(err.code().name)
 
         try:
             # When 3,000 unary calls and 2,000 watches arrive at once
