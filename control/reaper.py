@@ -109,8 +109,7 @@ class Reaper:
         )
         for worker in workers:
             worker.heard_at = min(steady, worker.heard_at + seconds)
-        for job_id in s.running:
-            jobs.shift_lease(s.active[job_id], seconds)
+        self._shift_leases(seconds)
 
     def _follow_clock_steps(self, now: float, steady: float) -> None:
         """Leases end at a system time; when that time steps (more than a second between two
@@ -121,5 +120,8 @@ class Reaper:
         if abs(step) <= CLOCK_STEP_SEC:
             return
         logger.warning(logs.CLOCK_STEPPED, extra={"seconds": round(step, 3), "leases": len(self.s.running)})
+        self._shift_leases(step)
+
+    def _shift_leases(self, seconds: float) -> None:
         for job_id in self.s.running:
-            jobs.shift_lease(self.s.active[job_id], step)
+            jobs.shift_lease(self.s.active[job_id], seconds)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -155,6 +156,12 @@ class ControlProc:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        """The control plane's JSON log lines of ``event`` so far, parsed."""
+        text = self.log.read_text().splitlines()
+        lines = (json.loads(line) for line in text if line.startswith("{") and f'"{event}"' in line)
+        return [line for line in lines if line.get("event") == event]
 
     def channel(self) -> grpc.Channel:
         if self._channel is None:

@@ -23,7 +23,7 @@ import pytest
 
 from corral.v1 import admin_pb2, jobs_pb2
 from tests.conftest import ControlProc, wait_until
-from tests.integration.test_autoscaler_recommend import log_events, status, status_when, until
+from tests.integration.test_autoscaler_recommend import status, status_when, until
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 from tests.support.calls import request, submit_many
@@ -117,7 +117,7 @@ def all_done(cp: ControlProc, jobs: list[jobs_pb2.Job]) -> list[jobs_pb2.Job]:
 
 def actions(cp: ControlProc, since: int = 0) -> list[dict[str, Any]]:
     """scale_up / scale_down events of the log, in order, with ``at`` in seconds."""
-    events = [e for name in ("scale_up", "scale_down") for e in log_events(cp, name)]
+    events = [e for name in ("scale_up", "scale_down") for e in cp.events(name)]
     for e in events:
         e["at"] = datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
     return sorted(events, key=lambda e: e["at"])[since:]
@@ -155,7 +155,7 @@ def test_backlog_scales_up_step_by_step_then_drains_back_to_min(fleet: Fleet) ->
     assert (st["lastError"], st["scaleUps"], st["scaleDowns"]) == ("", 3, len(downs))
     gone = four - remaining
     assert not gone & {w.id for w in cp.workers()}  # the drained workers left the registry
-    assert len(log_events(cp, "worker_container_removed")) >= 3
+    assert len(cp.events("worker_container_removed")) >= 3
 
 
 def test_a_killed_worker_container_is_replaced_and_its_job_reruns(fleet: Fleet) -> None:
@@ -174,7 +174,7 @@ def test_a_killed_worker_container_is_replaced_and_its_job_reruns(fleet: Fleet) 
     assert replacement != victim
     final = until(lambda: succeeded(cp, job.id), 60, what="the re-run")
     assert final.worker_id == replacement and final.attempts == 2
-    (event,) = log_events(cp, "worker_container_replaced")
+    (event,) = cp.events("worker_container_replaced")
     assert (event["worker_id"], event["replacement"], event["exit_code"]) == (victim, replacement, 137)
     assert scrape(Rest(cp.http_port))["corral_autoscaler_containers_replaced_total"] == 1
     assert fleet.containers(live=False) == fleet.containers()  # the dead one was removed
@@ -203,7 +203,7 @@ def test_square_wave_load_does_not_flap_and_scale_in_never_interrupts_a_job(flee
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(g >= cooldown - 0.05 for g in gaps), gaps  # at most one action per cooldown window
     assert all(j.attempts == 1 and j.state == jobs_pb2.Job.SUCCEEDED for j in done)  # no scale-in cut one short
-    assert not log_events(cp, "job_requeued")  # nothing was handed back by a drain either
+    assert not cp.events("job_requeued")  # nothing was handed back by a drain either
 
 
 def test_a_restarted_control_plane_adopts_the_running_containers(fleet: Fleet) -> None:
@@ -247,7 +247,7 @@ def test_docker_unreachable_keeps_the_control_plane_serving(
     st = until(status_when(rest, "lastError"), what="the autoscaler error")
     assert st["mode"] == "docker" and "Docker is unreachable" in st["lastError"] and str(path) in st["lastError"]
     assert scrape(rest)['corral_autoscaler_errors_total{kind="docker_unreachable"}'] >= 1
-    assert log_events(cp, "autoscaler_error")[0]["kind"] == "docker_unreachable"
+    assert cp.events("autoscaler_error")[0]["kind"] == "docker_unreachable"
 
     # The control plane keeps serving: healthy, and jobs run on a worker that is not a container
     assert rest.get("/healthz").status == 200

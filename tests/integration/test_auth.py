@@ -496,10 +496,6 @@ def replace_file(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def log_events(cp: ControlProc, event: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in cp.log.read_text().splitlines() if f'"{event}"' in line]
-
-
 def test_sighup_reloads_the_token_file_and_an_old_token_stops_working(secured: Secured, tmp_path: Path) -> None:
     cp, carol = secured.cp, token()
     assert cp.proc is not None
@@ -515,7 +511,7 @@ def test_sighup_reloads_the_token_file_and_an_old_token_stops_working(secured: S
     assert accepted(cp, secured.alice) and accepted(cp, secured.anonymous), "CORRAL_AUTH_TOKENS tokens must stay"
     assert cp.proc.poll() is None, "SIGHUP stopped the control plane"
     # The reload is logged (the count, never a token) and the worker, untouched, still runs jobs.
-    (reloaded,) = [e for e in log_events(cp, "auth_tokens_reloaded") if e["why"] == "signal"]
+    (reloaded,) = [e for e in cp.events("auth_tokens_reloaded") if e["why"] == "signal"]
     assert reloaded["tokens"] == 3 and carol not in json.dumps(reloaded)
     job = cp.jobs.SubmitJob(jobs_pb2.SubmitJobRequest(type="noop"), timeout=10, metadata=bearer(carol)).job
     events = list(cp.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id), timeout=30, metadata=bearer(carol)))
@@ -548,7 +544,7 @@ def test_a_broken_token_file_keeps_the_tokens_in_force(
     assert cp.proc is not None
     replace_file(tmp_path / "tokens", text.format(worker=secured.worker_token, bob=secured.bob))
     cp.proc.send_signal(signal.SIGHUP)
-    failed = wait_until(lambda: log_events(cp, "auth_tokens_reload_failed"), what="the failed reload's log line")
+    failed = wait_until(lambda: cp.events("auth_tokens_reload_failed"), what="the failed reload's log line")
     assert reason in failed[0]["reason"] and failed[0]["level"] == "error"
     assert secured.bob not in failed[0]["reason"] and secured.worker_token not in failed[0]["reason"]
     assert accepted(cp, secured.bob), "a broken file must leave the tokens in force"
@@ -565,7 +561,7 @@ def test_sighup_without_a_token_file_is_logged_and_does_not_stop_the_control_pla
     cp = make_control_plane()
     assert cp.proc is not None
     cp.proc.send_signal(signal.SIGHUP)
-    wait_until(lambda: log_events(cp, "auth_tokens_reloaded"), what="the SIGHUP to be logged")
+    wait_until(lambda: cp.events("auth_tokens_reloaded"), what="the SIGHUP to be logged")
     assert cp.proc.poll() is None
     cp.jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=10)
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -53,16 +52,6 @@ def status_when(rest: Rest, field: str, value: Any = None) -> Callable[[], dict[
     return check
 
 
-def log_events(cp: ControlProc, event: str) -> list[dict[str, Any]]:
-    out = []
-    for line in cp.log.read_text().splitlines():
-        if line.startswith("{") and f'"{event}"' in line:
-            record = json.loads(line)
-            if record.get("event") == event:
-                out.append(record)
-    return out
-
-
 def test_recommend_mode_reports_decisions_and_changes_nothing(make_control_plane: Any, spawn_worker: Any) -> None:
     cp: ControlProc = make_control_plane(**RECOMMEND)
     rest = Rest(cp.http_port)
@@ -86,7 +75,7 @@ def test_recommend_mode_reports_decisions_and_changes_nothing(make_control_plane
     metrics = scrape(rest)
     assert metrics['corral_autoscaler_decisions_total{action="up",reason="backlog"}'] >= 1
     assert metrics['corral_autoscaler_workers{state="desired"}'] in (1.0, 4.0)  # none decisions follow
-    recommendations = log_events(cp, "scale_recommendation")
+    recommendations = cp.events("scale_recommendation")
     assert any(r["reason"] == "backlog" and r["step"] == 3 and r["desired"] == 4 for r in recommendations)
     # ... and nothing was started: still the one worker
     assert [w.id for w in cp.workers()] == [worker.worker_id]
