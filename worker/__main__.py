@@ -10,7 +10,7 @@ Flags override the environment (see :mod:`worker.config` for every variable, def
 a setting without a flag listed here has ``--SETTING-NAME`` (``--kill-grace-sec 0.1``).
 ``--check-config[=json]`` prints the effective settings and exits 0, or the first bad one and exits 2
 (``corral config --check --worker``).
-Signals: the first SIGTERM or SIGINT drains (finish running jobs up to the drain timeout, hand back
+Signals: the first SIGTERM, SIGINT or SIGHUP (a closed terminal) drains (finish running jobs up to the drain timeout, hand back
 the rest) and exits 0; a second one stops at once. A bad setting exits 2 with a message naming the
 variable, and so does a plug-in that does not import (it would fail the same way on every restart);
 runner processes that cannot start for another reason (not ready in time, killed) exit 1.
@@ -124,7 +124,8 @@ async def run(config: WorkerConfig) -> int:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP (a closed terminal) too: by default it would end the worker at once and its jobs would run again.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         await agent.start()

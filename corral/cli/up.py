@@ -1,8 +1,8 @@
-"""``corral up``: run a control plane and its workers in the foreground until Ctrl-C or SIGTERM.
+"""``corral up``: run a control plane and its workers in the foreground until Ctrl-C, SIGTERM or SIGHUP.
 
 It prints where everything listens, then keeps the cluster up with :class:`Supervisor` (a crashed worker
-is restarted after a backoff). The first Ctrl-C / SIGTERM stops the workers (they drain) and then the
-control plane, and exits 0; a second one kills what is left. If the control plane dies, the workers are
+is restarted after a backoff). The first Ctrl-C / SIGTERM / SIGHUP (its terminal closed) stops the
+workers (they drain) and then the control plane, and exits 0; a second one kills what is left. If the control plane dies, the workers are
 stopped and ``corral up`` exits 1 with the reason.
 """
 
@@ -79,12 +79,16 @@ def _log_env(args: argparse.Namespace) -> dict[str, str]:
 
 @contextmanager
 def stop_signals(handler: Callable[[], None]) -> Iterator[None]:
-    """Route SIGINT and SIGTERM to ``handler`` inside the block, and restore the previous handlers after it."""
+    """Route SIGINT, SIGTERM and SIGHUP to ``handler`` inside the block, and restore the previous handlers after it.
+
+    SIGHUP is a closed terminal: left to its default it would end this process at once, and its children
+    would all get SIGTERM together (see :mod:`corral.cli.child`), the control plane included, so the
+    workers' last results would have no one to go to and those jobs would run again on the next start."""
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         handler()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:

@@ -136,15 +136,16 @@ def test_a_reaped_worker_coming_back_cannot_apply_its_old_result(control_plane: 
         back.close()
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_on_a_worker_finishes_its_job_takes_nothing_new_and_leaves(
-    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path, stop: signal.Signals
 ) -> None:
     log = tmp_path / "runs.log"
     w = spawn_worker(control_plane, threads=1)
     running = submit(control_plane, "record", {"path": str(log), "seconds": 1.0})
     wait_until(lambda: executions(log), what="job to start")
-    # When the worker gets SIGTERM mid-job
-    w.signal(signal.SIGTERM)
+    # When the worker gets SIGTERM mid-job (or SIGHUP: the terminal it was started from closed)
+    w.signal(stop)
     wait_until(
         lambda: (
             any(x.id == w.worker_id and x.state == admin_pb2.Worker.DRAINING for x in control_plane.workers())

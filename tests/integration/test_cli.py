@@ -128,6 +128,37 @@ def test_up_serves_jobs_and_stops_cleanly_on_sigint(tmp_path: Path, make_up: Any
     wait_until(lambda: not any(alive(pid) for pid in children), 10, what="every child to be gone")
 
 
+def test_up_stops_in_order_on_sighup_so_a_running_job_finishes_once(tmp_path: Path, make_up: Any) -> None:
+    # Given `corral up` with one worker running a job
+    db = tmp_path / "corral.db"
+    flags = ("--grpc-port", "0", "--http-port", "0", "--db", str(db), "--workers", "1", "--threads", "1")
+    up = make_up(*flags)
+    address = up.wait_up()
+    submitted = corral("submit", "sleep", "--payload", '{"seconds": 1.5}', "--json", "--control", address)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["id"]
+
+    def state() -> str:
+        shown = corral("get", job_id, "--json", "--control", address)
+        assert shown.returncode == 0, shown.stderr
+        return str(json.loads(shown.stdout)["state"])
+
+    wait_until(lambda: state() == "RUNNING", what="the job to start")
+
+    # When its terminal closes (SIGHUP)
+    up.proc.send_signal(signal.SIGHUP)
+
+    # Then it stops as on Ctrl-C, workers first: the job finishes and its result is stored
+    assert up.proc.wait(60) == 0, up.err.read_text()
+    assert "Stopped." in up.text()
+    again = make_up(*flags)
+    address = again.wait_up()
+    shown = corral("get", job_id, "--json", "--control", address)
+    assert shown.returncode == 0, shown.stderr
+    job = json.loads(shown.stdout)
+    assert (job["state"], job["attempts"]) == ("SUCCEEDED", 1)
+
+
 def test_up_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path, make_up: Any) -> None:
     # Given `corral up` with its control plane, a worker and the worker's runners
     up = make_up("--grpc-port", "0", "--http-port", "0", "--db", str(tmp_path / "c.db"), "--workers", "1")
