@@ -38,6 +38,7 @@ from control.store import Store, open_store
 from control.tls import ServerTls
 from control.token_reload import TokenFileWatcher
 from corral import logs
+from corral.transport import host_port, loopback
 
 _T = TypeVar("_T")
 
@@ -121,14 +122,15 @@ class ControlPlane:
         server = self._server = create_server(*servicers, self.health, auth=auth)
         credentials = server_credentials(tls) if tls else None
         self.grpc_port = _started(
-            lambda: add_port(server, f"{cfg.host}:{cfg.grpc_port}", credentials), "CORRAL_GRPC_PORT, --grpc-port"
+            lambda: add_port(server, host_port(cfg.host, cfg.grpc_port), credentials), "CORRAL_GRPC_PORT, --grpc-port"
         )
         if tls is not None and tls.client_ca is not None:
             mutual = server_credentials(tls, require_client_cert=True)
             self.worker_port = _started(
-                lambda: add_port(server, f"{cfg.host}:{cfg.worker_port}", mutual), "CORRAL_WORKER_PORT, --worker-port"
+                lambda: add_port(server, host_port(cfg.host, cfg.worker_port), mutual),
+                "CORRAL_WORKER_PORT, --worker-port",
             )
-        bridge_target = f"{_loopback(cfg.host)}:{self.grpc_port}"
+        bridge_target = host_port(loopback(cfg.host), self.grpc_port)
         if tls is not None and cfg.gateway_mode == "loopback":
             # The bridge's own way in, plaintext on 127.0.0.1 only: tokens are still checked there, and no
             # worker passes the certificate check on it (no TLS session, no verified certificate).
@@ -175,9 +177,9 @@ class ControlPlane:
         logger.info(
             logs.CONTROL_STARTED,
             extra={
-                "grpc": f"{cfg.host}:{self.grpc_port}",
-                "http": f"{cfg.host}:{self.http_port}",
-                "worker_grpc": f"{cfg.host}:{self.worker_port}" if self.worker_port else "",
+                "grpc": host_port(cfg.host, self.grpc_port),
+                "http": host_port(cfg.host, self.http_port),
+                "worker_grpc": host_port(cfg.host, self.worker_port) if self.worker_port else "",
                 "tls": tls is not None,
                 "auth": auth is not None,
                 "db": cfg.db,
@@ -277,12 +279,3 @@ class ControlPlane:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
-
-
-def _loopback(host: str) -> str:
-    """The address that reaches a server bound to ``host`` from this machine."""
-    if host in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host

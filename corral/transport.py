@@ -40,6 +40,22 @@ MEASURED_ON = ("1.85.",)
 """grpcio releases (prefixes) on which the setting was measured; other releases keep gRPC's defaults."""
 
 
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as gRPC and URLs take it: an IPv6 literal in brackets (``[::1]:50051``)."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def loopback(host: str) -> str:
+    """The host that reaches, from this machine, a server bound to ``host`` (a wildcard: loopback)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "::1"
+    return host
+
+
 def keepalive(every_sec: float, timeout_sec: float) -> list[tuple[str, int]]:
     """Channel options that ping the server every ``every_sec`` while a call is open and end the
     connection when a ping is not answered within ``timeout_sec`` (the call fails ``UNAVAILABLE``).

@@ -35,6 +35,7 @@ from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
 from control.tls import ContainerTls
 from corral import logs
+from corral.transport import host_port, loopback
 
 __all__ = ["SCAN_LIMIT", "Autoscaler", "AutoscalerState"]
 
@@ -111,7 +112,7 @@ class Autoscaler:
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self, grpc_port: int, worker_port: int = 0) -> None:
         """Start the loop (not in mode off); worker containers dial CORRAL_AUTOSCALE_CONTROL_ADDRESS,
-        else 127.0.0.1:``worker_port`` (the mutual-TLS worker port, when there is one) or ``grpc_port``."""
+        else this machine's ``worker_port`` (the mutual-TLS worker port, when there is one) or ``grpc_port``."""
         if self.mode == "off" or self._task is not None:
             return
         cfg = self.config
@@ -120,7 +121,8 @@ class Autoscaler:
                 spec = ContainerSpec(
                     image=cfg.worker_image,
                     group=cfg.autoscale_group,
-                    control_address=cfg.autoscale_control_address or f"127.0.0.1:{worker_port or grpc_port}",
+                    control_address=cfg.autoscale_control_address
+                    or host_port(loopback(cfg.host), worker_port or grpc_port),
                     threads=cfg.worker_threads,
                     network=cfg.worker_network,
                     token=cfg.worker_token,

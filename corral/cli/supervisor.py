@@ -43,6 +43,7 @@ from corral.client import Client
 from corral.cluster import WorkerState
 from corral.errors import CorralError
 from corral.limits import MAX_THREADS
+from corral.transport import host_port
 
 __all__ = ["ClusterConfig", "ControlPlaneExited", "Supervisor", "SupervisorError", "WorkerRefusedSettings"]
 
@@ -149,12 +150,12 @@ class Supervisor:
     @property
     def grpc_address(self) -> str:
         """``host:port`` of the control plane's gRPC server (known once :meth:`start` returned)."""
-        return f"{_bracket(self.config.host)}:{self.grpc_port}"
+        return host_port(self.config.host, self.grpc_port)
 
     @property
     def http_address(self) -> str:
         """``http://host:port`` of the control plane's HTTP gateway."""
-        return f"http://{_bracket(self.config.host)}:{self.http_port}"
+        return f"http://{host_port(self.config.host, self.http_port)}"
 
     def worker_pids(self) -> list[int]:
         """Process ids of the running workers."""
@@ -282,7 +283,7 @@ class Supervisor:
                 if port and port != channel_port:  # a port file read half-written names another port
                     if channel is not None:
                         channel.close()
-                    channel, channel_port = grpc.insecure_channel(f"{_bracket(self.config.host)}:{port}"), port
+                    channel, channel_port = grpc.insecure_channel(host_port(self.config.host, port)), port
                 if channel is not None and _serving(channel):
                     return channel_port
                 if time.monotonic() >= deadline:
@@ -385,10 +386,6 @@ def _free_port(host: str) -> int:
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _indent(text: str) -> str:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ class Up:
             return "Corral is up" in self.text()
 
         wait_until(up, 60, what="corral up")
-        match = re.search(r"gRPC\s+(127\.0\.0\.1:\d+)", self.text())
+        match = re.search(r"gRPC\s+(127\.0\.0\.1:\d+|\[::1\]:\d+)", self.text())
         assert match, self.text()
         return match.group(1)
 
@@ -157,6 +158,38 @@ def test_up_stops_in_order_on_sighup_so_a_running_job_finishes_once(tmp_path: Pa
     assert shown.returncode == 0, shown.stderr
     job = json.loads(shown.stdout)
     assert (job["state"], job["attempts"]) == ("SUCCEEDED", 1)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
+def test_up_on_the_ipv6_loopback_serves_grpc_rest_and_its_workers(tmp_path: Path, make_up: Any) -> None:
+    # Given `corral up --host ::1`
+    up = make_up("--host", "::1", "--grpc-port", "0", "--http-port", "0", "--db", str(tmp_path / "c.db"))
+    address = up.wait_up()
+    assert address.startswith("[::1]:")
+    match = re.search(r"HTTP\s+(http://\[::1\]:\d+)", up.text())
+    assert match, up.text()
+
+    # When a job is submitted over gRPC and another over REST
+    done = corral("submit", "add_numbers", "--payload", '{"a":1,"b":2}', "--wait", "--json", "--control", address)
+    request = urllib.request.Request(f"{match.group(1)}/v1/jobs", data=b'{"type": "noop"}', method="POST")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        rest_job = json.loads(answer.read())["job"]
+
+    # Then its workers reached the control plane at [::1] and ran both
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == {"sum": 3}
+    waited = corral("watch", rest_job["id"], "--json", "--control", address)
+    assert waited.returncode == 0, waited.stderr
+    assert '"SUCCEEDED"' in waited.stdout
 
 
 def test_up_killed_with_sigkill_leaves_no_process_behind(tmp_path: Path, make_up: Any) -> None:

@@ -1,4 +1,4 @@
-"""corral.transport: the gRPC transport default is set before grpc loads, and never over the user's."""
+"""corral.transport: the gRPC transport default is set before grpc loads, and never over the user's; addresses."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ from importlib import metadata
 
 import pytest
 
-from corral.transport import BACKUP_POLL_MS, GRPC_EXPERIMENTS, MEASURED_ON
+from corral.transport import BACKUP_POLL_MS, GRPC_EXPERIMENTS, MEASURED_ON, host_port, loopback
 
 SHOW = "import os; print(os.environ.get('GRPC_EXPERIMENTS', '<unset>'))"
 POLL = "GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS"
@@ -44,3 +44,32 @@ def test_the_backup_poll_interval_comes_with_the_experiments_and_never_over_the_
     assert run(f"import corral; {SHOW_POLL}", **{POLL: "5000"}) == "5000"
     # The user's own experiments mean gRPC's defaults were chosen: the interval is left alone too.
     assert run(f"import corral; {SHOW_POLL}", GRPC_EXPERIMENTS="") == "<unset>"
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "address"),
+    [
+        ("127.0.0.1", 50051, "127.0.0.1:50051"),
+        ("localhost", 1, "localhost:1"),
+        ("::1", 50051, "[::1]:50051"),
+        ("[::1]", 50051, "[::1]:50051"),
+        ("fe80::1%lo", 8080, "[fe80::1%lo]:8080"),
+    ],
+)
+def test_host_port_brackets_ipv6_literals(host: str, port: int, address: str) -> None:
+    assert host_port(host, port) == address
+
+
+@pytest.mark.parametrize(
+    ("bound", "reach"),
+    [
+        ("0.0.0.0", "127.0.0.1"),
+        ("", "127.0.0.1"),
+        ("::", "::1"),
+        ("[::]", "::1"),
+        ("::1", "::1"),
+        ("10.1.2.3", "10.1.2.3"),
+    ],
+)
+def test_loopback_reaches_a_wildcard_bind_on_this_machine(bound: str, reach: str) -> None:
+    assert loopback(bound) == reach
