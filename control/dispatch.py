@@ -13,6 +13,7 @@ Policies pick among the workers that can take the job:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -29,22 +30,20 @@ class RoundRobin:
     """Take turns in registration order, skipping workers that cannot take the job."""
 
     def __init__(self) -> None:
-        self._last: str | None = None
+        self._last: int | None = None
+        """Registration order of the worker chosen last: the next turn starts after it, whether or
+        not that worker is among those offered now."""
 
     def choose(self, workers: Sequence[WorkerEntry], threads: int) -> WorkerEntry | None:
+        """``workers`` in registration order (as the registry lists them)."""
         n = len(workers)
         if n == 0:
             return None
-        start = 0
-        if self._last is not None:
-            for i, w in enumerate(workers):
-                if w.id == self._last:
-                    start = i + 1
-                    break
+        start = 0 if self._last is None else bisect.bisect_right(workers, self._last, key=_order) % n
         for k in range(n):
             w = workers[(start + k) % n]
             if w.can_take(threads):
-                self._last = w.id
+                self._last = w.order
                 return w
         return None
 
@@ -58,6 +57,10 @@ class LeastRecentlyUsed:
             if w.can_take(threads) and (best is None or w.last_assigned_at < best.last_assigned_at):
                 best = w
         return best
+
+
+def _order(worker: WorkerEntry) -> int:
+    return worker.order
 
 
 POLICIES = {"round_robin": RoundRobin, "lru": LeastRecentlyUsed}

@@ -123,7 +123,7 @@ class Scheduler:
                     ghost = WorkerEntry(job.worker_id, threads=0, slots=0, registered_at=now, last_seen=now)
                     ghost.heard(self.clock)
                     self.registry.add(ghost)
-                ghost.running[(job.id, job.attempts)] = job.threads_granted
+                self.registry.hold(ghost, (job.id, job.attempts), job.threads_granted)
         if self.active:
             logger.info(
                 "recovered",
@@ -436,8 +436,10 @@ class Scheduler:
 
     def _dispatch(self) -> None:
         self._dispatch_pending = False
-        workers = [w for w in self.registry.all() if w.connected]
-        free = sum(w.free_slots for w in workers if w.accepts_work)
+        if not self.ready and not self._parked:
+            return
+        workers = self.registry.open()
+        free = sum(w.free_slots for w in workers)
         if free <= 0:
             return
         if self._parked:
@@ -474,8 +476,7 @@ class Scheduler:
             view = typed.get(job.type)
             if view is None:
                 runs = [w for w in candidates if w.runs(job.type)]
-                most = max((w.threads for w in workers if w.runs(job.type)), default=0)
-                view = typed[job.type] = (runs, most)
+                view = typed[job.type] = (runs, self.registry.most_threads(job.type))
             runners, most_threads = view
             threads = granted_threads(job.thread_demand, most_threads)
             worker = self.policy.choose(runners, threads)
@@ -500,7 +501,7 @@ class Scheduler:
             attempt = jobs.lease(job, worker.id, threads, now, grace)
             self.metrics.dispatch_latency.observe(job.queue_seconds)
             self.moved(job, JobState.PENDING)
-            worker.running[(job.id, attempt)] = threads
+            self.registry.hold(worker, (job.id, attempt), threads)
             worker.last_assigned_at = now
             free -= 1
             batches.setdefault(worker.id, []).append(

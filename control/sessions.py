@@ -151,7 +151,7 @@ class WorkerSessions:
             key = (r.job_id, r.attempt)
             acks.append(key)
             if worker is not None:
-                worker.running.pop(key, None)
+                s.registry.release(worker, key)
             job = s.active.get(r.job_id)
             exec_seconds = max(0.0, r.finished_at - r.started_at) if r.started_at else 0.0
             try:

@@ -1,0 +1,80 @@
+"""The worker registry keeps the workers a job can go to now exactly, whatever happens to the fleet."""
+
+from __future__ import annotations
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from control.registry import Assignment, AttemptKey, WorkerEntry, WorkerRegistry
+
+
+class _Link:
+    def assign(self, assignments: list[Assignment]) -> None: ...
+    def cancel(self, job_id: str, attempt: int) -> None: ...
+    def ack(self, attempts: list[AttemptKey]) -> None: ...
+    def drain(self, deadline_sec: float) -> None: ...
+    def close(self) -> None: ...
+
+
+# (operation, worker index, attempt number): what the control plane does to its workers
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["register", "hold", "release", "drain", "disconnect", "reconnect", "remove"]),
+        st.integers(0, 2),
+        st.integers(0, 1),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+@example([("register", 0, 0), ("hold", 0, 1), ("release", 0, 1)])
+@example([("register", 1, 0), ("hold", 1, 0), ("register", 2, 0), ("remove", 1, 0), ("register", 1, 0)])
+def test_open_workers_are_exactly_those_that_can_take_a_job_in_registration_order(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    registry = WorkerRegistry()
+    for op, i, attempt in ops:
+        wid = f"w{i}"
+        worker = registry.get(wid)
+        if op == "register":
+            if worker is None:
+                worker = WorkerEntry(wid, threads=2, slots=1 + i % 3, registered_at=0, last_seen=0)
+            worker.link, worker.draining = _Link(), False
+            registry.add(worker)
+            registry.changed()
+        elif worker is None:
+            continue
+        elif op == "hold":
+            registry.hold(worker, (f"j{i}-{attempt}", attempt), 1)
+        elif op == "release":
+            registry.release(worker, (f"j{i}-{attempt}", attempt))
+        elif op == "drain":
+            worker.draining = True
+            registry.changed()
+        elif op == "disconnect":
+            worker.link = None
+            registry.changed()
+        elif op == "reconnect":
+            worker.link = _Link()
+            registry.changed()
+        elif op == "remove":
+            registry.remove(wid)
+        # Then the open workers are those a full walk of the fleet would find, in the order it walks
+        assert registry.open() == [w for w in registry.all() if w.accepts_work]
+        assert registry.has_capacity() == any(w.accepts_work for w in registry.all())
+
+
+def test_most_threads_for_a_type_counts_connected_workers_that_run_it() -> None:
+    registry = WorkerRegistry()
+    plain = WorkerEntry("plain", threads=4, slots=4, registered_at=0, last_seen=0, link=_Link())
+    gpu = WorkerEntry("gpu", threads=16, slots=1, registered_at=0, last_seen=0, link=_Link())
+    gpu.job_types = frozenset({"render"})
+    registry.add(plain)
+    registry.add(gpu)
+    assert (registry.most_threads("render"), registry.most_threads("noop")) == (16, 4)
+    # a worker that leaves no longer counts
+    gpu.link = None
+    registry.changed()
+    assert (registry.most_threads("render"), registry.most_threads("noop")) == (4, 4)
