@@ -62,11 +62,12 @@ class DelayedQueue:
         """When the earliest entry is due, or None when empty."""
         return self._heap[0][0] if self._heap else None
 
-    def pop_due(self, now: float) -> list[str]:
-        """Remove and return every job due at ``now`` (callers check the job is still SCHEDULED)."""
+    def pop_due(self, now: float, limit: int | None = None) -> list[str]:
+        """Remove and return the jobs due at ``now``, earliest first, at most ``limit`` of them
+        (callers check the job is still SCHEDULED)."""
         out: list[str] = []
         heap = self._heap
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= now and (limit is None or len(out) < limit):
             out.append(heapq.heappop(heap)[2])
         return out
 
