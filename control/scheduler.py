@@ -24,7 +24,15 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from control import jobs
-from control.admission import IdempotencyKeys, JobTypeCatalog, Limits, Submission, validate, validate_batch
+from control.admission import (
+    IdempotencyKeys,
+    JobTypeCatalog,
+    Limits,
+    Submission,
+    check_batch_size,
+    validate,
+    validate_part,
+)
 from control.admission.ratelimit import SubmitRateLimiter
 from control.backoff import retry_delay
 from control.clock import Clock
@@ -37,6 +45,7 @@ from control.queue import DelayedQueue, ReadyQueue
 from control.recent import RecentJobs
 from control.registry import Assignment, WorkerEntry, WorkerRegistry
 from control.store import IdempotencyEntry, JobPage, Store
+from control.turns import in_turns
 from control.watch import SHUTTING_DOWN, Watchers
 from corral import logs
 from corral.errors import FailedPrecondition, NotFound, RateLimited, Unavailable
@@ -263,7 +272,9 @@ class Scheduler:
 
         ``client`` is the caller's identity, for the per-client submission rate limit."""
         if batch:
-            validate_batch(subs, self.catalog, self.limits)
+            check_batch_size(subs, self.limits)
+            async for start, part in in_turns(subs):  # no change made yet: other calls may run between
+                validate_part(part, start, self.catalog, self.limits)
         else:
             for sub in subs:
                 validate(sub, self.catalog, self.limits)

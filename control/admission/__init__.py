@@ -9,7 +9,16 @@ a lost answer) is never refused for the rate, and a refused call has reserved no
 
 from control.admission.idempotency import IdempotencyKeys, IdempotencySweeper
 from control.admission.ratelimit import SubmitRateLimiter, TokenBucket
-from control.admission.validation import JobTypeCatalog, Limits, Submission, check_labels, validate, validate_batch
+from control.admission.validation import (
+    JobTypeCatalog,
+    Limits,
+    Submission,
+    check_batch_size,
+    check_labels,
+    validate,
+    validate_batch,
+    validate_part,
+)
 
 __all__ = [
     "IdempotencyKeys",
@@ -19,7 +28,9 @@ __all__ = [
     "Submission",
     "SubmitRateLimiter",
     "TokenBucket",
+    "check_batch_size",
     "check_labels",
     "validate",
     "validate_batch",
+    "validate_part",
 ]

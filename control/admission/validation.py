@@ -10,7 +10,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,9 +204,19 @@ def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: s
 
 def validate_batch(subs: list[Submission], catalog: JobTypeCatalog, limits: Limits) -> None:
     """Check a batch: its size, then every job (fields named ``jobs[i].…``)."""
+    check_batch_size(subs, limits)
+    validate_part(subs, 0, catalog, limits)
+
+
+def check_batch_size(subs: Sequence[Submission], limits: Limits) -> None:
+    """A batch holds 1 to ``limits.max_batch`` jobs. Raises InvalidArgument."""
     if not subs:
         raise InvalidArgument("jobs", "must hold at least one job")
     if len(subs) > limits.max_batch:
         raise InvalidArgument("jobs", f"at most {limits.max_batch} jobs per batch, got {len(subs)}")
-    for i, sub in enumerate(subs):
+
+
+def validate_part(part: Sequence[Submission], start: int, catalog: JobTypeCatalog, limits: Limits) -> None:
+    """Check the jobs of a batch from index ``start`` on (fields named ``jobs[i].…``)."""
+    for i, sub in enumerate(part, start):
         validate(sub, catalog, limits, prefix=f"jobs[{i}].")

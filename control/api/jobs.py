@@ -14,6 +14,7 @@ from control.api.status import grpc_errors
 from control.jobs import JobState
 from control.registry import WorkerState
 from control.scheduler import Scheduler
+from control.turns import in_turns
 from corral.errors import InvalidArgument
 from corral.v1 import jobs_pb2
 
@@ -46,13 +47,17 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobsResponse:
         subs = []
-        for i, r in enumerate(request.jobs):
-            try:
-                subs.append(convert.submission(r))
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
+        async for start, chunk in in_turns(request.jobs):
+            for i, r in enumerate(chunk, start):
+                try:
+                    subs.append(convert.submission(r))
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
         jobs = await self.s.submit(subs, batch=True, client=self._client(context))
-        return jobs_pb2.SubmitJobsResponse(jobs=[convert.job(j) for j in jobs])
+        answer: list[jobs_pb2.Job] = []
+        async for _, done in in_turns(jobs):
+            answer += [convert.job(j) for j in done]
+        return jobs_pb2.SubmitJobsResponse(jobs=answer)
 
     def _client(self, context: grpc.aio.ServicerContext) -> str:
         """Who submits, when a per-client rate limit needs to know (else not worked out)."""
