@@ -9,11 +9,14 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
 * imports the plug-in modules once, starts the compiled kernels' threads, applies the per-job
   memory limit (``--memory-limit-mb``, see :mod:`runner.limits`), then writes READY;
 * reports a job that ran out of memory as ``MEMORY_LIMIT`` and then exits, so that the worker
-  replaces it with a fresh process;
+  replaces it with a fresh process; an answer after which the process exits is flagged ``LAST``
+  (:mod:`runner.wire`), so the worker sends it no other job;
 * fails a result over ``corral.limits.MAX_RESULT_BYTES`` with ``RESULT_TOO_LARGE`` and cuts error
   messages to ``MAX_ERROR_MESSAGE_BYTES``, so that nothing a job returns can outgrow the worker's stream;
 * exits after answering a job that left a process of its own running, so that the worker ends it (see
   ``worker.process``: a job's processes end with the job);
+* exits after ``--max-jobs`` jobs, or after a job that left it over ``--max-rss-mb`` MiB resident (a
+  plug-in that leaks), when the worker asks for that (CORRAL_RUNNER_MAX_JOBS, CORRAL_RUNNER_MAX_RSS_MB);
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
   keeps the default SIGTERM action, which is how the worker stops a job at its deadline.
 
@@ -27,6 +30,7 @@ import contextlib
 import ctypes
 import json
 import os
+import resource
 import signal
 import sys
 from typing import BinaryIO
@@ -34,7 +38,7 @@ from typing import BinaryIO
 from runner import JobContext, execute, load_plugins
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
-from runner.wire import READY, REQUEST, encode_failure, encode_response, encode_result
+from runner.wire import READY, REQUEST, encode_failure, encode_response, encode_result, last
 
 __all__ = ["die_with_parent", "main", "serve"]
 
@@ -52,14 +56,17 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
-    """Answer requests until end of file on ``requests``, or until a job ran out of memory."""
+def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0, max_jobs: int = 0, max_rss_mb: int = 0) -> None:
+    """Answer requests until end of file on ``requests``, or until an answer is the last (flagged
+    ``LAST``): a job ran out of memory or left a process running, or the process reached ``max_jobs``
+    jobs or ``max_rss_mb`` MiB resident (0: no such limit)."""
     header_size = REQUEST.size
     unpack = REQUEST.unpack
     read = requests.read
     dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
     _write_all(out_fd, encode_response(READY))
     before = _children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
+    done = 0
     while True:
         header = read(header_size)
         if len(header) < header_size:
@@ -70,6 +77,7 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
             return
         job_id = body[:id_len].decode()
         job_type = body[id_len : id_len + type_len].decode()
+        spent = False  # the process must not run another job
         try:
             payload = json.loads(body[id_len + type_len :]) if payload_len else {}
             if not isinstance(payload, dict):
@@ -78,22 +86,36 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0) -> None:
             frame = encode_result(dumps(execute(job_type, payload, ctx)).encode())
         except JobFailed as exc:
             message = exc.message
-            if exc.code == "MEMORY_LIMIT" and memory_limit_mb:
-                message = f"{message}; the limit is {memory_limit_mb} MiB (CORRAL_JOB_MEMORY_LIMIT_MB)"
-            frame = encode_failure(exc.code, message)
             if exc.code == "MEMORY_LIMIT":
-                _write_all(out_fd, frame)
-                return  # the worker replaces this process: its heap may be left fragmented or full
+                spent = True  # its heap may be left fragmented or full
+                if memory_limit_mb:
+                    message = f"{message}; the limit is {memory_limit_mb} MiB (CORRAL_JOB_MEMORY_LIMIT_MB)"
+            frame = encode_failure(exc.code, message)
         except MemoryError as exc:  # outside the job (its result was too large to encode)
-            _write_all(out_fd, encode_failure("MEMORY_LIMIT", f"result: {exc!r}"))
-            return
+            frame, spent = encode_failure("MEMORY_LIMIT", f"result: {exc!r}"), True
         except ValueError as exc:  # malformed payload JSON, or a result that is not JSON
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
+        done += 1
+        if (
+            spent
+            or _children_left(before)  # the worker ends the runner's process group, and what the job left in it
+            or done == max_jobs
+            or (max_rss_mb and _resident_mb() > max_rss_mb)
+        ):
+            _write_all(out_fd, last(frame))
+            return
         _write_all(out_fd, frame)
-        if _children_left(before):
-            return  # the worker replaces this process, and ends its process group with it
+
+
+def _resident_mb() -> float:
+    """This process's resident memory now, in MiB."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGESIZE") / (1 << 20)
+    except OSError:  # no /proc: the peak, which only grows, is the best there is
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _children_left(before: set[int]) -> bool:
@@ -139,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--memory-limit-mb", type=int, default=0, help="MiB a job may allocate beyond the idle process (0: no limit)"
     )
+    parser.add_argument("--max-jobs", type=int, default=0, help="exit after this many jobs (0: never)")
+    parser.add_argument("--max-rss-mb", type=int, default=0, help="exit after a job that left us this large (0: never)")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -150,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.memory_limit_mb > 0:
         apply_memory_limit(args.memory_limit_mb)
     with os.fdopen(args.in_fd, "rb", buffering=1 << 16) as requests:
-        serve(requests, args.out_fd, args.memory_limit_mb)
+        serve(requests, args.out_fd, args.memory_limit_mb, args.max_jobs, args.max_rss_mb)
     sys.exit(0)
 
 

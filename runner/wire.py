@@ -11,11 +11,13 @@ Request (pool -> runner)::
 
 Response (runner -> pool)::
 
-    RESPONSE header: kind u8, pad u8, code_len u16, body_len u32
+    RESPONSE header: kind u8, flags u8, code_len u16, body_len u32
     then code (error code, empty unless FAILED), body (result JSON if OK, error message if FAILED)
 
 A runner process writes one ``READY`` response once it has imported its plug-ins, then one ``OK``
-or ``FAILED`` response per request, in order. End of file on its request pipe tells it to exit.
+or ``FAILED`` response per request, in order. End of file on its request pipe tells it to exit. An
+answer flagged ``LAST`` is the runner's last: it exits right after it, and the pool must not hand it
+another job (the flag travels in the answer itself, so no job can be sent in between).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BY
 
 __all__ = [
     "FAILED",
+    "LAST",
     "OK",
     "READY",
     "REQUEST",
@@ -34,12 +37,13 @@ __all__ = [
     "encode_request",
     "encode_response",
     "encode_result",
+    "last",
 ]
 
 REQUEST = struct.Struct("<IHHiid")
 """Request header: payload_len, job_id_len, type_len, attempt, threads, deadline."""
 RESPONSE = struct.Struct("<BBHI")
-"""Response header: kind, pad, code_len, body_len."""
+"""Response header: kind, flags, code_len, body_len."""
 
 READY = 0
 """Response kind: the process is up and waits for requests."""
@@ -47,6 +51,8 @@ OK = 1
 """Response kind: the job succeeded; body is the result JSON."""
 FAILED = 2
 """Response kind: the job failed; code is the error code, body the message."""
+LAST = 1
+"""Response flag: the runner exits after this answer."""
 
 
 def encode_request(
@@ -61,6 +67,11 @@ def encode_request(
 def encode_response(kind: int, code: bytes = b"", body: bytes = b"") -> bytes:
     """One response frame."""
     return RESPONSE.pack(kind, 0, len(code), len(body)) + code + body
+
+
+def last(frame: bytes) -> bytes:
+    """``frame`` (a response) flagged ``LAST``."""
+    return frame[:1] + bytes((LAST,)) + frame[2:]
 
 
 def encode_result(result_json: bytes) -> bytes:

@@ -33,7 +33,13 @@ class Agent:
         """Create a stopped agent."""
         self.config = config
         self.pool = RunnerPool(
-            PoolConfig(slots=config.slots, imports=config.imports, kill_grace_sec=config.kill_grace_sec),
+            PoolConfig(
+                slots=config.slots,
+                imports=config.imports,
+                kill_grace_sec=config.kill_grace_sec,
+                max_jobs=config.runner_max_jobs,
+                max_rss_mb=config.runner_max_rss_mb,
+            ),
             on_result=self._on_result,
         )
         self.connection: Connection | None = None

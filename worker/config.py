@@ -16,6 +16,10 @@ CORRAL_WORKER_IMPORTS       (none)                                 comma-separat
 CORRAL_DRAIN_TIMEOUT_SEC    30                                     number >= 0
 CORRAL_KILL_GRACE_SEC       0.025                                  number >= 0
 CORRAL_RECONNECT_MAX_SEC    2.0                                    number > 0
+CORRAL_RUNNER_MAX_JOBS      0 (never)                              integer >= 0: replace a runner process
+                                                                   after this many jobs
+CORRAL_RUNNER_MAX_RSS_MB    0 (never)                              integer >= 0: replace a runner process
+                                                                   after a job that left it this large
 CORRAL_LOG_LEVEL            info                                   debug | info | warning | error
 CORRAL_LOG_FORMAT           json                                   json | logfmt
 CORRAL_WORKER_TOKEN         (none)                                 the control plane's worker token
@@ -48,6 +52,8 @@ from corral.logs import FORMATS, LEVELS
 __all__ = ["ConfigError", "WorkerConfig"]
 
 _WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_RECYCLE = 1 << 31
+"""Upper bound of CORRAL_RUNNER_MAX_JOBS and CORRAL_RUNNER_MAX_RSS_MB (beyond it, say 0: never)."""
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -83,6 +89,11 @@ class WorkerConfig:
     """CORRAL_KILL_GRACE_SEC: SIGTERM -> SIGKILL grace when a job is killed (>= 0)."""
     reconnect_max_sec: float = 2.0
     """CORRAL_RECONNECT_MAX_SEC: cap of the reconnect backoff (> 0)."""
+    runner_max_jobs: int = 0
+    """CORRAL_RUNNER_MAX_JOBS: a runner process is replaced after this many jobs (>= 0; 0: never)."""
+    runner_max_rss_mb: int = 0
+    """CORRAL_RUNNER_MAX_RSS_MB: a runner process is replaced after a job that left it using more
+    resident memory than this, in MiB (>= 0; 0: never); the job's own answer is kept."""
     log_level: str = "info"
     """CORRAL_LOG_LEVEL: debug | info | warning | error."""
     log_format: str = "json"
@@ -147,6 +158,12 @@ class WorkerConfig:
         ):
             if not math.isfinite(value) or value < low or (strict and value == low):
                 raise ConfigError(f"{name} must be {'>' if strict else '>='} {low:g}, got {value}")
+        for name, count in (
+            ("CORRAL_RUNNER_MAX_JOBS", self.runner_max_jobs),
+            ("CORRAL_RUNNER_MAX_RSS_MB", self.runner_max_rss_mb),
+        ):
+            if not 0 <= count <= MAX_RECYCLE:
+                raise ConfigError(f"{name} must be 0 (never) to {MAX_RECYCLE}, got {count}")
         if self.token and not all("!" <= c <= "~" for c in self.token):
             raise ConfigError("CORRAL_WORKER_TOKEN must be printable ASCII without spaces")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -182,6 +199,12 @@ class WorkerConfig:
             kwargs["slots"] = _int("CORRAL_WORKER_SLOTS", slots)
             if kwargs["slots"] == 0:
                 raise ConfigError(f"CORRAL_WORKER_SLOTS must be 1..{MAX_THREADS}, got 0")
+        for name, attr in (
+            ("CORRAL_RUNNER_MAX_JOBS", "runner_max_jobs"),
+            ("CORRAL_RUNNER_MAX_RSS_MB", "runner_max_rss_mb"),
+        ):
+            if (raw := get(name)) is not None:
+                kwargs[attr] = _int(name, raw)
         if (worker_id := get("CORRAL_WORKER_ID")) is not None:
             kwargs["worker_id"] = worker_id
         if (labels := get("CORRAL_WORKER_LABELS")) is not None:

@@ -10,6 +10,11 @@ sent when the process is gone (seen through its pidfd), and a replacement proces
 the pool keeps its size. Deadlines are event-loop timers (``loop.call_at``), not polling. A process
 that dies by itself reports its job FAILED with code ``CRASHED`` and is replaced the same way.
 
+Recycling: with ``max_jobs`` or ``max_rss_mb`` a runner process retires after that many jobs, or
+after a job that left it that large (a plug-in that leaks); its last answer says so, the pool gives
+it no other job and starts a replacement when it is gone, like after a job that left a child process
+running.
+
 Memory: with ``memory_limit_mb`` (or ``CORRAL_JOB_MEMORY_LIMIT_MB`` in the worker's environment) each
 runner process limits its address space (see :mod:`runner.limits`). A job past the limit is reported
 FAILED with code ``MEMORY_LIMIT`` by its runner, which then exits; the pool never hands that process
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 
 from corral.logs import JOB_TIMED_OUT, RUNNER_RESTARTED
 from runner.limits import memory_limit_from_env
-from runner.wire import FAILED, OK, READY, encode_request
+from runner.wire import FAILED, LAST, OK, READY, encode_request
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
 
@@ -59,6 +64,10 @@ class PoolConfig:
     memory_limit_mb: int | None = None
     """MiB each job may allocate beyond an idle runner (0: no limit; None: ``CORRAL_JOB_MEMORY_LIMIT_MB``
     from the environment when the pool starts)."""
+    max_jobs: int = 0
+    """Jobs after which a runner process is replaced (0: never)."""
+    max_rss_mb: int = 0
+    """Resident MiB past which a runner process is replaced after its job (0: never)."""
 
     def __post_init__(self) -> None:
         """Check the values."""
@@ -66,6 +75,8 @@ class PoolConfig:
             raise ValueError(f"slots must be >= 1, got {self.slots}")
         if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
             raise ValueError(f"memory_limit_mb must be >= 0, got {self.memory_limit_mb}")
+        if self.max_jobs < 0 or self.max_rss_mb < 0:
+            raise ValueError(f"max_jobs and max_rss_mb must be >= 0, got {self.max_jobs}, {self.max_rss_mb}")
         if self.kill_grace_sec < 0:
             raise ValueError(f"kill_grace_sec must be >= 0, got {self.kill_grace_sec}")
         if self.start_timeout_sec <= 0:
@@ -87,8 +98,6 @@ class _Running:
 
 
 _CRASH_BACKOFF_MAX_SEC = 5.0
-
-_MEMORY_LIMIT = b"MEMORY_LIMIT"  # a runner that answers this exits: never give it another job
 
 # Error codes and messages of attempts the pool ends itself.
 _KILL_CODES = {Outcome.TIMEOUT: "TIMEOUT", Outcome.CANCELLED: "CANCELLED", Outcome.HANDED_BACK: "HANDED_BACK"}
@@ -273,7 +282,8 @@ class RunnerPool:
     def _spawn(self) -> None:
         assert self._loop is not None
         proc = RunnerProcess(self._loop, self._on_frame, self._on_exit)
-        proc.spawn(self.config.imports, self.config.python, self._memory_limit_mb)
+        config = self.config
+        proc.spawn(config.imports, config.python, self._memory_limit_mb, config.max_jobs, config.max_rss_mb)
         self._procs.add(proc)
 
     def _start(self, proc: RunnerProcess, spec: JobSpec) -> bool:
@@ -302,7 +312,7 @@ class RunnerPool:
         )
         return True
 
-    def _on_frame(self, proc: RunnerProcess, kind: int, code: bytes, body: bytes) -> None:
+    def _on_frame(self, proc: RunnerProcess, kind: int, flags: int, code: bytes, body: bytes) -> None:
         running = self._busy.get(proc)
         if kind == READY:
             proc.ready = True
@@ -317,7 +327,8 @@ class RunnerPool:
         del self._running[(spec.job_id, spec.attempt)]
         if running.timer is not None:
             running.timer.cancel()
-        if kind == FAILED and code == _MEMORY_LIMIT:
+        if flags & LAST:
+            proc.retired = True
             proc.close_input()  # the runner exits after this answer; _on_exit starts its replacement
         else:
             self._make_idle(proc)
@@ -406,7 +417,13 @@ class RunnerPool:
     def _replace(self, old: RunnerProcess, running: _Running | None) -> None:
         assert self._loop is not None
         self.restarts += 1
-        reason = "killed" if running is not None and running.killing else describe_exit(old.returncode)
+        if running is not None and running.killing:
+            reason = "killed"
+        elif old.retired and old.returncode == 0:
+            reason = "retired after its last job (MEMORY_LIMIT, a process the job left running, "
+            reason += "CORRAL_RUNNER_MAX_JOBS or CORRAL_RUNNER_MAX_RSS_MB)"
+        else:
+            reason = describe_exit(old.returncode)
         delay = 0.0 if not self._crashes else min(_CRASH_BACKOFF_MAX_SEC, 0.05 * 2 ** (self._crashes - 1))
         logger.info(RUNNER_RESTARTED, extra={"old_pid": old.pid, "reason": reason, "delay_sec": delay})
         if delay:

@@ -49,16 +49,17 @@ class RunnerProcess:
         "exited",
         "pid",
         "ready",
+        "retired",
         "returncode",
     )
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        on_frame: Callable[[RunnerProcess, int, bytes, bytes], None],
+        on_frame: Callable[[RunnerProcess, int, int, bytes, bytes], None],
         on_exit: Callable[[RunnerProcess], None],
     ) -> None:
-        """Prepare (not start) a process; ``on_frame(proc, kind, code, body)`` and ``on_exit(proc)``."""
+        """Prepare (not start) a process; ``on_frame(proc, kind, flags, code, body)`` and ``on_exit(proc)``."""
         self._loop = loop
         self._on_frame = on_frame
         self._on_exit = on_exit
@@ -72,23 +73,38 @@ class RunnerProcess:
         self.pid = 0
         self.ready = False
         """True once the process said READY."""
+        self.retired = False
+        """True once its answer said it was its last (it exits next, and is replaced)."""
         self.exited = False
         """True once the process has exited and was reaped."""
         self.returncode: int | None = None
         """The exit status (negative: killed by that signal) once exited."""
 
-    def spawn(self, imports: Sequence[str], python: str = sys.executable, memory_limit_mb: int = 0) -> None:
+    def spawn(
+        self,
+        imports: Sequence[str],
+        python: str = sys.executable,
+        memory_limit_mb: int = 0,
+        max_jobs: int = 0,
+        max_rss_mb: int = 0,
+    ) -> None:
         """Start the process (from the loop's thread) and begin watching its pipe and its pidfd.
 
-        ``memory_limit_mb`` > 0 limits what each job may allocate (see :mod:`runner.limits`).
+        ``memory_limit_mb`` > 0 limits what each job may allocate (see :mod:`runner.limits`);
+        ``max_jobs`` and ``max_rss_mb`` > 0 retire the process after that many jobs or past that size.
         """
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         argv = [python, "-m", "runner.serve", "--in", str(req_r), "--out", str(resp_w), "--parent", str(os.getpid())]
         for module in imports:
             argv += ["--import", module]
-        if memory_limit_mb > 0:
-            argv += ["--memory-limit-mb", str(memory_limit_mb)]
+        for flag, value in (
+            ("--memory-limit-mb", memory_limit_mb),
+            ("--max-jobs", max_jobs),
+            ("--max-rss-mb", max_rss_mb),
+        ):
+            if value > 0:
+                argv += [flag, str(value)]
         try:
             self._popen = subprocess.Popen(
                 argv,
@@ -189,13 +205,13 @@ class RunnerProcess:
         end = len(data)
         wanted = header
         while end - offset >= header:
-            kind, _, code_len, body_len = unpack(data, offset)
+            kind, flags, code_len, body_len = unpack(data, offset)
             start = offset + header
             stop = start + code_len + body_len
             if stop > end:
                 wanted = stop - offset
                 break
-            self._on_frame(self, kind, data[start : start + code_len], data[start + code_len : stop])
+            self._on_frame(self, kind, flags, data[start : start + code_len], data[start + code_len : stop])
             offset = stop
         if offset < end:
             buffer += memoryview(data)[offset:]

@@ -9,6 +9,9 @@
 * ``big_output`` {"result_bytes", "error_bytes", "code"}: returns ``{"x": "a" * result_bytes}``, or with
   ``error_bytes`` fails with ``code`` (default ``BIG``) and a message of that many characters.
 
+* ``leak`` {"mib"}: keeps ``mib`` MiB alive in its runner process for good (a plug-in that leaks) and
+  returns the runner's pid.
+
 (``tests.support.probes`` has the ``pid_*`` variants that report their process id.)
 """
 
@@ -155,3 +158,25 @@ def _native_block(seconds: float) -> None:
     libc = ctypes.CDLL(None)
     libc.sleep(int(seconds))
     libc.usleep(int((seconds - int(seconds)) * 1_000_000))
+
+
+_LEAKED: list[bytes] = []
+
+
+@register
+class Leak(JobType):
+    """Keep ``mib`` MiB alive in this runner process for good; return the process id."""
+
+    name = "leak"
+    schema = {
+        "type": "object",
+        "properties": {"mib": {"type": "integer", "minimum": 0, "maximum": 1024}},
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Hold the memory (written, so it is resident), then say which process ran."""
+        mib = payload.get("mib", 0)
+        if mib:
+            _LEAKED.append(b"\x01" * (mib << 20))
+        return {"pid": os.getpid()}

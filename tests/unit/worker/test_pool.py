@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from worker.attempt import Completion, JobSpec, Outcome
 from worker.pool import PoolConfig, RunnerPool, RunnerStartError
 
 ROOT = Path(__file__).resolve().parents[3]
-PLUGINS = ("tests.support.jobtypes",)
+PLUGINS = ("tests.support.jobtypes", "tests.support.probes")
 GRACE = 0.025
 BOUND = 0.050  # a killed job's process is gone within this long after deadline + grace
 
@@ -40,10 +41,12 @@ def _importable_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 class Bundle:
     """A started pool and the completions it reported, with the time each arrived."""
 
-    def __init__(self, slots: int, grace: float = GRACE) -> None:
+    def __init__(self, slots: int, grace: float = GRACE, **config: Any) -> None:
         self.done: dict[tuple[str, int], Completion] = {}
         self.arrived: dict[tuple[str, int], float] = {}
-        self.pool = RunnerPool(PoolConfig(slots=slots, imports=PLUGINS, kill_grace_sec=grace), self._on_result)
+        self.pool = RunnerPool(
+            PoolConfig(slots=slots, imports=PLUGINS, kill_grace_sec=grace, **config), self._on_result
+        )
 
     def _on_result(self, completion: Completion) -> None:
         key = (completion.job_id, completion.attempt)
@@ -67,9 +70,9 @@ class Bundle:
         await until(lambda: self.pool.idle == slots and len(self.pool.pids()) == slots, what="a full idle pool")
 
 
-def scenario(slots: int, body: Callable[[Bundle], Awaitable[None]], grace: float = GRACE) -> None:
+def scenario(slots: int, body: Callable[[Bundle], Awaitable[None]], grace: float = GRACE, **config: Any) -> None:
     async def main() -> None:
-        bundle = Bundle(slots, grace)
+        bundle = Bundle(slots, grace, **config)
         await bundle.pool.start()
         try:
             await body(bundle)
@@ -274,6 +277,54 @@ def test_a_deadline_that_passed_in_the_queue_is_a_timeout_without_running():
         done = await b.result("late")
         assert (done.outcome, done.error_code) == (Outcome.TIMEOUT, "TIMEOUT")
         assert (await b.result("blocker")).outcome is Outcome.SUCCEEDED
+
+    scenario(1, body)
+
+
+def test_a_runner_retires_after_max_jobs_and_no_queued_job_goes_to_it_meanwhile():
+    async def body(b: Bundle) -> None:
+        # Given one slot whose runner retires every 2 jobs, and 7 jobs queued at once (so the next one
+        # is handed over the moment an answer arrives)
+        for i in range(7):
+            b.submit(f"j{i}", "leak")
+        done = [await b.result(f"j{i}") for i in range(7)]
+        # Then every job succeeds (none went to a runner on its way out) and each runner ran 2
+        assert [c.outcome for c in done] == [Outcome.SUCCEEDED] * 7, [c.error_message for c in done]
+        pids = [json.loads(c.result_json)["pid"] for c in done]
+        assert [pids.count(pid) for pid in dict.fromkeys(pids)] == [2, 2, 2, 1], pids
+        await b.full()
+
+    scenario(1, body, max_jobs=2)
+
+
+def test_a_runner_that_grew_past_max_rss_is_replaced_after_its_job_which_keeps_its_answer():
+    async def body(b: Bundle) -> None:
+        # Given one slot whose runner is replaced past 400 MiB resident (an idle one is far below)
+        b.submit("small", "leak", {"mib": 1})
+        b.submit("same", "leak", {"mib": 1})
+        b.submit("leaky", "leak", {"mib": 500})  # a plug-in that leaks
+        b.submit("after", "leak")
+        small, same, leaky, after = [await b.result(j) for j in ("small", "same", "leaky", "after")]
+        # Then the jobs all succeed; the small ones share a runner, and the job after the leak runs in
+        # a fresh one
+        assert {c.outcome for c in (small, same, leaky, after)} == {Outcome.SUCCEEDED}
+        pid = {name: json.loads(c.result_json)["pid"] for name, c in (("small", small), ("same", same),
+               ("leaky", leaky), ("after", after))}  # fmt: skip
+        assert pid["small"] == pid["same"] == pid["leaky"] != pid["after"], pid
+        await until(lambda: not alive(pid["leaky"]), 10, "the grown runner to exit")
+
+    scenario(1, body, max_rss_mb=400)
+
+
+def test_a_job_that_leaves_a_child_running_lets_the_queued_job_run_in_a_fresh_runner(tmp_path: Path):
+    async def body(b: Bundle) -> None:
+        # Given one slot, a job that returns leaving a child process running, and a job queued behind it
+        b.submit("leaves", "pid_spawn", {"pid_path": str(tmp_path / "pid"), "seconds": 60, "detach": True})
+        b.submit("next", "leak")
+        # Then both succeed: the next job did not go to the runner that was on its way out
+        leaves, nxt = await b.result("leaves"), await b.result("next")
+        assert (leaves.outcome, nxt.outcome) == (Outcome.SUCCEEDED, Outcome.SUCCEEDED), nxt.error_message
+        await until(lambda: not alive(json.loads(leaves.result_json)["child"]), 10, "the child to end")
 
     scenario(1, body)
 

@@ -46,6 +46,8 @@ def test_every_variable_is_read():
             "CORRAL_DRAIN_TIMEOUT_SEC": "1.5",
             "CORRAL_KILL_GRACE_SEC": "0",
             "CORRAL_RECONNECT_MAX_SEC": "0.5",
+            "CORRAL_RUNNER_MAX_JOBS": "1000",
+            "CORRAL_RUNNER_MAX_RSS_MB": "512",
         }
     )
     assert config.control_addr == "127.0.0.1:6000"
@@ -53,6 +55,7 @@ def test_every_variable_is_read():
     assert config.labels == {"zone": "a", "gpu": "no"}
     assert config.imports == ("tests.support.jobtypes", "other.mod")
     assert (config.drain_timeout_sec, config.kill_grace_sec, config.reconnect_max_sec) == (1.5, 0.0, 0.5)
+    assert (config.runner_max_jobs, config.runner_max_rss_mb) == (1000, 512)
 
 
 def test_slots_default_to_threads():
@@ -84,6 +87,10 @@ def test_slots_default_to_threads():
         ("CORRAL_DRAIN_TIMEOUT_SEC", "inf", "finite"),
         ("CORRAL_RECONNECT_MAX_SEC", "0", "> 0"),
         ("CORRAL_RECONNECT_MAX_SEC", "soon", "number"),
+        ("CORRAL_RUNNER_MAX_JOBS", "-1", "0 (never) to 2147483648"),
+        ("CORRAL_RUNNER_MAX_JOBS", "lots", "integer"),
+        ("CORRAL_RUNNER_MAX_RSS_MB", "9999999999", "0 (never) to 2147483648"),
+        ("CORRAL_RUNNER_MAX_RSS_MB", "1.5", "integer"),
     ],
 )
 def test_a_bad_value_names_the_variable_and_the_rule(name: str, value: str, rule: str):
