@@ -1,11 +1,13 @@
-"""Fleet size: the control plane's CPU per job with 2, 100 and 1,000 connected one-slot workers.
+"""Fleet size: the control plane's CPU per job with 2, 100 and 1,000 connected one-slot workers, and
+the CPU it takes for the largest fleet, each worker running 20 jobs, to reconnect (after a restart).
 
 Scheduling alone, in one process: the real scheduler, worker sessions and SQLite store, with every
 worker's stream replaced by a stand-in that records its assignments (a thousand worker processes do not
 fit on a small machine). The loop feeds each assignment back as a SUCCEEDED result, as a busy fleet
 would: a result frees one slot and the dispatch pass that follows fills it, one message a loop turn. The figure is process CPU
 per job over that loop; it should not grow with the fleet (``ratio`` is the largest fleet over the
-smallest).
+smallest). ``reconnect_ms`` is the CPU to register every worker of the largest fleet again, each
+reporting its 20 running jobs, as they all do when the control plane comes back.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from control.registry import Assignment, AttemptKey
 from control.scheduler import Scheduler
 from control.sessions import Hello, Outcome, Report, WorkerSessions
 from control.store import SQLiteStore
+
+RECONNECT_SLOTS = 20
+"""Running jobs per worker when the fleet reconnects."""
 
 
 class _Stream:
@@ -72,12 +77,41 @@ async def _cpu_per_job(workers: int, jobs: int, db: Path) -> float:
         store.close()
 
 
+async def _reconnect_cpu(workers: int, slots: int, db: Path) -> float:
+    store = SQLiteStore(str(db))
+    scheduler = Scheduler(store, ControlConfig.from_env({}), SystemClock())
+    sessions = WorkerSessions(scheduler)
+    outbox: deque[tuple[str, Assignment]] = deque()
+    streams = {f"w{i}": _Stream(f"w{i}", outbox) for i in range(workers)}
+    try:
+        for start in range(0, workers * slots, 10000):
+            count = min(10000, workers * slots - start)
+            await scheduler.submit([Submission("noop", {}, payload_json="{}") for _ in range(count)], batch=True)
+        for i, (worker_id, stream) in enumerate(streams.items()):
+            sessions.register(Hello(worker_id, threads=slots, slots=slots, hostname="h", pid=i), stream)
+        for _ in range(100):  # the dispatch pass runs on the next loop turns
+            if len(outbox) == workers * slots:
+                break
+            await asyncio.sleep(0)
+        running: dict[str, dict[AttemptKey, int]] = {worker_id: {} for worker_id in streams}
+        for worker_id, a in outbox:
+            running[worker_id][(a.job_id, a.attempt)] = 1
+        t0 = time.process_time()
+        for i, (worker_id, stream) in enumerate(streams.items()):
+            hello = Hello(worker_id, threads=slots, slots=slots, hostname="h", pid=i, running=running[worker_id])
+            sessions.register(hello, stream)
+        return (time.process_time() - t0) * 1000
+    finally:
+        store.close()
+
+
 def run_once(fleets: list[int], jobs: int) -> dict[str, float]:
     row: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in fleets:
             row[f"us_per_job_{n}_workers"] = asyncio.run(_cpu_per_job(n, jobs, Path(tmp) / f"{n}.db"))
-    row["ratio"] = row[f"us_per_job_{max(fleets)}_workers"] / row[f"us_per_job_{min(fleets)}_workers"]
+        row["ratio"] = row[f"us_per_job_{max(fleets)}_workers"] / row[f"us_per_job_{min(fleets)}_workers"]
+        row["reconnect_ms"] = asyncio.run(_reconnect_cpu(max(fleets), RECONNECT_SLOTS, Path(tmp) / "reconnect.db"))
     return row
 
 

@@ -80,7 +80,6 @@ class Reaper:
                 if job is not None and job.state is JobState.RUNNING and job.attempts == attempt:
                     s.fail(job, attempt, jobs.WORKER_LOST, f"worker {worker.id} was lost")
                     changed.append(job)
-            s.registry.changed()
             s.on_change()
         self._follow_clock_steps(now, steady)
         for job_id in list(s.running):

@@ -134,7 +134,6 @@ class WorkerRegistry:
     def __init__(self) -> None:
         self._workers: dict[str, WorkerEntry] = {}
         self._open: dict[str, WorkerEntry] = {}
-        self._max_threads = 0
         self._most_threads: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -153,11 +152,12 @@ class WorkerRegistry:
         if entry.id not in self._workers:
             entry.order = next(_ORDER)
         self._workers[entry.id] = entry
-        self._refresh()
+        self.changed(entry)
 
     def remove(self, worker_id: str) -> WorkerEntry | None:
         entry = self._workers.pop(worker_id, None)
-        self._refresh()
+        self._open.pop(worker_id, None)
+        self._most_threads.clear()
         return entry
 
     def connected(self) -> list[WorkerEntry]:
@@ -178,11 +178,6 @@ class WorkerRegistry:
         if worker.running.pop(key, None) is not None:
             self._recheck(worker)
 
-    @property
-    def max_threads(self) -> int:
-        """The most threads any connected worker has (0 when none is connected)."""
-        return self._max_threads
-
     def most_threads(self, job_type: str) -> int:
         """The most threads a connected worker that runs ``job_type`` has (0 when none does)."""
         most = self._most_threads.get(job_type)
@@ -198,14 +193,10 @@ class WorkerRegistry:
         else:
             self._open.pop(worker.id, None)
 
-    def _refresh(self) -> None:
-        self._max_threads = max((w.threads for w in self._workers.values() if w.connected), default=0)
+    def changed(self, worker: WorkerEntry) -> None:
+        """Call after ``worker`` connected, disconnected or started draining."""
         self._most_threads.clear()
-        self._open = {w.id: w for w in self._workers.values() if w.accepts_work}
-
-    def changed(self) -> None:
-        """Call after a worker connects, disconnects or starts draining."""
-        self._refresh()
+        self._recheck(worker)
 
     def has_capacity(self) -> bool:
         return bool(self._open)

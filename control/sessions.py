@@ -112,18 +112,24 @@ class WorkerSessions:
                     logger.info(logs.JOB_ADOPTED, extra={"job_id": key[0], "attempt": key[1], "worker_id": worker.id})
             except StaleAttempt:
                 rejected.append(key)
-        # Attempts leased to this worker that it neither runs nor has a result for are lost.
-        leased_here = {(j.id, j.attempts) for j in map(s.active.__getitem__, s.running) if j.worker_id == worker.id}
-        for key in leased_here | set(held):
+        # Attempts leased to this worker that it neither runs nor has a result for are lost. Its entry
+        # holds every attempt leased to it (kept while it is away, rebuilt from the store after a
+        # restart), so this costs what the worker held, not every running job: a thousand workers
+        # reconnecting at once after a restart each walked all their running jobs before.
+        for key in held:
             if key in hello.running or key in hello.finished:
                 continue
             job = s.active.get(key[0])
-            if job is not None and job.state is JobState.RUNNING and job.attempts == key[1]:
+            if (
+                job is not None
+                and job.state is JobState.RUNNING
+                and job.attempts == key[1]
+                and job.worker_id == worker.id
+            ):
                 s.fail(job, key[1], jobs.WORKER_LOST, f"worker {worker.id} restarted without this attempt")
                 changed.append(job)
         worker.running = running
         s.registry.add(worker)
-        s.registry.changed()
         logger.info(
             logs.WORKER_REGISTERED,
             extra={"worker_id": worker.id, "threads": worker.threads, "slots": worker.slots, "adopted": len(adopted)},
@@ -199,7 +205,7 @@ class WorkerSessions:
         worker = self.heard_from(worker_id)
         if worker is not None and not worker.draining:
             worker.draining = True
-            self.s.registry.changed()
+            self.s.registry.changed(worker)
             logger.info(logs.WORKER_DRAINING, extra={"worker_id": worker_id, "by": "worker"})
             self.s.on_change()
 
@@ -211,7 +217,7 @@ class WorkerSessions:
         worker.draining = True
         if worker.link is not None:
             worker.link.drain(deadline_sec)
-        self.s.registry.changed()
+        self.s.registry.changed(worker)
         logger.info(logs.WORKER_DRAINING, extra={"worker_id": worker_id, "by": "operator"})
         self.s.on_change()
         return worker
@@ -227,5 +233,5 @@ class WorkerSessions:
             logger.info(logs.WORKER_LEFT, extra={"worker_id": worker_id})
         else:
             logger.info(logs.WORKER_DISCONNECTED, extra={"worker_id": worker_id, "running": len(worker.running)})
-        self.s.registry.changed()
+        self.s.registry.changed(worker)
         self.s.on_change()

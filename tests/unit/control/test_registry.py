@@ -43,7 +43,6 @@ def test_open_workers_are_exactly_those_that_can_take_a_job_in_registration_orde
                 worker = WorkerEntry(wid, threads=2, slots=1 + i % 3, registered_at=0, last_seen=0)
             worker.link, worker.draining = _Link(), False
             registry.add(worker)
-            registry.changed()
         elif worker is None:
             continue
         elif op == "hold":
@@ -52,13 +51,13 @@ def test_open_workers_are_exactly_those_that_can_take_a_job_in_registration_orde
             registry.release(worker, (f"j{i}-{attempt}", attempt))
         elif op == "drain":
             worker.draining = True
-            registry.changed()
+            registry.changed(worker)
         elif op == "disconnect":
             worker.link = None
-            registry.changed()
+            registry.changed(worker)
         elif op == "reconnect":
             worker.link = _Link()
-            registry.changed()
+            registry.changed(worker)
         elif op == "remove":
             registry.remove(wid)
         # Then the open workers are those a full walk of the fleet would find, in the order it walks
@@ -76,5 +75,5 @@ def test_most_threads_for_a_type_counts_connected_workers_that_run_it() -> None:
     assert (registry.most_threads("render"), registry.most_threads("noop")) == (16, 4)
     # a worker that leaves no longer counts
     gpu.link = None
-    registry.changed()
+    registry.changed(gpu)
     assert (registry.most_threads("render"), registry.most_threads("noop")) == (4, 4)
