@@ -23,8 +23,13 @@ TOKEN_ENV = "CORRAL_TOKEN"
 TLS_CA_ENV = "CORRAL_TLS_CA"
 """Environment variable with the default ``--tls-ca``."""
 
-PASSTHROUGH = {"control": "control", "worker": "worker"}
+PASSTHROUGH = {"control": "control", "worker": "worker", "backup": "control.backup"}
 """Sub-commands that exec ``python -m MODULE`` with the rest of the command line."""
+PASSTHROUGH_HELP = {
+    "control": "run a control plane (`python -m control`; --help for its flags)",
+    "worker": "run a worker (`python -m worker`; --help for its flags)",
+    "backup": "copy the store consistently while its control plane runs (`corral backup --help`)",
+}
 
 _EPILOG = """\
 exit status: 0 ok; 1 the server refused or failed the request (or a waited-for job did not succeed);
@@ -44,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_up(sub)
     _add_demo(sub)
     for name, module in PASSTHROUGH.items():
-        p = sub.add_parser(name, help=f"run `python -m {module}` with the given arguments", add_help=False)
+        p = sub.add_parser(name, help=PASSTHROUGH_HELP.get(name, f"run `python -m {module}`"), add_help=False)
         p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser(
         "config",
