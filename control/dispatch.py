@@ -17,7 +17,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Protocol
 
-from control.registry import WorkerEntry
+from control.registry import WorkerEntry, registration_order
 
 
 class SelectionPolicy(Protocol):
@@ -39,7 +39,7 @@ class RoundRobin:
         n = len(workers)
         if n == 0:
             return None
-        start = 0 if self._last is None else bisect.bisect_right(workers, self._last, key=_order) % n
+        start = 0 if self._last is None else bisect.bisect_right(workers, self._last, key=registration_order) % n
         for k in range(n):
             w = workers[(start + k) % n]
             if w.can_take(threads):
@@ -57,10 +57,6 @@ class LeastRecentlyUsed:
             if w.can_take(threads) and (best is None or w.last_assigned_at < best.last_assigned_at):
                 best = w
         return best
-
-
-def _order(worker: WorkerEntry) -> int:
-    return worker.order
 
 
 POLICIES = {"round_robin": RoundRobin, "lru": LeastRecentlyUsed}

@@ -166,7 +166,7 @@ class WorkerRegistry:
     def open(self) -> list[WorkerEntry]:
         """The workers a job can be offered to now (connected, not draining, a slot free), in
         registration order; as many as there are, not as many as the fleet has."""
-        return sorted(self._open.values(), key=_registration_order)
+        return sorted(self._open.values(), key=registration_order)
 
     def hold(self, worker: WorkerEntry, key: AttemptKey, threads: int) -> None:
         """``worker`` runs attempt ``key`` with ``threads`` threads."""
@@ -202,5 +202,6 @@ class WorkerRegistry:
         return bool(self._open)
 
 
-def _registration_order(worker: WorkerEntry) -> int:
+def registration_order(worker: WorkerEntry) -> int:
+    """Sort key: the order in which workers registered (the order round-robin walks)."""
     return worker.order
