@@ -1,6 +1,7 @@
-"""The in-memory queues: ready jobs by priority then age, and delayed jobs by due time.
+"""The in-memory queues: ready jobs by priority then age, delayed jobs by due time, and running
+leases by the time they end.
 
-Both are rebuilt from the store at start-up. Entries are removed lazily: a cancelled or already
+All are rebuilt from the store at start-up. Entries are removed lazily: a cancelled or already
 leased job stays in the heap until it reaches the top, where the owner's ``is_live`` check drops it.
 That keeps cancel O(1) and every push/pop O(log n).
 """
@@ -70,6 +71,39 @@ class DelayedQueue:
         while heap and heap[0][0] <= now and (limit is None or len(out) < limit):
             out.append(heapq.heappop(heap)[2])
         return out
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class LeaseQueue:
+    """Running leases by the time they end, so that the reaper finds the expired ones without looking
+    at every running job (with 100,000 running, that look took 86 ms of every second's sweep).
+
+    Entries are ``(end, job id, attempt)`` and may be stale: a lease that moved or a job that finished
+    leaves its entry behind, and the owner checks each entry it pops against the job. The owner
+    rebuilds the queue from the live leases when stale entries come to outnumber them.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, str, int]] = []
+
+    def push(self, ends_at: float, job_id: str, attempt: int) -> None:
+        heapq.heappush(self._heap, (ends_at, job_id, attempt))
+
+    def pop_due(self, now: float) -> list[tuple[str, int]]:
+        """Remove and return ``(job id, attempt)`` of every entry that ended before ``now``."""
+        out: list[tuple[str, int]] = []
+        heap = self._heap
+        while heap and heap[0][0] < now:
+            _, job_id, attempt = heapq.heappop(heap)
+            out.append((job_id, attempt))
+        return out
+
+    def rebuild(self, leases: Iterator[tuple[float, str, int]]) -> None:
+        """Replace every entry with ``leases`` (the live ones)."""
+        self._heap = list(leases)
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -82,18 +82,14 @@ class Reaper:
                     changed.append(job)
             s.on_change()
         self._follow_clock_steps(now, steady)
-        for job_id in list(s.running):
-            job = s.active[job_id]
-            if job.lease_expires_at is not None and job.lease_expires_at < now:
-                attempt = job.attempts
-                logger.warning(
-                    logs.LEASE_EXPIRED, extra={"job_id": job.id, "attempt": attempt, "worker_id": job.worker_id}
-                )
-                holder = s.registry.get(job.worker_id)
-                s.fail(job, attempt, jobs.LEASE_EXPIRED, f"lease expired on worker {job.worker_id}")
-                changed.append(job)
-                if holder is not None and holder.link is not None:
-                    holder.link.cancel(job_id, attempt)
+        for job in s.expired_leases(now):
+            attempt = job.attempts
+            logger.warning(logs.LEASE_EXPIRED, extra={"job_id": job.id, "attempt": attempt, "worker_id": job.worker_id})
+            holder = s.registry.get(job.worker_id)
+            s.fail(job, attempt, jobs.LEASE_EXPIRED, f"lease expired on worker {job.worker_id}")
+            changed.append(job)
+            if holder is not None and holder.link is not None:
+                holder.link.cancel(job.id, attempt)
         if changed:
             s.later(changed)
 
@@ -124,3 +120,4 @@ class Reaper:
     def _shift_leases(self, seconds: float) -> None:
         for job_id in self.s.running:
             jobs.shift_lease(self.s.active[job_id], seconds)
+        self.s.leases_moved()

@@ -41,7 +41,7 @@ from control.dispatch import LeastRecentlyUsed, RoundRobin, SelectionPolicy, gra
 from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
 from control.metrics import Metrics
-from control.queue import DelayedQueue, ReadyQueue
+from control.queue import DelayedQueue, LeaseQueue, ReadyQueue
 from control.recent import RecentJobs
 from control.registry import Assignment, WorkerEntry, WorkerRegistry
 from control.store import IdempotencyEntry, JobPage, Store
@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 MAX_SCAN = 64
 """Jobs the dispatcher may look past when the best ones fit no free worker (backfill depth)."""
+LEASE_SLACK = 1024
+"""Stale entries the lease queue may hold beyond twice the running jobs before it is rebuilt."""
 PROMOTE_CHUNK = 500
 """Due SCHEDULED jobs made PENDING in one loop turn (one transaction); the rest follow turn by turn."""
 MAX_HOLD = 1024
@@ -93,6 +95,8 @@ class Scheduler:
         self.recent = RecentJobs()
         """Jobs that finished lately (control.recent): read without a store query."""
         self.running: set[str] = set()
+        self.leases = LeaseQueue()
+        """Where the running jobs' leases end (see :meth:`expired_leases`)."""
         self.counts: Counter[JobState] = Counter(store.count_by_state())
         self.ready = ReadyQueue(self._is_queued)
         self.delayed = DelayedQueue()
@@ -128,6 +132,7 @@ class Scheduler:
                 self.delayed.push(job.id, job.ready_at)
             elif job.state is JobState.RUNNING:
                 self.running.add(job.id)
+                self.track_lease(job)
                 ghost = self.registry.get(job.worker_id)
                 if ghost is None:
                     # Known only from the store: reaped if it does not reconnect in time.
@@ -223,6 +228,34 @@ class Scheduler:
             self._timer_wake.set()
         elif after is JobState.RUNNING:
             self.running.add(job.id)
+            self.track_lease(job)
+
+    # ---- leases ---------------------------------------------------------------------------------
+    def track_lease(self, job: JobRecord) -> None:
+        """Note where a RUNNING job's lease ends now (after a lease, an adoption)."""
+        if job.lease_expires_at is not None:
+            self.leases.push(job.lease_expires_at, job.id, job.attempts)
+            if len(self.leases) > 2 * len(self.running) + LEASE_SLACK:  # mostly finished jobs' entries
+                self.leases_moved()
+
+    def leases_moved(self) -> None:
+        """Every running lease may have moved (a clock step, a pause): index them again."""
+        live = (self.active[job_id] for job_id in self.running)
+        self.leases.rebuild((j.lease_expires_at, j.id, j.attempts) for j in live if j.lease_expires_at is not None)
+
+    def expired_leases(self, now: float) -> list[JobRecord]:
+        """The RUNNING jobs whose lease ended before ``now`` (their attempt is the leased one)."""
+        expired: dict[str, JobRecord] = {}
+        for job_id, attempt in self.leases.pop_due(now):
+            job = self.active.get(job_id)
+            if job is None or job.state is not JobState.RUNNING or job.attempts != attempt:
+                continue  # finished, or leased again since: the entry is stale
+            ends = job.lease_expires_at
+            if ends is not None and ends < now:
+                expired[job_id] = job
+            elif ends is not None:
+                self.leases.push(ends, job_id, attempt)  # moved later since (an adoption): keep watching
+        return list(expired.values())
 
     def fail(self, job: JobRecord, attempt: int, code: str, message: str, exec_seconds: float = 0.0) -> None:
         """Charge a failed attempt: retry after the backoff, or FAILED. The caller persists ``job``."""

@@ -104,6 +104,7 @@ class WorkerSessions:
                     raise StaleAttempt(key[0], key[1], "job is finished or unknown")
                 moved_worker = job.worker_id != worker.id
                 jobs.adopt(job, key[1], worker.id, now, s.config.lease_grace_sec)
+                s.track_lease(job)
                 running[key] = threads
                 adopted.append(key)
                 if moved_worker:
