@@ -33,6 +33,7 @@ from control.admission import (
     validate,
     validate_part,
 )
+from control.admission.idempotency import MAX_CACHED_KEYS
 from control.admission.ratelimit import SubmitRateLimiter
 from control.backoff import retry_delay
 from control.clock import Clock
@@ -74,7 +75,13 @@ class Scheduler:
         self.policy: SelectionPolicy = RoundRobin() if config.selection == "round_robin" else LeastRecentlyUsed()
         self.limits = Limits(config.max_payload_bytes, config.max_batch)
         self.catalog = JobTypeCatalog(store.load_job_types())
-        self.idempotency = IdempotencyKeys(config.idempotency_ttl_sec, store.load_idempotency(clock.now()))
+        live_keys = store.load_idempotency(clock.now(), MAX_CACHED_KEYS)
+        self.idempotency = IdempotencyKeys(
+            config.idempotency_ttl_sec,
+            live_keys,
+            fetch=store.get_idempotency,
+            complete=len(live_keys) < MAX_CACHED_KEYS,
+        )
         self.submit_limits = SubmitRateLimiter(
             clock,
             config.rate_limit_jobs_per_min,
@@ -354,6 +361,8 @@ class Scheduler:
         if self._dispatch_pending:  # lease what can start now in the submission's own transaction
             self._dispatch()
         await self._commit()
+        if keys:
+            self.idempotency.committed(k.key for k in keys)
         for job in fresh:
             logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]

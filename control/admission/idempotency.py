@@ -11,6 +11,12 @@ concurrent submissions with one key exactly one makes the job; the others see it
 get that job. Inside one batch, a repeated key maps to the batch's first job with that key, and a
 batch that reuses a key for a different request is refused whole, before anything is reserved.
 
+Memory: the store holds every live key; memory holds the newest :data:`MAX_CACHED_KEYS` of them.
+Once it has let older ones go, a key not in memory is looked up in the store (a primary-key read, on
+the event loop, so still with no ``await`` between lookup and reservation). Keys of submissions not
+yet committed are always in memory. At about 450 bytes a key, keeping every live key (a day's worth
+by default) would take about 4 GB for a client that keys 100 jobs a second.
+
 Expiry: :class:`IdempotencySweeper` removes expired keys from memory and from the store every
 :func:`sweep_interval` seconds, at most :data:`SWEEP_BATCH` at a time (yielding to the event loop
 between batches), so a sweep never holds the store or the loop for long. Lookups ignore expired
@@ -20,9 +26,9 @@ keys anyway, so the sweep only bounds memory and disk, never decides an answer.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from control.clock import Clock
@@ -31,6 +37,8 @@ from corral.errors import AlreadyExists
 
 logger = logging.getLogger(__name__)
 
+MAX_CACHED_KEYS = 100_000
+"""Keys kept in memory (the newest); older live ones are read from the store when asked for."""
 SWEEP_BATCH = 1000
 """Most keys one sweep step deletes (one short store transaction)."""
 SWEEP_INTERVAL_MAX_SEC = 60.0
@@ -50,16 +58,32 @@ made (str), or the index of an earlier submission of the same call with the same
 
 
 class IdempotencyKeys:
-    """Live keys by name (loaded from the store at start-up), and their expiry order."""
+    """Live keys: the newest in memory, in expiry order, the rest in the store (see the module)."""
 
-    def __init__(self, ttl: float, entries: Iterable[IdempotencyEntry] = ()) -> None:
+    def __init__(
+        self,
+        ttl: float,
+        entries: Iterable[IdempotencyEntry] = (),
+        fetch: Callable[[str], IdempotencyEntry | None] | None = None,
+        capacity: int = MAX_CACHED_KEYS,
+        complete: bool = True,
+    ) -> None:
+        """``entries``: keys to start with (the newest from the store); ``fetch``: reads one key from
+        the store (None: memory is all there is); ``complete``: ``entries`` are all the live keys, so
+        the store is asked only once memory has let some go."""
         self.ttl = ttl
-        self._keys: dict[str, IdempotencyEntry] = {e.key: e for e in entries}
-        # (expires_at, key), a min-heap; an item whose key was reserved again since is skipped when popped.
-        self._expiry: list[tuple[float, str]] = [(e.expires_at, e.key) for e in self._keys.values()]
-        heapq.heapify(self._expiry)
+        self.capacity = capacity
+        self._fetch = fetch
+        self._complete = complete
+        self._keys: OrderedDict[str, IdempotencyEntry] = OrderedDict(
+            (e.key, e) for e in sorted(entries, key=lambda e: e.expires_at)
+        )
+        self._pending: set[str] = set()
+        """Reserved, not yet known committed: never dropped from memory, since the store lacks them."""
+        self._trim()
 
     def __len__(self) -> int:
+        """Keys in memory."""
         return len(self._keys)
 
     def lookup(self, key: str, request_hash: str, now: float, field: str = "idempotency_key") -> str | None:
@@ -69,6 +93,8 @@ class IdempotencyKeys:
             AlreadyExists: the key is live and was used with a different request.
         """
         entry = self._keys.get(key)
+        if entry is None and self._fetch is not None and not self._complete:
+            entry = self._fetch(key)  # an older key, no longer in memory
         if entry is None or entry.expires_at <= now:
             return None
         if entry.request_hash != request_hash:
@@ -109,26 +135,39 @@ class IdempotencyKeys:
         return found
 
     def reserve(self, key: str, request_hash: str, job_id: str, now: float) -> IdempotencyEntry:
-        """Remember the key for ``job_id`` until ``now + ttl``; returns the entry to persist."""
+        """Remember the key for ``job_id`` until ``now + ttl``; returns the entry to persist. Call
+        :meth:`committed` once the store has it."""
         entry = IdempotencyEntry(key, request_hash, job_id, now + self.ttl)
         self._keys[key] = entry
-        heapq.heappush(self._expiry, (entry.expires_at, key))
+        self._keys.move_to_end(key)
+        self._pending.add(key)
         return entry
 
-    def forget(self, key: str) -> None:
-        """Drop ``key`` from memory (its heap item is skipped when it comes up)."""
-        self._keys.pop(key, None)
+    def committed(self, keys: Iterable[str]) -> None:
+        """The store now holds these reserved keys: memory may let them go when it is full."""
+        self._pending.difference_update(keys)
+        self._trim()
+
+    def _trim(self) -> None:
+        keys = self._keys
+        while len(keys) > self.capacity:
+            oldest = next(iter(keys))
+            if oldest in self._pending:
+                break
+            del keys[oldest]
+            self._complete = False
 
     def expire(self, now: float, limit: int | None = None) -> int:
         """Drop up to ``limit`` (default: all) keys that expired by ``now`` from memory; returns how many."""
         dropped = 0
-        heap = self._expiry
-        while heap and heap[0][0] <= now and (limit is None or dropped < limit):
-            expires_at, key = heapq.heappop(heap)
-            entry = self._keys.get(key)
-            if entry is not None and entry.expires_at == expires_at:
-                del self._keys[key]
-                dropped += 1
+        keys = self._keys
+        while keys and (limit is None or dropped < limit):
+            key, entry = next(iter(keys.items()))
+            if entry.expires_at > now:
+                break
+            del keys[key]  # expired: no lookup would use it, stored or not
+            self._pending.discard(key)
+            dropped += 1
         return dropped
 
 

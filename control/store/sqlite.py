@@ -157,6 +157,7 @@ class SQLiteStore:
             self._wconn.executescript(resources.files("control.store").joinpath("schema.sql").read_text())
             _migrate(self._wconn)
             self._rconn = _connect(path, sync)
+            self._kconn = _connect(path, sync)  # key lookups on the event loop's thread (see get_idempotency)
         except sqlite3.Error as exc:
             with contextlib.suppress(AttributeError, sqlite3.Error):
                 self._wconn.close()
@@ -376,11 +377,19 @@ class SQLiteStore:
         value = self._rconn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         return int(value)
 
-    def load_idempotency(self, now: float) -> list[IdempotencyEntry]:
+    def load_idempotency(self, now: float, limit: int | None = None) -> list[IdempotencyEntry]:
         rows = self._rconn.execute(
-            "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE expires_at > ?", (now,)
+            "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE expires_at > ? "
+            "ORDER BY expires_at DESC LIMIT ?",
+            (now, -1 if limit is None else limit),
         ).fetchall()
-        return [IdempotencyEntry(*r) for r in rows]
+        return [IdempotencyEntry(*r) for r in reversed(rows)]
+
+    def get_idempotency(self, key: str) -> IdempotencyEntry | None:
+        row = self._kconn.execute(
+            "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE key = ?", (key,)
+        ).fetchone()
+        return IdempotencyEntry(*row) if row else None
 
     def load_job_types(self) -> list[JobTypeEntry]:
         rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
@@ -397,7 +406,7 @@ class SQLiteStore:
         self._reader.shutdown(wait=True)
         self._stop.set()
         self._checkpointer.join()
-        for conn in (self._wconn, self._rconn):
+        for conn in (self._wconn, self._rconn, self._kconn):
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
         self._lock.release()

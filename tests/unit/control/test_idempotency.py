@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from control import scheduler as scheduler_module
+from control.admission import Submission
 from control.admission.idempotency import IdempotencyKeys, IdempotencySweeper, sweep_interval
 from control.clock import FakeClock
+from control.config import ControlConfig
+from control.jobs import JobState
+from control.scheduler import Scheduler
 from control.store import IdempotencyEntry, SQLiteStore
 from corral.errors import AlreadyExists
 
@@ -92,3 +97,69 @@ def test_the_store_sweep_comes_after_queued_writes(tmp_path: Path) -> None:
         return left
 
     assert asyncio.run(go()) == [IdempotencyEntry("kept", "h", "job-2", 9.0)]
+
+
+def test_memory_keeps_the_newest_keys_and_finds_older_ones_in_the_store() -> None:
+    stored: dict[str, IdempotencyEntry] = {}
+    keys = IdempotencyKeys(ttl=100, fetch=stored.get, capacity=3)
+    # Given five keys reserved, committed (the store has them) one after another
+    for i in range(5):
+        stored[f"k{i}"] = keys.reserve(f"k{i}", f"h{i}", f"job-{i}", now=i)
+        keys.committed([f"k{i}"])
+    # Then memory holds the newest three, and the older ones still answer, from the store
+    assert len(keys) == 3
+    assert keys.resolve({0: ("k0", "h0"), 1: ("k4", "h4")}, now=10) == {0: "job-0", 1: "job-4"}
+    with pytest.raises(AlreadyExists, match="key 'k1' was already used for a different request"):
+        keys.resolve({0: ("k1", "other")}, now=10)
+    # and an expired one does not, wherever it is
+    assert keys.resolve({0: ("k0", "h0")}, now=100) == {}
+
+
+def test_keys_not_yet_committed_stay_in_memory_however_many() -> None:
+    keys = IdempotencyKeys(ttl=100, fetch=lambda key: None, capacity=2)
+    for i in range(4):
+        keys.reserve(f"k{i}", "h", f"job-{i}", now=i)
+    # The store does not have them yet: dropping one would let a duplicate through
+    assert len(keys) == 4 and keys.lookup("k0", "h", now=5) == "job-0"
+    keys.committed(["k0", "k1", "k2"])
+    assert len(keys) == 2 and keys.lookup("k3", "h", now=5) == "job-3"
+
+
+def test_a_control_plane_answers_replays_of_keys_it_no_longer_keeps_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler_module, "MAX_CACHED_KEYS", 10)  # what a restart loads
+
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        clock = FakeClock()
+        scheduler = Scheduler(store, ControlConfig.from_env({}), clock)
+        scheduler.idempotency.capacity = 10
+        try:
+            # Given 50 keyed submissions, of which memory keeps the 10 newest keys
+            first = [
+                (await scheduler.submit([Submission("noop", {"i": i}, idempotency_key=f"order-{i}")]))[0]
+                for i in range(50)
+            ]
+            assert len(scheduler.idempotency) == 10
+            # When the oldest is sent again, the same and with another request
+            clock.advance(60)
+            (again,) = await scheduler.submit([Submission("noop", {"i": 0}, idempotency_key="order-0")])
+            with pytest.raises(AlreadyExists, match="order-1"):
+                await scheduler.submit([Submission("noop", {"i": 99}, idempotency_key="order-1")])
+            # Then the store answers: the original job, and a refusal
+            assert again.id == first[0].id
+            assert scheduler.state_counts()[JobState.PENDING] == 50
+        finally:
+            store.close()
+        # And a restart loads only the newest keys, while the older ones still answer
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        try:
+            restarted = Scheduler(store, ControlConfig.from_env({}), clock)
+            assert len(restarted.idempotency) == 10
+            (replayed,) = await restarted.submit([Submission("noop", {"i": 3}, idempotency_key="order-3")])
+            assert replayed.id == first[3].id
+        finally:
+            store.close()
+
+    asyncio.run(main())
