@@ -55,12 +55,20 @@ class _Stream:
     def close(self) -> None: ...
 
 
+class _Fleet:
+    """The control plane's scheduling parts on a new store, and ``workers`` stand-in worker streams."""
+
+    def __init__(self, workers: int, db: Path) -> None:
+        self.store = SQLiteStore(str(db))
+        self.scheduler = Scheduler(self.store, ControlConfig.from_env({}), SystemClock())
+        self.sessions = WorkerSessions(self.scheduler)
+        self.outbox: deque[tuple[str, Assignment]] = deque()
+        self.streams = {f"w{i}": _Stream(f"w{i}", self.outbox) for i in range(workers)}
+
+
 async def _cpu_per_job(workers: int, jobs: int, db: Path) -> float:
-    store = SQLiteStore(str(db))
-    scheduler = Scheduler(store, ControlConfig.from_env({}), SystemClock())
-    sessions = WorkerSessions(scheduler)
-    outbox: deque[tuple[str, Assignment]] = deque()
-    streams = {f"w{i}": _Stream(f"w{i}", outbox) for i in range(workers)}
+    fleet = _Fleet(workers, db)
+    scheduler, sessions, outbox, streams = fleet.scheduler, fleet.sessions, fleet.outbox, fleet.streams
     try:
         for worker_id, stream in streams.items():
             sessions.register(Hello(worker_id, threads=1, slots=1), stream)
@@ -79,15 +87,12 @@ async def _cpu_per_job(workers: int, jobs: int, db: Path) -> float:
             await asyncio.sleep(0)  # each worker's message in a loop turn of its own, as off a real stream
         return (time.process_time() - t0) / done * 1e6
     finally:
-        store.close()
+        fleet.store.close()
 
 
 async def _reconnect_and_sweep(workers: int, slots: int, db: Path) -> tuple[float, float]:
-    store = SQLiteStore(str(db))
-    scheduler = Scheduler(store, ControlConfig.from_env({}), SystemClock())
-    sessions = WorkerSessions(scheduler)
-    outbox: deque[tuple[str, Assignment]] = deque()
-    streams = {f"w{i}": _Stream(f"w{i}", outbox) for i in range(workers)}
+    fleet = _Fleet(workers, db)
+    scheduler, sessions, outbox, streams = fleet.scheduler, fleet.sessions, fleet.outbox, fleet.streams
     try:
         for start in range(0, workers * slots, 10000):
             count = min(10000, workers * slots - start)
@@ -112,7 +117,7 @@ async def _reconnect_and_sweep(workers: int, slots: int, db: Path) -> tuple[floa
             reaper.sweep()
         return reconnect * 1000, (time.process_time() - t0) / SWEEPS * 1000
     finally:
-        store.close()
+        fleet.store.close()
 
 
 def run_once(fleets: list[int], jobs: int) -> dict[str, float]:
