@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_up(sub)
     _add_demo(sub)
-    for name, module in PASSTHROUGH.items():
-        p = sub.add_parser(name, help=PASSTHROUGH_HELP.get(name, f"run `python -m {module}`"), add_help=False)
+    for name in PASSTHROUGH:
+        p = sub.add_parser(name, help=PASSTHROUGH_HELP[name], add_help=False)
         p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser(
         "config",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -12,16 +11,13 @@ import pytest
 
 from control.backup import backup as store_backup
 from corral.v1 import jobs_pb2
-from tests.conftest import FAST_ENV, ROOT, ControlProc, base_env, wait_until
+from tests.conftest import FAST_ENV, ControlProc, wait_until
 from tests.support.calls import request, submit
-
-CORRAL = [sys.executable, "-m", "corral.cli"]
+from tests.support.cli import corral
 
 
 def backup(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CORRAL, "backup", *args], cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=120, check=False
-    )
+    return corral("backup", *args, timeout=120)
 
 
 def test_a_backup_taken_while_jobs_pour_in_holds_every_job_acknowledged_before_it(

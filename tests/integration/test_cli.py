@@ -9,7 +9,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,16 +17,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
+from tests.support.cli import CORRAL, corral
 from tests.support.processes import alive
-
-CORRAL = [sys.executable, "-m", "corral.cli"]
-
-
-def corral(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the `corral` command to completion and capture its output."""
-    return subprocess.run(
-        [*CORRAL, *args], cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=timeout, check=False
-    )
 
 
 def _descendants(pid: int) -> set[int]:

@@ -17,9 +17,9 @@ import pytest
 from control.config import _ENV, ControlConfig
 from corral.cli.config_check import MASK, env_names
 from tests.conftest import ROOT, base_env
+from tests.support.cli import CORRAL
 from worker.config import WorkerConfig
 
-CORRAL = [sys.executable, "-m", "corral.cli"]
 TOKEN = "client-token-0123456789abcdef"
 WORKER_TOKEN = "worker-token-0123456789abcdef"
 
