@@ -3,9 +3,10 @@
 A worker's pool starts ``python -m runner.serve --in FD --out FD --parent PID [--import MODULE]...``
 and talks to it over two pipes in the :mod:`runner.wire` format. The process
 
-* dies with its parent: it asks the kernel for SIGKILL when the parent goes (``PR_SET_PDEATHSIG``),
+* dies with its parent: it asks the kernel for a signal when the parent goes (``PR_SET_PDEATHSIG``),
+  on which :mod:`runner._lifeline` kills its whole process group (what its jobs started included),
   then checks the parent did not die before that request, and it exits at end of file on its
-  request pipe, so no runner outlives its worker even after ``kill -9``;
+  request pipe, so no runner, nor a process a job started, outlives its worker even after ``kill -9``;
 * imports the plug-in modules once, starts the compiled kernels' threads, applies the per-job
   memory limit (``--memory-limit-mb``, see :mod:`runner.limits`), then writes READY;
 * reports a job that ran out of memory as ``MEMORY_LIMIT`` and then exits, so that the worker
@@ -43,13 +44,28 @@ from runner.wire import READY, REQUEST, encode_failure, encode_response, encode_
 __all__ = ["die_with_parent", "main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
+# The signal the kernel sends when the worker goes: a real-time one that jobs have no use for, handled
+# by runner._lifeline (it ends the whole process group).
+PARENT_GONE = signal.SIGRTMIN + 3
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Have the kernel SIGKILL this process when its parent exits; exit now if it already has."""
+    """Have the kernel end this process, and its process group, when its parent exits; exit now if it
+    already has.
+
+    The group holds what jobs started (children that did not leave it) and plug-ins' helpers; without
+    the compiled :mod:`runner._lifeline`, only this process is killed.
+    """
+    try:
+        from runner import _lifeline
+
+        _lifeline.arm(PARENT_GONE)
+        death_signal = PARENT_GONE
+    except (ImportError, OSError):
+        death_signal = signal.SIGKILL
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: end of file on the pipe still stops us
         pass
     if os.getppid() != parent_pid:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -143,6 +144,43 @@ def test_kill_9_of_the_worker_leaves_no_runner_process():
             deadline = time.monotonic() + 5
             while any(alive(p) for p in runners):
                 assert time.monotonic() < deadline, "orphaned runner processes"
+                await asyncio.sleep(0.01)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await control.stop()
+
+    asyncio.run(main())
+
+
+def test_kill_9_of_the_worker_ends_the_processes_its_runners_started(tmp_path: Path):
+    # Given a worker running a job that waits on a child process of its own (a tool, a shell command),
+    # with a plug-in that started a helper process as it was imported
+    async def main() -> None:
+        control = FakeControl()
+        await control.start()
+        imports = ("--import", "tests.support.probes", "--import", "tests.support.plugin_helper")
+        proc = await _spawn(control.port, *imports)
+        try:
+            s = await control.session(within=30)
+            await s.next("register")
+            s.registered()
+            pid_file = tmp_path / "child"
+            s.assign(job("tool", "pid_spawn", {"pid_path": str(pid_file), "seconds": 600}))
+            await until(lambda: pid_file.exists(), what="the job's child to start")
+            child = int(pid_file.read_text())
+            s.assign(job("helper", "helper_pid"))
+            helper = json.loads((await s.results(1))[("helper", 1)].result_json)["helper"]
+            assert alive(child) and alive(helper)
+            # When the worker is killed with SIGKILL (no chance to clean up)
+            proc.kill()
+            await proc.wait()
+            # Then the job's child and the helper die with its runners, instead of running on orphaned
+            deadline = time.monotonic() + 5
+            while alive(child) or alive(helper):
+                left = [p for p in (child, helper) if alive(p)]
+                assert time.monotonic() < deadline, f"orphaned processes: {left}"
                 await asyncio.sleep(0.01)
         finally:
             if proc.returncode is None:

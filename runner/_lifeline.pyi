@@ -1,0 +1,3 @@
+"""Typed surface of the compiled ``runner._lifeline``."""
+
+def arm(signum: int) -> None: ...
