@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from control.access import VISIBILITIES
 from control.auth import TokenError, client_tokens, token_problem
 from control.exec_limits import parse_exec_limits
 from control.tls import ContainerTls, ServerTls, TlsError
@@ -104,6 +105,12 @@ class ControlConfig:
     """CORRAL_AUTH_TOKEN_FILE: a readable file of more client tokens, one ``TOKEN`` or ``NAME:TOKEN`` a
     line (blank lines and ``#`` comments skipped), read at start-up and again when it changes or on SIGHUP
     (control.token_reload)."""
+    job_visibility: str = "all"
+    """CORRAL_JOB_VISIBILITY: all | owner. ``owner``: a client sees and manages only the jobs it submitted
+    (needs client tokens; control.access)."""
+    auth_admins: tuple[str, ...] = ()
+    """CORRAL_AUTH_ADMINS: comma-separated client token names that see and manage every job and may call
+    AdminService when CORRAL_JOB_VISIBILITY=owner."""
     tls_cert: str = ""
     """CORRAL_TLS_CERT: PEM certificate chain; with CORRAL_TLS_KEY, the gRPC port speaks TLS and the HTTP
     port HTTPS (set both or neither)."""
@@ -266,6 +273,7 @@ class ControlConfig:
             clients = client_tokens(self.auth_tokens, self.auth_token_file)
         except TokenError as exc:
             raise ConfigError(str(exc)) from None
+        self._check_visibility(set(clients.values()))
         if self.worker_token:
             problem = token_problem(self.worker_token)
             if problem is not None:
@@ -277,6 +285,21 @@ class ControlConfig:
                 "CORRAL_WORKER_TOKEN must be set when client tokens are (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE),"
                 " else anyone could register a worker and take jobs (or set CORRAL_TLS_CLIENT_CA)"
             )
+
+    def _check_visibility(self, principals: set[str]) -> None:
+        _rule(self.job_visibility in VISIBILITIES, "CORRAL_JOB_VISIBILITY", "must be all or owner", self.job_visibility)
+        if self.job_visibility == "owner" and not principals:
+            raise ConfigError(
+                "CORRAL_JOB_VISIBILITY=owner needs client tokens (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE):"
+                " without them no call says who it comes from"
+            )
+        if self.auth_admins and self.job_visibility != "owner":
+            raise ConfigError(
+                "CORRAL_AUTH_ADMINS needs CORRAL_JOB_VISIBILITY=owner (with 'all' every client sees every job)"
+            )
+        for name in self.auth_admins:
+            if name not in principals:
+                raise ConfigError(f"CORRAL_AUTH_ADMINS: {name!r} is not the name of any client token")
 
     def _check_tls(self) -> None:
         _rule(0 <= self.worker_port <= 65535, "CORRAL_WORKER_PORT", "must be 0..65535", self.worker_port)
@@ -465,6 +488,8 @@ _ENV: dict[str, str] = {
     "event_loop": "CORRAL_EVENT_LOOP",
     "auth_tokens": "CORRAL_AUTH_TOKENS",
     "auth_token_file": "CORRAL_AUTH_TOKEN_FILE",
+    "job_visibility": "CORRAL_JOB_VISIBILITY",
+    "auth_admins": "CORRAL_AUTH_ADMINS",
     "tls_cert": "CORRAL_TLS_CERT",
     "tls_key": "CORRAL_TLS_KEY",
     "tls_client_ca": "CORRAL_TLS_CLIENT_CA",
@@ -525,6 +550,8 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "event_loop": _lower,
     "auth_tokens": _list,
     "auth_token_file": _text,
+    "job_visibility": _lower,
+    "auth_admins": _list,
     "tls_cert": _text,
     "tls_key": _text,
     "tls_client_ca": _text,

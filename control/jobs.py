@@ -97,6 +97,7 @@ class JobRecord:
         "lease_expires_at",
         "max_attempts",
         "name",
+        "owner",
         "payload_json",
         "priority",
         "queue_seconds",
@@ -134,8 +135,11 @@ class JobRecord:
         state: JobState = JobState.PENDING,
         ready_at: float | None = None,
         request_id: str | None = None,
+        owner: str = "",
     ) -> None:
         self.id = id
+        self.owner = owner
+        """Who submitted it: the client token's name ("" when no token is asked for); never changes."""
         self.request_id = request_id
         """The id of the request that created the job, for its log lines (in memory only: None after a restart)."""
         self.seq = seq

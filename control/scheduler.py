@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from control import jobs
+from control.access import Access
 from control.admission import (
     IdempotencyKeys,
     JobTypeCatalog,
@@ -74,6 +75,8 @@ class Scheduler:
         self.rng = rng or random.Random(config.backoff_seed)
         self.policy: SelectionPolicy = RoundRobin() if config.selection == "round_robin" else LeastRecentlyUsed()
         self.limits = Limits(config.max_payload_bytes, config.max_batch)
+        self.access = Access.of(config.job_visibility, config.auth_admins)
+        """Who may see which jobs (control.access)."""
         self.catalog = JobTypeCatalog(store.load_job_types())
         live_keys = store.load_idempotency(clock.now(), MAX_CACHED_KEYS)
         self.idempotency = IdempotencyKeys(
@@ -307,10 +310,13 @@ class Scheduler:
         return job is not None and job.state is JobState.PENDING
 
     # ---- submissions ----------------------------------------------------------------------------
-    async def submit(self, subs: list[Submission], batch: bool = False, client: str = "") -> list[JobRecord]:
+    async def submit(
+        self, subs: list[Submission], batch: bool = False, client: str = "", owner: str = ""
+    ) -> list[JobRecord]:
         """Admit, store and queue jobs; returns them once committed (idempotent replays included).
 
-        ``client`` is the caller's identity, for the per-client submission rate limit."""
+        ``client`` is the caller's identity, for the per-client submission rate limit; ``owner`` the
+        principal the new jobs belong to (control.access), whose idempotency keys they use."""
         if batch:
             check_batch_size(subs, self.limits)
             async for start, part in in_turns(subs):  # no change made yet: other calls may run between
@@ -324,7 +330,12 @@ class Scheduler:
         keys: list[IdempotencyEntry] = []
         # Resolve every key before reserving any (a refused batch leaves nothing behind), and reserve
         # before the first await: a concurrent duplicate then finds this call's job (see admission).
-        keyed = {i: (sub.idempotency_key, sub.request_hash()) for i, sub in enumerate(subs) if sub.idempotency_key}
+        key_of = self.access.idempotency_key
+        keyed = {
+            i: (key_of(sub.idempotency_key, owner), sub.request_hash())
+            for i, sub in enumerate(subs)
+            if sub.idempotency_key
+        }
         earlier = self.idempotency.resolve(keyed, now, "jobs[{}].idempotency_key" if batch else "idempotency_key")
         if self.submit_limits.enabled:
             # Charged for the jobs it would create, before anything is reserved or stored: a replay
@@ -340,7 +351,7 @@ class Scheduler:
                 prior = earlier[i]
                 out.append(prior if isinstance(prior, str) else out[prior])
                 continue
-            job = self._new_record(sub, now)
+            job = self._new_record(sub, now, owner)
             if i in keyed:
                 keys.append(self.idempotency.reserve(*keyed[i], job.id, now))
             fresh.append(job)
@@ -367,7 +378,7 @@ class Scheduler:
             logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
 
-    def _new_record(self, sub: Submission, now: float) -> JobRecord:
+    def _new_record(self, sub: Submission, now: float, owner: str) -> JobRecord:
         self._seq += 1
         job = JobRecord(
             id=os.urandom(16).hex(),
@@ -384,6 +395,7 @@ class Scheduler:
             idempotency_key=sub.idempotency_key,
             labels=sub.labels,
             request_id=logs.current_request.get(),
+            owner=sys.intern(owner),
         )
         jobs.new_job(job, now)
         return job
@@ -399,8 +411,10 @@ class Scheduler:
             raise NotFound(f"job {job_id!r} not found")
         return job
 
-    async def list_jobs(self, states: Sequence[JobState], job_type: str, limit: int, offset: int) -> JobPage:
-        return await self.store.list_jobs(states, job_type, limit, offset)
+    async def list_jobs(
+        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owner: str = ""
+    ) -> JobPage:
+        return await self.store.list_jobs(states, job_type, limit, offset, owner)
 
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
         """The job now, then after each committed change, until a terminal state.

@@ -150,11 +150,13 @@ class AsyncClient:
         type: str = "",
         limit: int = 50,
         offset: int = 0,
+        owner: str = "",
     ) -> JobPage:
-        """Return a page of jobs, newest first, filtered by state(s) and type, with the total that match."""
+        """Return a page of jobs, newest first, filtered by state(s), type and owner, with the total that
+        match. (A control plane that keeps clients apart lists only the caller's jobs to all but its admins.)"""
         with translate_errors():
             response = await self._jobs.ListJobs(
-                list_request(status, type, limit, offset), timeout=self.timeout, metadata=self.metadata
+                list_request(status, type, limit, offset, owner), timeout=self.timeout, metadata=self.metadata
             )
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 

@@ -164,11 +164,13 @@ class Client:
         type: str = "",
         limit: int = 50,
         offset: int = 0,
+        owner: str = "",
     ) -> JobPage:
-        """Return a page of jobs, newest first, filtered by state(s) and type, with the total that match."""
+        """Return a page of jobs, newest first, filtered by state(s), type and owner, with the total that
+        match. (A control plane that keeps clients apart lists only the caller's jobs to all but its admins.)"""
         with translate_errors():
             response = self._jobs.ListJobs(
-                list_request(status, type, limit, offset), timeout=self.timeout, metadata=self.metadata
+                list_request(status, type, limit, offset, owner), timeout=self.timeout, metadata=self.metadata
             )
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
@@ -293,7 +295,9 @@ def call_timeout(value: float | None) -> float | None:
     return float(value)
 
 
-def list_request(status: Iterable[JobState | str], type: str, limit: int, offset: int) -> jobs_pb2.ListJobsRequest:
+def list_request(
+    status: Iterable[JobState | str], type: str, limit: int, offset: int, owner: str = ""
+) -> jobs_pb2.ListJobsRequest:
     """Build a ``ListJobsRequest``; states may be given by name (case-insensitive)."""
     if isinstance(status, str | JobState):
         status = [status]
@@ -302,4 +306,5 @@ def list_request(status: Iterable[JobState | str], type: str, limit: int, offset
     put(request, "type", type)
     put(request, "limit", limit)
     put(request, "offset", offset)
+    put(request, "owner", owner)
     return request

@@ -126,6 +126,8 @@ class Job:
     error: JobError | None = None
     idempotency_key: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    owner: str = ""
+    """Who submitted it: the name of the client token it came with ("" without auth)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -160,6 +162,7 @@ class Job:
             error=JobError(pb.error.code, pb.error.message) if pb.HasField("error") and pb.error.code else None,
             idempotency_key=pb.idempotency_key,
             labels=dict(pb.labels),
+            owner=pb.owner,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -148,6 +148,7 @@ def job(j: JobRecord) -> jobs_pb2.Job:
         total_seconds=j.total_seconds,
         worker_id=j.worker_id,
         idempotency_key=j.idempotency_key,
+        owner=j.owner,
         labels=j.labels,
     )
     _set_struct(out.payload, j.payload_json)

@@ -1,4 +1,7 @@
-"""JobServicer: a thin adapter from corral.v1.JobService to the Scheduler."""
+"""JobServicer: a thin adapter from corral.v1.JobService to the Scheduler.
+
+Each call about one job first checks that the caller may see it (control.access): someone else's job
+is NOT_FOUND, as a missing one is."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import grpc
 
 from control.admission.validation import MAX_TYPE, check_text
 from control.api import convert
-from control.api.identity import client_identity
+from control.api.identity import PRINCIPAL, client_identity
 from control.api.status import grpc_errors
 from control.jobs import JobState
 from control.registry import WorkerState
@@ -19,6 +22,8 @@ from corral.errors import InvalidArgument
 from corral.v1 import jobs_pb2
 
 MAX_LIST = 1000
+MAX_OWNER = 64
+"""No client token's name is longer (control.auth)."""
 
 
 def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
@@ -39,7 +44,7 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobResponse:
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
-        (job,) = await self.s.submit([sub], client=self._client(context))
+        (job,) = await self.s.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         return jobs_pb2.SubmitJobResponse(job=convert.job(job))
 
     @grpc_errors
@@ -53,7 +58,7 @@ class JobServicer:
                     subs.append(convert.submission(r))
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
-        jobs = await self.s.submit(subs, batch=True, client=self._client(context))
+        jobs = await self.s.submit(subs, batch=True, client=self._client(context), owner=PRINCIPAL.get() or "")
         answer: list[jobs_pb2.Job] = []
         async for _, done in in_turns(jobs):
             answer += [convert.job(j) for j in done]
@@ -63,9 +68,17 @@ class JobServicer:
         """Who submits, when a per-client rate limit needs to know (else not worked out)."""
         return client_identity(context) if self.s.submit_limits.per_client else ""
 
+    async def _visible(self, job_id: str) -> str:
+        """``job_id`` once the caller may see that job (NOT_FOUND otherwise, as for a missing job)."""
+        target = convert.target_id(job_id)
+        if self.s.access.isolated:
+            self.s.access.check_visible(await self.s.get(target), PRINCIPAL.get())
+        return target
+
     @grpc_errors
     async def GetJob(self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.get(convert.target_id(request.id)))
+        job = await self.s.get(convert.target_id(request.id))
+        return convert.job(self.s.access.check_visible(job, PRINCIPAL.get()))
 
     @grpc_errors
     async def ListJobs(
@@ -82,22 +95,26 @@ class JobServicer:
                 raise InvalidArgument("status", f"unknown state {value}")
             states.append(JobState(value))
         check_text("type", request.type, MAX_TYPE)  # no job type is longer: say so rather than list none
-        page = await self.s.list_jobs(states, request.type, limit, request.offset)
+        check_text("owner", request.owner, MAX_OWNER)
+        owner = self.s.access.scope(PRINCIPAL.get()) or request.owner
+        if request.owner and request.owner != owner:  # another's jobs, which this caller may not see
+            return jobs_pb2.ListJobsResponse(total=0)
+        page = await self.s.list_jobs(states, request.type, limit, request.offset, owner)
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
 
     @grpc_errors
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.cancel(convert.target_id(request.id)))
+        return convert.job(await self.s.cancel(await self._visible(request.id)))
 
     @grpc_errors
     async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.retry(convert.target_id(request.id)))
+        return convert.job(await self.s.retry(await self._visible(request.id)))
 
     @grpc_errors
     async def WatchJob(
         self, request: jobs_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
-        async for job in self.s.watch(convert.target_id(request.id)):
+        async for job in self.s.watch(await self._visible(request.id)):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors

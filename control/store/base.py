@@ -75,9 +75,12 @@ class Store(Protocol):
     # reads
     async def get(self, job_id: str) -> JobRecord | None: ...
 
-    async def list_jobs(self, states: Sequence[JobState], job_type: str, limit: int, offset: int) -> JobPage:
+    async def list_jobs(
+        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owner: str = ""
+    ) -> JobPage:
         """Newest first, at most ``limit`` jobs, and fewer when their payloads and results are large (a
-        page must fit in one answer); ``total`` counts every match."""
+        page must fit in one answer); ``total`` counts every match. ``owner``: only that owner's jobs
+        ("": everyone's)."""
         ...
 
     def load_active(self) -> Iterator[JobRecord]:

@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     idempotency_key  TEXT    NOT NULL,
     labels           TEXT    NOT NULL,         -- JSON object
     updated_at       REAL    NOT NULL,
-    request_id       TEXT    NOT NULL DEFAULT '' -- the call that created the job ('' unknown), for its log lines
+    request_id       TEXT    NOT NULL DEFAULT '', -- the call that created the job (empty when unknown) for its log lines
+    owner            TEXT    NOT NULL DEFAULT ''  -- name of the client token that submitted it (empty without auth)
 );
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);

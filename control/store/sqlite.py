@@ -35,7 +35,7 @@ _COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
     "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
     "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
-    "request_id"
+    "request_id, owner"
 )
 _INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})"
 # Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
@@ -50,6 +50,10 @@ _IDEM_EXPIRE = (
     "DELETE FROM idempotency_keys WHERE key IN "
     "(SELECT key FROM idempotency_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)"
 )
+
+# Partial: jobs submitted without a token (owner '') cost no index entry. A query uses it only when its
+# WHERE says owner != '' in so many words (see list_jobs).
+_OWNER_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq) WHERE owner != ''"
 
 _Op = tuple[str, list[tuple[Any, ...]]]
 _T = TypeVar("_T")
@@ -73,7 +77,7 @@ def _insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.attempts, j.charged_attempts, j.max_attempts, j.timeout_sec, j.scheduled_at, j.created_at, j.ready_at,
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
-        j.request_id or "",
+        j.request_id or "", j.owner,
     )  # fmt: skip
 
 
@@ -93,7 +97,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
         max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
-        request_id,
+        request_id, owner,
     ) = row  # fmt: skip
     # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
     # each, not one per job: a backlog of a million jobs holds them all.
@@ -103,7 +107,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         id=id_, type=sys.intern(type_), payload_json=payload, created_at=created_at, name=name, priority=priority,
         thread_demand=thread_demand, timeout_sec=timeout_sec, max_attempts=max_attempts, scheduled_at=scheduled_at,
         idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
-        ready_at=ready_at, request_id=request_id or None,
+        ready_at=ready_at, request_id=request_id or None, owner=sys.intern(owner),
     )  # fmt: skip
     j.threads_granted = threads_granted
     j.attempts = attempts
@@ -126,6 +130,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
     columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
     if "request_id" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT NOT NULL DEFAULT ''")
+    if "owner" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+    conn.execute(_OWNER_INDEX)
 
 
 def _connect(path: str, sync: str) -> sqlite3.Connection:
@@ -330,9 +337,14 @@ class SQLiteStore:
         result: JobRecord | None = await self._read(q)
         return result
 
-    async def list_jobs(self, states: Sequence[JobState], job_type: str, limit: int, offset: int) -> JobPage:
+    async def list_jobs(
+        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owner: str = ""
+    ) -> JobPage:
         where: list[str] = []
         args: list[Any] = []
+        if owner:
+            where.append("owner = ? AND owner != ''")
+            args.append(owner)
         if states:
             where.append(f"state IN ({','.join('?' * len(states))})")
             args.extend(int(s) for s in states)

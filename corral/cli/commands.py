@@ -60,7 +60,7 @@ def list_jobs(args: argparse.Namespace) -> int:
     """``corral list``: a page of jobs, newest first."""
     states = [state for group in args.status for state in group]
     with _client(args) as client:
-        page = client.list(status=states, type=args.type, limit=args.limit, offset=args.offset)
+        page = client.list(status=states, type=args.type, limit=args.limit, offset=args.offset, owner=args.owner)
     if args.json:
         render.print_json({"jobs": [j.to_dict() for j in page.jobs], "total": page.total})
         return ExitCode.OK

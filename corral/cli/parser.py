@@ -174,6 +174,7 @@ def _add_client_commands(
         "--status", type=values.job_state, action="append", default=[], metavar="S", help="state(s), repeatable"
     )
     p.add_argument("--type", default="", help="only jobs of this type")
+    p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
     p.add_argument("--limit", type=values.positive_int, default=50, help="1..1000 (default 50)")
     p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
     p.set_defaults(handler=commands.list_jobs)

@@ -121,6 +121,7 @@ def job_table(job: Job) -> Table:
             "queue/exec/total ms",
             f"{millis(job.queue_seconds)} / {millis(job.exec_seconds)} / {millis(job.total_seconds)}",
         ),
+        ("owner", job.owner or "-"),
         ("idempotency key", job.idempotency_key or "-"),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
     ]
@@ -130,12 +131,15 @@ def job_table(job: Job) -> Table:
 
 
 def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:
-    """One row per job: the columns ``corral list`` shows."""
+    """One row per job: the columns ``corral list`` shows (with an owner column when jobs have owners)."""
+    jobs = list(jobs)
+    owners = any(job.owner for job in jobs)
     table = Table(title=title, box=box.SIMPLE_HEAD)
-    for column in ("id", "name", "type", "state", "attempts", "prio", "worker", "created", "total ms"):
+    columns = ("id", "name", "type", "state", "attempts", "prio", "worker", "created", "total ms")
+    for column in columns + (("owner",) if owners else ()):
         table.add_column(column, no_wrap=column in ("id", "state"))
     for job in jobs:
-        table.add_row(
+        cells: list[Text | str] = [
             job.id,
             job.name or "-",
             job.type,
@@ -145,7 +149,8 @@ def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:
             job.worker_id or "-",
             _time(job.created_at),
             millis(job.total_seconds),
-        )
+        ]
+        table.add_row(*cells, *([job.owner or "-"] if owners else []))
     return table
 
 

@@ -90,6 +90,32 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
     assert [j.seq for j in page.jobs] == [7, 5]
 
 
+def test_list_by_owner_and_owners_survive_reopen(tmp_path: Path) -> None:
+    path = str(tmp_path / "owners.db")
+    s = SQLiteStore(path)
+    jobs_ = [record(i) for i in range(1, 7)]
+    for job in jobs_:
+        job.owner = {1: "alice", 2: "bob", 4: "alice", 5: "bob"}.get(job.seq, "")
+    s.insert(jobs_)
+    run(s.commit())
+    s.close()
+    s = SQLiteStore(path)
+    try:
+        page = run(s.list_jobs([], "", 50, 0, owner="alice"))
+        assert ([j.seq for j in page.jobs], page.total) == ([4, 1], 2)
+        assert {j.seq: j.owner for j in run(s.list_jobs([], "", 50, 0)).jobs} == {
+            6: "",
+            5: "bob",
+            4: "alice",
+            3: "",
+            2: "bob",
+            1: "alice",
+        }
+        assert run(s.list_jobs([], "", 50, 0, owner="carol")).total == 0
+    finally:
+        s.close()
+
+
 def test_a_page_stops_before_its_payloads_and_results_outgrow_an_answer(store: Store) -> None:
     # Given 5 finished jobs with 4 MiB results and one with a result larger than a page
     jobs_ = [record(i, state=JobState.SUCCEEDED) for i in range(1, 7)]
@@ -161,6 +187,8 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     run(s.commit())
     s.close()
     conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX IF EXISTS jobs_by_owner")
+    conn.execute("ALTER TABLE jobs DROP COLUMN owner")
     conn.execute("ALTER TABLE jobs DROP COLUMN request_id")
     conn.commit()
     conn.close()
@@ -176,6 +204,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s.close()
     s = SQLiteStore(path)
     assert {j.id: j.request_id for j in s.load_active()} == {"job-1": None, "job-2": "req-2"}
+    assert {j.id: j.owner for j in s.load_active()} == {"job-1": "", "job-2": ""}
     s.close()
 
 

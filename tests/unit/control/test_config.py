@@ -37,3 +37,28 @@ def test_environment_and_flags() -> None:
 def test_bad_values_name_the_variable_and_rule(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ControlConfig.from_env(env)
+
+
+_TOKENS = {"CORRAL_AUTH_TOKENS": "alice:" + "a" * 20, "CORRAL_WORKER_TOKEN": "w" * 20}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({**_TOKENS, "CORRAL_JOB_VISIBILITY": "team"}, "CORRAL_JOB_VISIBILITY must be all or owner"),
+        ({"CORRAL_JOB_VISIBILITY": "owner"}, "CORRAL_JOB_VISIBILITY=owner needs client tokens"),
+        ({**_TOKENS, "CORRAL_AUTH_ADMINS": "alice"}, "CORRAL_AUTH_ADMINS needs CORRAL_JOB_VISIBILITY=owner"),
+        (
+            {**_TOKENS, "CORRAL_JOB_VISIBILITY": "owner", "CORRAL_AUTH_ADMINS": "alice,mallory"},
+            "CORRAL_AUTH_ADMINS: 'mallory' is not the name of any client token",
+        ),
+    ],
+)
+def test_bad_isolation_settings_name_the_variable_and_rule(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ControlConfig.from_env(env)
+
+
+def test_isolation_settings_are_read() -> None:
+    c = ControlConfig.from_env({**_TOKENS, "CORRAL_JOB_VISIBILITY": "Owner", "CORRAL_AUTH_ADMINS": " alice ,"})
+    assert (c.job_visibility, c.auth_admins) == ("owner", ("alice",))

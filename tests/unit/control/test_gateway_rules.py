@@ -59,7 +59,13 @@ def test_unknown_paths_and_wrong_methods() -> None:
 
 def test_query_fields_leave_out_path_and_body_fields() -> None:
     routes = {r.name: r for r in http_routes(SERVICES)}
-    assert [f.name for f in routes["JobService.ListJobs"].query_fields()] == ["status", "type", "limit", "offset"]
+    assert [f.name for f in routes["JobService.ListJobs"].query_fields()] == [
+        "status",
+        "type",
+        "limit",
+        "offset",
+        "owner",
+    ]
     assert routes["JobService.GetJob"].query_fields() == []
     assert routes["JobService.SubmitJob"].query_fields() == []  # body "*"
     assert routes["JobService.WatchJob"].streaming and not routes["JobService.GetJob"].streaming
