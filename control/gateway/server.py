@@ -3,6 +3,8 @@
 * ``/healthz``: liveness (the event loop answers). ``/readyz``: 200 while ready, else 503 with the
   reason; the same rule as the gRPC health service's ``corral.v1.JobService``.
 * ``/metrics``: the Prometheus text exposition of the process's own registry.
+* ``/ui``: the built-in dashboard (``/`` redirects to it), a page and its files with no data in them
+  (:mod:`control.gateway.ui`); the page's script calls the REST bridge like any other client.
 * Everything else: the REST bridge. The route comes from the ``google.api.http`` annotations
   (:mod:`control.gateway.rules`), the request message from the path, the query string and the JSON
   body (:mod:`control.gateway.protojson`), the call goes through an :class:`Invoker`, and the answer
@@ -14,8 +16,8 @@ Headers: ``Idempotency-Key`` (or ``X-Idempotency-Key``) becomes the ``idempotenc
 on (each of them given twice is a 400: which one was meant cannot be told), and ``X-Request-ID`` is taken or
 made and returned on every response.
 
-Auth: with client tokens configured, every bridge request (any path but the three above, which probes
-and Prometheus reach without credentials) needs ``Authorization: Bearer <client token>``; without one
+Auth: with client tokens configured, every bridge request (any path but the ones above, which probes,
+Prometheus and a browser reach without credentials) needs ``Authorization: Bearer <client token>``; without one
 it is a 401 with a ``google.rpc.Status`` body and ``WWW-Authenticate: Bearer``, before anything is
 parsed or called. The caller's principal is set in :data:`control.api.identity.PRINCIPAL` for the
 services to see. With an ``ssl_context`` the port speaks HTTPS only.
@@ -43,6 +45,7 @@ from control.gateway import protojson
 from control.gateway.invoke import Invoker, Metadata
 from control.gateway.rules import Route, Router
 from control.gateway.status import RpcFailure
+from control.gateway.ui import Dashboard
 from control.metrics import Metrics
 from corral import logs
 from corral.errors import InvalidArgument, Unauthenticated
@@ -100,6 +103,7 @@ class Gateway:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        Dashboard.load().add_routes(app.router, ROUTE)
         app.router.add_route("*", r"/{tail:[\s\S]*}", self._bridge)  # any path, newlines too
         app.on_response_prepare.append(self._stamp)
         # handler_cancellation: a client that goes away ends its watch at once.

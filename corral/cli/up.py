@@ -103,6 +103,7 @@ def _where(supervisor: Supervisor) -> Table:
     table.add_column()
     table.add_row("gRPC", supervisor.grpc_address)
     table.add_row("HTTP", supervisor.http_address)
+    table.add_row("web UI", f"{supervisor.http_address}/ui")
     table.add_row("database", str(Path(config.db).resolve()))
     table.add_row("control", f"pid {supervisor.control.pid}")
     ids = _worker_ids(supervisor.grpc_address, config.token)

@@ -112,6 +112,11 @@ def test_up_serves_jobs_and_stops_cleanly_on_sigint(tmp_path: Path, make_up: Any
     assert done.returncode == 0, done.stderr
     job = json.loads(done.stdout)
     assert (job["state"], job["result"]) == ("SUCCEEDED", {"sum": 3})
+    # and the dashboard it printed is there
+    dashboard = re.search(r"web UI\s+(http://127\.0\.0\.1:\d+/ui)", up.text())
+    assert dashboard, up.text()
+    with urllib.request.urlopen(dashboard.group(1), timeout=30) as page:
+        assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
 
     # And Ctrl-C stops everything, exit 0, and no process is left behind
     up.proc.send_signal(signal.SIGINT)

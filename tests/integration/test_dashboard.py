@@ -1,0 +1,253 @@
+"""The built-in dashboard at /ui against a real control plane on 127.0.0.1: it is served with its
+security headers and without credentials, it loads nothing from another host, it never parses
+server text as HTML, and every REST call its script makes is one the bridge serves.
+
+The page's behaviour in a browser is not run here (no browser on CI); these are the promises the
+page's files and the gateway make to it, read from the files the gateway actually serves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from control.api import SERVICES
+from control.gateway import Router, http_routes
+from tests.conftest import ControlProc
+from tests.integration.test_auth import token
+from tests.integration.test_rest import Reply, Rest, http_port
+
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+HTML_SINKS = ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function")
+API_CALL = re.compile(r'api\(\s*"(GET|POST)",\s*"(/v1/[^"]*)"')
+"""How the script calls the bridge: ``api("METHOD", "/v1/route/{template}", ...)``."""
+
+
+class PageParts(HTMLParser):
+    """The parts of the page that make a browser load or run something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        """``src`` of every ``<script>``."""
+        self.styles: list[str] = []
+        """``href`` of every stylesheet ``<link>``."""
+        self.urls: list[str] = []
+        """Every ``src``, ``href``, ``action`` and ``formaction`` value."""
+        self.inline: list[str] = []
+        """What the page's CSP would block: inline script, ``<style>``, ``style=`` and ``on*=`` attributes."""
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        self.urls += [v for k, v in values.items() if k in ("src", "href", "action", "formaction")]
+        self.inline += [f"<{tag} {k}=...>" for k in values if k == "style" or k.startswith("on")]
+        if tag == "script":
+            self.scripts.append(values.get("src", ""))
+            self._in_script = True
+        if tag == "style":
+            self.inline.append("<style>")
+        if tag == "link" and values.get("rel") == "stylesheet":
+            self.styles.append(values["href"])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script and data.strip():
+            self.inline.append("<script> with a body")
+
+
+@dataclass
+class Page:
+    """The dashboard as the gateway serves it: the HTML, its parts and the files it loads."""
+
+    html: Reply
+    parts: PageParts
+    files: dict[str, Reply]
+    """URL path -> reply, for every script and stylesheet the page names."""
+
+    @property
+    def script(self) -> str:
+        return "\n".join(self.files[src].body.decode() for src in self.parts.scripts)
+
+    def texts(self) -> dict[str, str]:
+        """The HTML and every file it loads, by URL path."""
+        return {"/ui": self.html.body.decode(), **{p: r.body.decode() for p, r in self.files.items()}}
+
+
+def load_page(rest: Rest, headers: dict[str, str] | None = None) -> Page:
+    html = rest.get("/ui", headers=headers)
+    assert html.status == 200, html.body
+    parts = PageParts()
+    parts.feed(html.body.decode())
+    files = {path: rest.get(path, headers=headers) for path in parts.scripts + parts.styles}
+    return Page(html, parts, files)
+
+
+def check_headers(reply: Reply, content_type: str, where: str) -> None:
+    assert reply.status == 200, f"{where}: {reply.status} {reply.body!r}"
+    assert reply.headers.get_content_type() == content_type, f"{where}: {reply.headers['Content-Type']}"
+    for name, value in SECURITY_HEADERS.items():
+        assert reply.headers[name] == value, f"{where}: {name} is {reply.headers[name]!r}"
+    csp = {d.split()[0]: d.split()[1:] for d in reply.headers["Content-Security-Policy"].split(";") if d.strip()}
+    assert csp["default-src"] == ["'self'"], where
+    assert csp["frame-ancestors"] == ["'none'"], where
+    for directive, sources in csp.items():
+        assert "'unsafe-inline'" not in sources and "'unsafe-eval'" not in sources, f"{where}: {directive}"
+        assert all(s.startswith("'") for s in sources), f"{where}: {directive} names a host: {sources}"
+
+
+@pytest.fixture
+def rest(control_plane: ControlProc) -> Rest:
+    return Rest(http_port(control_plane))
+
+
+# ---- serving ---------------------------------------------------------------------------------------
+def test_the_page_and_its_files_are_served_with_the_security_headers(rest: Rest) -> None:
+    # When the dashboard is fetched, as a browser would, page first
+    page = load_page(rest)
+
+    # Then the page is HTML, and it loads one script and one stylesheet, both served the same way
+    check_headers(page.html, "text/html", "/ui")
+    assert page.parts.scripts and page.parts.styles, page.parts.__dict__
+    for path, reply in page.files.items():
+        check_headers(reply, "text/javascript" if path in page.parts.scripts else "text/css", path)
+        assert reply.body.strip(), path
+
+    # And a browser that has the page may keep it until it changes (an upgrade serves the new one)
+    etag = page.html.headers["ETag"]
+    assert rest.get("/ui", headers={"If-None-Match": etag}).status == 304
+    assert rest.get("/ui", headers={"If-None-Match": '"something-else"'}).status == 200
+
+
+def test_the_root_redirects_to_the_dashboard(rest: Rest) -> None:
+    # When a browser opens the control plane's address
+    reply = rest.get("/")
+
+    # Then it is sent to /ui
+    assert reply.status == 303, reply.status
+    assert reply.headers["Location"] == "/ui"
+
+
+def test_the_page_loads_nothing_from_another_host(rest: Rest) -> None:
+    # Given the page and everything it loads
+    page = load_page(rest)
+
+    # Then each URL in the HTML is a path on this origin
+    assert page.parts.urls, "the page names no files at all"
+    for url in page.parts.urls:
+        assert url.startswith("/") and not url.startswith("//"), f"/ui names {url!r}"
+
+    # And no file names a URL with a scheme, a protocol-relative one, or a CSS import of another file
+    for path, text in page.texts().items():
+        assert not re.search(r"\b[a-z][a-z0-9+.-]*://", text, re.I), f"{path} names a URL with a scheme"
+        assert not re.search(r"""["'`(]\s*//[^\s/]""", text), f"{path} names a protocol-relative URL"
+        assert "@import" not in text and "@font-face" not in text, path
+
+
+def test_the_page_never_parses_server_text_as_html_and_runs_under_its_own_csp(rest: Rest) -> None:
+    # Given the page and its files
+    page = load_page(rest)
+
+    # Then no file has a way to turn a string into markup or code
+    for path, text in page.texts().items():
+        for sink in HTML_SINKS:
+            assert sink not in text, f"{path} uses {sink}"
+
+    # And nothing inline is left for the CSP (no 'unsafe-inline') to block: the script is all files
+    assert page.parts.inline == []
+    assert page.parts.scripts == [s for s in page.parts.scripts if s.startswith("/ui/")]
+
+
+# ---- the calls the script makes --------------------------------------------------------------------
+def test_every_call_the_script_makes_is_a_route_of_the_bridge(
+    control_plane: ControlProc, spawn_worker: Callable[..., Any], rest: Rest
+) -> None:
+    # Given a worker and a job, whose ids fill the routes' {id}
+    worker = spawn_worker(control_plane, imports=())
+    job = rest.submit({"type": "add_numbers", "payload": {"a": 1, "b": 2}})
+
+    # And every call of the script, with nothing calling /v1/ some other way
+    script = load_page(rest).script
+    calls = API_CALL.findall(script)
+    assert len(calls) == script.count('"/v1/'), "a /v1/ path the script uses outside api(...)"
+    assert {path for _, path in calls} >= {
+        "/v1/stats",
+        "/v1/jobs",
+        "/v1/jobs/{id}",
+        "/v1/jobs/{id}:cancel",
+        "/v1/jobs/{id}:retry",
+        "/v1/workers",
+        "/v1/workers/{id}:drain",
+    }
+
+    # When each is made against the control plane
+    router = Router(http_routes(SERVICES))
+    for method, template in calls:
+        ident = worker.worker_id if template.startswith("/v1/workers/") else job["id"]
+        path = template.replace("{id}", ident)
+        assert router.match(method, path).route is not None, f"{method} {template} is no route of the annotations"
+        reply = rest.call(method, path, {} if method == "POST" else None)
+
+        # Then the bridge serves it: no 404 (ids exist, so none is right) and no 405
+        assert reply.status not in (404, 405), f"{method} {path}: {reply.status} {reply.body!r}"
+        assert reply.status < 500, f"{method} {path}: {reply.status} {reply.body!r}"
+
+
+def test_the_job_list_the_script_asks_for_is_one_page_of_what_the_bridge_filters(rest: Rest) -> None:
+    # Given the query parameters and page size of the script's job list
+    script = load_page(rest).script
+    keys = set(re.findall(r'listQuery\.set\("(\w+)"', script))
+    (page_size,) = re.findall(r"const PAGE_SIZE = (\d+);", script)
+    assert keys == {"status", "type", "limit", "offset"}, keys
+    assert 1 <= int(page_size) <= 100, "the page must not load the whole list"
+
+    # And three jobs of a type of their own
+    kind = "add_numbers"
+    for i in range(3):
+        rest.submit({"type": kind, "name": f"page-{i}", "payload": {"a": i, "b": 1}})
+
+    # When the second page of two is asked for with every parameter the script sends
+    reply = rest.get(f"/v1/jobs?status=SUCCEEDED&status=PENDING&status=RUNNING&type={kind}&limit=2&offset=2")
+
+    # Then the bridge understands each of them and answers one page and the total
+    assert reply.status == 200, reply.body
+    answer = reply.json()
+    assert int(answer["total"]) == 3 and len(answer["jobs"]) == 1
+
+
+# ---- auth ------------------------------------------------------------------------------------------
+def test_with_client_tokens_the_page_is_open_and_the_data_is_not(
+    make_control_plane: Callable[..., ControlProc],
+) -> None:
+    # Given a control plane that wants a client token
+    client = token()
+    cp = make_control_plane(CORRAL_AUTH_TOKENS=f"ops:{client}", CORRAL_WORKER_TOKEN=token())
+    rest = Rest(http_port(cp))
+
+    # When the page and its files are fetched without one
+    page = load_page(rest)
+
+    # Then they are served, while the data the page shows is refused with the Bearer challenge
+    for path, reply in page.files.items():
+        assert reply.status == 200, f"{path}: {reply.status}"
+    assert rest.get("/").status == 303
+    refused = rest.get("/v1/jobs")
+    assert refused.status == 401 and refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert rest.get("/v1/jobs", headers={"Authorization": f"Bearer {client}"}).status == 200
+
+    # And the page can take a token: a password field, kept in sessionStorage, sent as a bearer token
+    assert 'type="password"' in page.html.body.decode()
+    assert "sessionStorage" in page.script and '"Bearer "' in page.script
