@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from control.access import VISIBILITIES
 from control.auth import TokenError, client_tokens, token_problem
 from control.exec_limits import parse_exec_limits
+from control.shares import ShareRules
 from control.tls import ContainerTls, ServerTls, TlsError
 from corral.event_loop import LOOPS
 
@@ -111,6 +112,14 @@ class ControlConfig:
     auth_admins: tuple[str, ...] = ()
     """CORRAL_AUTH_ADMINS: comma-separated client token names that see and manage every job and may call
     AdminService when CORRAL_JOB_VISIBILITY=owner."""
+    fair_share: str = "off"
+    """CORRAL_FAIR_SHARE: on | off. ``on``: a freed slot goes to the owner holding the fewest threads for
+    its weight (control.shares)."""
+    owner_weights: str = ""
+    """CORRAL_OWNER_WEIGHTS: ``alice=3,bob=1``: owners' weights for fair share (> 0; default 1 each)."""
+    owner_max_running: str = ""
+    """CORRAL_OWNER_MAX_RUNNING: ``N`` or ``N,alice=M``: the most jobs an owner may have running (0 or
+    unset: no cap)."""
     tls_cert: str = ""
     """CORRAL_TLS_CERT: PEM certificate chain; with CORRAL_TLS_KEY, the gRPC port speaks TLS and the HTTP
     port HTTPS (set both or neither)."""
@@ -265,6 +274,10 @@ class ControlConfig:
         _rule(self.log_format in ("json", "logfmt"), "CORRAL_LOG_FORMAT", "must be json or logfmt", self.log_format)
         _rule(self.event_loop in LOOPS, "CORRAL_EVENT_LOOP", "must be uvloop or asyncio", self.event_loop)
         self._check_auth()
+        try:
+            ShareRules.parse(self.fair_share, self.owner_weights, self.owner_max_running)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self._check_tls()
         self._check_autoscale()
 
@@ -490,6 +503,9 @@ _ENV: dict[str, str] = {
     "auth_token_file": "CORRAL_AUTH_TOKEN_FILE",
     "job_visibility": "CORRAL_JOB_VISIBILITY",
     "auth_admins": "CORRAL_AUTH_ADMINS",
+    "fair_share": "CORRAL_FAIR_SHARE",
+    "owner_weights": "CORRAL_OWNER_WEIGHTS",
+    "owner_max_running": "CORRAL_OWNER_MAX_RUNNING",
     "tls_cert": "CORRAL_TLS_CERT",
     "tls_key": "CORRAL_TLS_KEY",
     "tls_client_ca": "CORRAL_TLS_CLIENT_CA",
@@ -552,6 +568,9 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "auth_token_file": _text,
     "job_visibility": _lower,
     "auth_admins": _list,
+    "fair_share": _lower,
+    "owner_weights": _text,
+    "owner_max_running": _text,
     "tls_cert": _text,
     "tls_key": _text,
     "tls_client_ca": _text,

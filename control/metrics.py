@@ -5,7 +5,8 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
 * State, read when Prometheus scrapes (:class:`StateCollector`): nothing is updated as jobs move.
   ``corral_queue_depth{queue="ready"|"scheduled"}``, ``corral_jobs{state}``,
   ``corral_dead_letter_jobs``, ``corral_workers{state}``, ``corral_worker_heartbeat_age_max_seconds``
-  (the oldest heartbeat) and ``corral_ready``.
+  (the oldest heartbeat), ``corral_ready``, and per owner (control.shares)
+  ``corral_owner_thread_seconds_total{owner}`` and ``corral_owner_running_jobs{owner}``.
 * Events, bumped where they happen (:class:`Metrics`; a cached labelled child costs about 1 µs):
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
   ``corral_jobs_failed_total{type,reason}`` (dead-lettered), ``corral_job_attempt_failures_total{type,reason}``
@@ -31,13 +32,14 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from control.clock import Clock
 from control.exec_limits import ExecLimits
 from control.jobs import CANCELLED, ERROR, LEASE_EXPIRED, TIMEOUT, WORKER_LOST, JobState
 from control.registry import WorkerRegistry, WorkerState
+from control.shares import OwnerUsage
 
 DISPATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 """Seconds from a job becoming ready to its lease."""
@@ -192,6 +194,9 @@ class SchedulerView(Protocol):
     @property
     def clock(self) -> Clock: ...
 
+    @property
+    def usage(self) -> OwnerUsage: ...
+
     def state_counts(self) -> dict[JobState, int]: ...
 
 
@@ -229,6 +234,19 @@ class StateCollector(Collector):
             max(0.0, oldest),
         )
         yield GaugeMetricFamily("corral_ready", "1 while the control plane is ready (as /readyz).", int(self.ready()))
+        usage = self.s.usage
+        used = CounterMetricFamily(
+            "corral_owner_thread_seconds",
+            "Thread-seconds of the leases each owner's jobs held (threads granted x time leased), any outcome.",
+            labels=["owner"],
+        )
+        for owner, seconds in usage.thread_seconds.items():
+            used.add_metric([owner], seconds)
+        yield used
+        running = GaugeMetricFamily("corral_owner_running_jobs", "Each owner's RUNNING jobs now.", labels=["owner"])
+        for owner, n in usage.running_jobs.items():
+            running.add_metric([owner], n)
+        yield running
 
 
 class ExecLimitsCollector(Collector):

@@ -20,8 +20,9 @@ class ReadyQueue:
         self._is_live = is_live
         self._token = 0
 
-    def push(self, job_id: str, priority: int, ready_at: float, seq: int) -> int:
-        """Queue a job; returns the entry's token (a later push of the same job supersedes it)."""
+    def push(self, job_id: str, priority: int, ready_at: float, seq: int, owner: str = "") -> int:
+        """Queue a job; returns the entry's token (a later push of the same job supersedes it). One
+        queue for every owner (control.shares keeps one per owner when owners' shares matter)."""
         self._token += 1
         heapq.heappush(self._heap, (-priority, ready_at, seq, job_id, self._token))
         return self._token

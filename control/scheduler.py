@@ -46,6 +46,7 @@ from control.metrics import Metrics
 from control.queue import DelayedQueue, LeaseQueue, ReadyQueue
 from control.recent import RecentJobs
 from control.registry import Assignment, WorkerEntry, WorkerRegistry
+from control.shares import OwnerQueues, OwnerUsage, ShareRules
 from control.store import IdempotencyEntry, JobPage, Store
 from control.turns import in_turns
 from control.watch import SHUTTING_DOWN, Watchers
@@ -108,7 +109,14 @@ class Scheduler:
         self.leases = LeaseQueue()
         """Where the running jobs' leases end (see :meth:`expired_leases`)."""
         self.counts: Counter[JobState] = Counter(store.count_by_state())
-        self.ready = ReadyQueue(self._is_queued)
+        self.shares = ShareRules.parse(config.fair_share, config.owner_weights, config.owner_max_running)
+        self.usage = OwnerUsage()
+        """Each owner's running jobs and threads, and the thread-seconds it used (control.shares)."""
+        self.ready: ReadyQueue | OwnerQueues = (
+            OwnerQueues(self._is_queued, self._looks_queued, self.shares, self.usage)
+            if self.shares.per_owner
+            else ReadyQueue(self._is_queued)
+        )
         self.delayed = DelayedQueue()
         self.started_at = time.time()
         self.on_change: Callable[[], None] = lambda: None
@@ -142,6 +150,7 @@ class Scheduler:
                 self.delayed.push(job.id, job.ready_at)
             elif job.state is JobState.RUNNING:
                 self.running.add(job.id)
+                self.usage.started(job)
                 self.track_lease(job)
                 ghost = self.registry.get(job.worker_id)
                 if ghost is None:
@@ -231,6 +240,7 @@ class Scheduler:
         self.counts[after] += 1
         if before is JobState.RUNNING:
             self.running.discard(job.id)
+            self.usage.stopped(job)
         if after is JobState.PENDING:
             self._enqueue(job)
         elif after is JobState.SCHEDULED:
@@ -238,6 +248,7 @@ class Scheduler:
             self._timer_wake.set()
         elif after is JobState.RUNNING:
             self.running.add(job.id)
+            self.usage.started(job)
             self.track_lease(job)
 
     # ---- leases ---------------------------------------------------------------------------------
@@ -292,7 +303,7 @@ class Scheduler:
             )
 
     def _enqueue(self, job: JobRecord) -> None:
-        self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq)
+        self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq, job.owner)
         self.dispatch_soon()
 
     def _released(self, job_ids: list[str]) -> None:
@@ -306,6 +317,13 @@ class Scheduler:
         if self._queued.get(job_id) != token:
             return False
         del self._queued[job_id]
+        job = self.active.get(job_id)
+        return job is not None and job.state is JobState.PENDING
+
+    def _looks_queued(self, job_id: str, token: int) -> bool:
+        """:meth:`_is_queued` without taking the entry (control.shares looks before it chooses)."""
+        if self._queued.get(job_id) != token:
+            return False
         job = self.active.get(job_id)
         return job is not None and job.state is JobState.PENDING
 
@@ -618,7 +636,7 @@ class Scheduler:
             while room > 0 and heap:
                 job = self.active.get(heapq.heappop(heap)[3])
                 if job is not None and job.state is JobState.PENDING and job.id not in self._queued:
-                    self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq)
+                    self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq, job.owner)
                     room -= 1
             if not heap:
                 del self._parked[job_type]

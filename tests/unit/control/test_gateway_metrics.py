@@ -7,6 +7,7 @@ from control.clock import FakeClock
 from control.jobs import JobState
 from control.metrics import MAX_REASONS, Metrics
 from control.registry import WorkerEntry, WorkerRegistry
+from control.shares import OwnerUsage
 
 
 class FakeScheduler:
@@ -14,6 +15,7 @@ class FakeScheduler:
         self.clock = FakeClock()
         self.registry = WorkerRegistry()
         self.counts = {s: 0 for s in JobState}
+        self.usage = OwnerUsage()
 
     def state_counts(self) -> dict[JobState, int]:
         return dict(self.counts)

@@ -1,0 +1,210 @@
+"""Owners' shares of the cluster: fair share between owners, a cap on each owner's running jobs, and
+the thread-time each owner has used.
+
+A job's owner is the client token it was submitted with (control.access); without auth every job has
+the owner ``""``. Three settings:
+
+* ``CORRAL_FAIR_SHARE=on``: when a slot frees, the next job comes from the owner that holds the
+  fewest threads for its weight (``CORRAL_OWNER_WEIGHTS``, ``alice=3,bob=1``, default 1 each). Among
+  owners equally far below their share, the one whose next job has the higher priority, then the
+  older one, goes first; within an owner, jobs keep their order (priority, then age). So a client
+  that queues ten thousand jobs gets its share of the workers, not all of them, and a client that
+  submits one job later waits for one slot to free, not for the ten thousand. No owner starves: every
+  owner with ready jobs is the least served one at some point. Priority orders an owner's own jobs;
+  it does not let one owner take another's share.
+* ``CORRAL_OWNER_MAX_RUNNING=N`` (or ``N,alice=M``; 0 = no cap): an owner never has more than that
+  many jobs running; the rest wait PENDING and start as its running jobs end.
+* Usage, always counted: the thread-seconds of every lease each owner's jobs held (threads granted x
+  time leased, whatever the attempt's outcome), exported as ``corral_owner_thread_seconds_total``
+  with ``corral_owner_running_jobs`` (control.metrics).
+
+Without either of the first two settings the scheduler keeps its one ready queue (control.queue) and
+none of this costs anything but the usage count.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from control.jobs import JobRecord
+
+__all__ = ["OwnerQueues", "OwnerUsage", "ShareRules", "parse_caps", "parse_weights"]
+
+_Entry = tuple[int, float, int, str, int]  # (-priority, ready_at, seq, job id, token)
+
+
+def _pairs(raw: str) -> Iterator[tuple[str, str]]:
+    """``a=1, 2`` -> ("a", "1"), ("", "2"): comma-separated entries, each ``NAME=VALUE`` or ``VALUE``."""
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, value = item.rpartition("=")
+        yield (name.strip() if sep else ""), value.strip()
+
+
+def parse_weights(raw: str) -> dict[str, float]:
+    """``alice=3,bob=0.5`` -> {owner: weight}; raises ValueError naming the entry and the rule."""
+    weights: dict[str, float] = {}
+    for name, value in _pairs(raw):
+        if not name:
+            raise ValueError(f"{value!r}: each entry is OWNER=WEIGHT")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise ValueError(f"{name}={value}: the weight must be a number") from None
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"{name}={value}: the weight must be > 0")
+        weights[name] = weight
+    return weights
+
+
+def parse_caps(raw: str) -> tuple[int, dict[str, int]]:
+    """``4,alice=10`` -> (4, {"alice": 10}): the cap of every owner, and per-owner exceptions (0 = none);
+    raises ValueError naming the entry and the rule."""
+    default = 0
+    caps: dict[str, int] = {}
+    for name, value in _pairs(raw):
+        try:
+            cap = int(value)
+        except ValueError:
+            raise ValueError(f"{value!r}: a cap must be a whole number") from None
+        if cap < 0:
+            raise ValueError(f"{value!r}: a cap must be >= 0 (0: no cap)")
+        if name:
+            caps[name] = cap
+        else:
+            default = cap
+    return default, caps
+
+
+@dataclass(frozen=True)
+class ShareRules:
+    """CORRAL_FAIR_SHARE, CORRAL_OWNER_WEIGHTS and CORRAL_OWNER_MAX_RUNNING, parsed."""
+
+    fair: bool = False
+    weights: Mapping[str, float] = field(default_factory=dict)
+    max_running: int = 0
+    max_running_for: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, fair_share: str, weights: str, max_running: str) -> ShareRules:
+        """The rules from the three settings' values; ValueError names the setting and the rule."""
+        if fair_share not in ("on", "off"):
+            raise ValueError(f"CORRAL_FAIR_SHARE must be on or off, got {fair_share!r}")
+        try:
+            parsed_weights = parse_weights(weights)
+        except ValueError as exc:
+            raise ValueError(f"CORRAL_OWNER_WEIGHTS: {exc}") from None
+        try:
+            cap, caps = parse_caps(max_running)
+        except ValueError as exc:
+            raise ValueError(f"CORRAL_OWNER_MAX_RUNNING: {exc}") from None
+        return cls(fair_share == "on", parsed_weights, cap, caps)
+
+    @property
+    def per_owner(self) -> bool:
+        """Whether jobs must be queued per owner (fair share or a cap is on)."""
+        return self.fair or self.max_running > 0 or any(self.max_running_for.values())
+
+    def weight(self, owner: str) -> float:
+        return self.weights.get(owner, 1.0)
+
+    def cap(self, owner: str) -> int:
+        """The most jobs ``owner`` may have running (0: no cap)."""
+        return self.max_running_for.get(owner, self.max_running)
+
+
+class OwnerUsage:
+    """Per owner: the jobs and threads its RUNNING jobs hold now, and the thread-seconds used so far."""
+
+    def __init__(self) -> None:
+        self.running_jobs: Counter[str] = Counter()
+        self.running_threads: Counter[str] = Counter()
+        self.thread_seconds: defaultdict[str, float] = defaultdict(float)
+
+    def started(self, job: JobRecord) -> None:
+        """``job`` became RUNNING (leased, or found running at start-up)."""
+        self.running_jobs[job.owner] += 1
+        self.running_threads[job.owner] += job.threads_granted
+
+    def stopped(self, job: JobRecord) -> None:
+        """``job`` left RUNNING; its lease lasted from ``started_at`` to ``updated_at`` (the move)."""
+        owner = job.owner
+        self.running_jobs[owner] -= 1
+        self.running_threads[owner] -= job.threads_granted
+        if job.started_at is not None:
+            self.thread_seconds[owner] += max(0.0, job.updated_at - job.started_at) * job.threads_granted
+
+
+class OwnerQueues:
+    """PENDING jobs queued per owner; :meth:`pop` serves the owner furthest below its share.
+
+    The same contract as :class:`control.queue.ReadyQueue` (push returns a token, entries are dropped
+    lazily when ``is_live`` says a later push superseded them), plus ``looks_live``: the same test
+    without consuming the entry, to look at each owner's next job before choosing one.
+    """
+
+    def __init__(
+        self,
+        is_live: Callable[[str, int], bool],
+        looks_live: Callable[[str, int], bool],
+        rules: ShareRules,
+        usage: OwnerUsage,
+    ) -> None:
+        self._heaps: dict[str, list[_Entry]] = {}
+        self._is_live = is_live
+        self._looks_live = looks_live
+        self._rules = rules
+        self._usage = usage
+        self._token = 0
+        self._size = 0
+
+    def push(self, job_id: str, priority: int, ready_at: float, seq: int, owner: str = "") -> int:
+        """Queue a job under its owner; returns the entry's token."""
+        self._token += 1
+        heap = self._heaps.get(owner)
+        if heap is None:
+            heap = self._heaps[owner] = []
+        heapq.heappush(heap, (-priority, ready_at, seq, job_id, self._token))
+        self._size += 1
+        return self._token
+
+    def pop(self) -> str | None:
+        """The next job of the owner furthest below its share and under its cap, or None."""
+        rules, usage = self._rules, self._usage
+        best: tuple[float, int, float, int] | None = None
+        chosen = ""
+        for owner in list(self._heaps):
+            heap = self._heaps[owner]
+            while heap and not self._looks_live(heap[0][3], heap[0][4]):
+                heapq.heappop(heap)
+                self._size -= 1
+            if not heap:
+                del self._heaps[owner]
+                continue
+            cap = rules.cap(owner)
+            if cap and usage.running_jobs[owner] >= cap:
+                continue
+            share = usage.running_threads[owner] / rules.weight(owner) if rules.fair else 0.0
+            neg_priority, ready_at, seq, _, _ = heap[0]
+            key = (share, neg_priority, ready_at, seq)
+            if best is None or key < best:
+                best, chosen = key, owner
+        if best is None:
+            return None
+        heap = self._heaps[chosen]
+        _, _, _, job_id, token = heapq.heappop(heap)
+        self._size -= 1
+        if not heap:
+            del self._heaps[chosen]
+        self._is_live(job_id, token)  # consume the entry (looks_live just said it is the live one)
+        return job_id
+
+    def __len__(self) -> int:
+        """Entries, including superseded ones not dropped yet (an upper bound on live jobs)."""
+        return self._size

@@ -1,0 +1,88 @@
+"""Owners' shares on a real control plane and a real worker: fair share, per-owner caps, usage.
+
+Each client has a token of its own (its jobs' owner). The jobs are ``sleep`` jobs, so that when a
+job started (the lease, on the control plane's clock) says which owner a freed slot went to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import corral
+from corral import JobSpec
+from tests.conftest import ControlProc
+from tests.integration.test_health_metrics import scrape
+from tests.integration.test_rest import Rest
+
+
+def _clients(make_control_plane: Any, spawn_worker: Any, threads: int, **env: str) -> Iterator[Any]:
+    tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "worker")}
+    cp: ControlProc = make_control_plane(
+        CORRAL_AUTH_TOKENS=f"alice:{tokens['alice']},bob:{tokens['bob']}", CORRAL_WORKER_TOKEN=tokens["worker"], **env
+    )
+    cp.token = tokens["alice"]  # the fixtures' own calls (is the worker registered?) need a client token
+    spawn_worker(cp, threads=threads, env={"CORRAL_WORKER_TOKEN": tokens["worker"]})
+    with (
+        corral.Client(cp.address, token=tokens["alice"]) as alice,
+        corral.Client(cp.address, token=tokens["bob"]) as bob,
+    ):
+        yield cp, alice, bob
+
+
+@pytest.fixture
+def fair(make_control_plane: Any, spawn_worker: Any) -> Iterator[Any]:
+    yield from _clients(make_control_plane, spawn_worker, 2, CORRAL_FAIR_SHARE="on")
+
+
+@pytest.fixture
+def capped(make_control_plane: Any, spawn_worker: Any) -> Iterator[Any]:
+    yield from _clients(make_control_plane, spawn_worker, 4, CORRAL_OWNER_MAX_RUNNING="1")
+
+
+def _sleeps(client: corral.Client, n: int, seconds: float) -> list[str]:
+    return [j.id for j in client.submit_many([JobSpec("sleep", {"seconds": seconds}) for _ in range(n)])]
+
+
+def _done(client: corral.Client, ids: list[str]) -> list[corral.Job]:
+    jobs = [client.wait(i, timeout=60) for i in ids]
+    assert {j.state.name for j in jobs} == {"SUCCEEDED"}
+    return jobs
+
+
+def test_fair_share_lets_a_late_client_in_ahead_of_another_s_backlog(fair: Any) -> None:
+    _, alice, bob = fair
+    # Given alice's backlog of 12 jobs on a worker with 2 slots
+    alice_ids = _sleeps(alice, 12, 0.2)
+    # When bob submits 2 jobs after it
+    bob_ids = _sleeps(bob, 2, 0.2)
+    alice_jobs, bob_jobs = _done(alice, alice_ids), _done(bob, bob_ids)
+    # Then bob's jobs start as the first slots free, not after all of alice's: most of her jobs start
+    # after his last one (in submission order none would)
+    last_bob = max(j.started_at for j in bob_jobs if j.started_at)
+    after = [j for j in alice_jobs if j.started_at and j.started_at > last_bob]
+    assert len(after) >= 6, f"only {len(after)} of alice's 12 jobs started after bob's"
+
+
+def test_an_owner_cap_holds_its_jobs_while_others_run(capped: Any) -> None:
+    cp, alice, bob = capped
+    # Given a cap of one running job per owner and a worker with 4 slots
+    alice_ids = _sleeps(alice, 3, 0.3)
+    bob_ids = _sleeps(bob, 1, 0.3)
+    alice_jobs, (bob_job,) = _done(alice, alice_ids), _done(bob, bob_ids)
+    # Then alice's jobs ran one at a time although slots were free
+    runs = sorted((j.started_at, j.finished_at) for j in alice_jobs if j.started_at and j.finished_at)
+    assert len(runs) == 3
+    for (_, end), (start, _) in itertools.pairwise(runs):
+        assert start >= end, runs
+    # while bob's ran beside her first one
+    assert bob_job.started_at is not None and bob_job.started_at < runs[0][1]
+    # and each owner's thread-time is counted
+    metrics = scrape(Rest(cp.http_port))
+    assert metrics['corral_owner_thread_seconds_total{owner="alice"}'] >= 0.9
+    assert metrics['corral_owner_thread_seconds_total{owner="bob"}'] >= 0.3
+    assert metrics['corral_owner_running_jobs{owner="alice"}'] == 0

@@ -1,0 +1,148 @@
+"""Owners' shares (control.shares): which owner's job a freed slot goes to, caps, usage, settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from control.jobs import JobRecord, JobState
+from control.shares import OwnerQueues, OwnerUsage, ShareRules
+
+
+class Harness:
+    """OwnerQueues over a dict of live jobs, as the scheduler keeps them; ``start`` plays a lease."""
+
+    def __init__(self, rules: ShareRules) -> None:
+        self.jobs: dict[str, JobRecord] = {}
+        self.queued: dict[str, int] = {}
+        self.usage = OwnerUsage()
+        self.q = OwnerQueues(self._take, self._looks, rules, self.usage)
+        self.seq = 0
+
+    def _looks(self, job_id: str, token: int) -> bool:
+        return self.queued.get(job_id) == token and self.jobs[job_id].state is JobState.PENDING
+
+    def _take(self, job_id: str, token: int) -> bool:
+        live = self._looks(job_id, token)
+        if self.queued.get(job_id) == token:
+            del self.queued[job_id]
+        return live
+
+    def add(self, owner: str, priority: int = 0, threads: int = 1) -> str:
+        self.seq += 1
+        job = JobRecord(id=f"{owner}-{self.seq}", type="noop", payload_json="{}", created_at=float(self.seq),
+                        priority=priority, thread_demand=threads, seq=self.seq, owner=owner)  # fmt: skip
+        self.jobs[job.id] = job
+        self.queued[job.id] = self.q.push(job.id, priority, job.ready_at, job.seq, owner)
+        return job.id
+
+    def start(self) -> str | None:
+        """Pop the next job and lease it (it now holds its threads), as a dispatch pass does."""
+        job_id = self.q.pop()
+        if job_id is not None:
+            job = self.jobs[job_id]
+            job.state, job.threads_granted, job.started_at = JobState.RUNNING, job.thread_demand, 0.0
+            self.usage.started(job)
+        return job_id
+
+    def finish(self, job_id: str, at: float = 1.0) -> None:
+        job = self.jobs[job_id]
+        job.state, job.updated_at = JobState.SUCCEEDED, at
+        self.usage.stopped(job)
+
+
+def owners(ids: list[str | None]) -> list[str]:
+    return [i.split("-")[0] if i else "-" for i in ids]
+
+
+def test_fair_share_interleaves_a_late_owner_with_a_big_backlog() -> None:
+    h = Harness(ShareRules(fair=True))
+    for _ in range(6):
+        h.add("alice")
+    for _ in range(2):
+        h.add("bob")
+    # alice queued first and more, yet bob's jobs do not wait behind all of hers
+    assert owners([h.start() for _ in range(6)]) == ["alice", "bob", "alice", "bob", "alice", "alice"]
+
+
+def test_fair_share_counts_threads_and_weights() -> None:
+    # alice's jobs take 4 threads each, bob's 1: bob gets slots until he holds as many threads
+    h = Harness(ShareRules(fair=True))
+    for _ in range(3):
+        h.add("alice", threads=4)
+    for _ in range(8):
+        h.add("bob")
+    assert owners([h.start() for _ in range(6)]) == ["alice", "bob", "bob", "bob", "bob", "alice"]
+    # with weight 3, carol is served until she holds three times what dave holds
+    w = Harness(ShareRules(fair=True, weights={"carol": 3.0}))
+    for _ in range(8):
+        w.add("carol")
+        w.add("dave")
+    started = owners([w.start() for _ in range(8)])
+    assert (started.count("carol"), started.count("dave")) == (6, 2)
+
+
+def test_priority_orders_an_owner_s_jobs_and_breaks_ties_between_owners() -> None:
+    h = Harness(ShareRules(fair=True))
+    low = h.add("alice", priority=1)
+    high = h.add("alice", priority=9)
+    bob = h.add("bob", priority=5)
+    # equal shares (none running): the higher head first; then bob, below his share; then alice's low
+    assert [h.start(), h.start(), h.start()] == [high, bob, low]
+
+
+def test_a_cap_holds_an_owner_s_jobs_until_its_running_ones_end() -> None:
+    h = Harness(ShareRules(max_running=2, max_running_for={"bob": 1}))
+    a = [h.add("alice") for _ in range(4)]
+    b = [h.add("bob") for _ in range(2)]
+    # without fair share the order is the queue's own (priority, then age), within the caps
+    assert [h.start() for _ in range(4)] == [a[0], a[1], b[0], None]
+    h.finish(a[0])
+    assert h.start() == a[2]
+    assert h.start() is None
+    h.finish(b[0])
+    assert h.start() == b[1]
+    assert len(h.q) == 1  # a[3] waits for one of alice's to end
+
+
+def test_superseded_and_finished_entries_are_skipped() -> None:
+    h = Harness(ShareRules(fair=True))
+    first = h.add("alice")
+    second = h.add("alice")
+    h.jobs[first].state = JobState.CANCELLED
+    h.queued[second] = h.q.push(second, 0, 0.0, 99, "alice")  # pushed again: the old entry is stale
+    assert h.start() == second
+    assert h.start() is None and len(h.q) == 0
+
+
+def test_usage_counts_thread_seconds_of_every_lease() -> None:
+    h = Harness(ShareRules())
+    job_id = h.add("alice", threads=4)
+    h.start()
+    assert (h.usage.running_jobs["alice"], h.usage.running_threads["alice"]) == (1, 4)
+    h.finish(job_id, at=2.5)
+    assert h.usage.thread_seconds["alice"] == pytest.approx(10.0)
+    assert (h.usage.running_jobs["alice"], h.usage.running_threads["alice"]) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("fair", "weights", "caps", "message"),
+    [
+        ("yes", "", "", "CORRAL_FAIR_SHARE must be on or off"),
+        ("on", "alice=0", "", "CORRAL_OWNER_WEIGHTS: alice=0: the weight must be > 0"),
+        ("on", "alice=x", "", "CORRAL_OWNER_WEIGHTS: alice=x: the weight must be a number"),
+        ("on", "3", "", "CORRAL_OWNER_WEIGHTS: '3': each entry is OWNER=WEIGHT"),
+        ("off", "", "-1", "CORRAL_OWNER_MAX_RUNNING: '-1': a cap must be >= 0"),
+        ("off", "", "2,bob=two", "CORRAL_OWNER_MAX_RUNNING: 'two': a cap must be a whole number"),
+    ],
+)
+def test_bad_settings_name_the_setting_and_the_rule(fair: str, weights: str, caps: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ShareRules.parse(fair, weights, caps)
+
+
+def test_settings_parse() -> None:
+    rules = ShareRules.parse("on", "alice=3, bob=0.5", "4, alice=10")
+    assert (rules.fair, rules.weight("alice"), rules.weight("bob"), rules.weight("carol")) == (True, 3.0, 0.5, 1.0)
+    assert (rules.cap("alice"), rules.cap("bob"), rules.per_owner) == (10, 4, True)
+    assert not ShareRules.parse("off", "", "").per_owner
+    assert not ShareRules.parse("off", "", "0").per_owner
