@@ -500,6 +500,7 @@ class Scheduler:
             self._enqueue(job)
             self.store.update([job])
             await self._commit()
+        logger.info(logs.JOB_RETRIED, extra={"job_id": job.id, "attempts": job.attempts})
         self.watchers.announce(job)
         return job
 

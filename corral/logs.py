@@ -20,6 +20,7 @@ JOB_DISPATCHED = "job_dispatched"
 JOB_COMPLETED = "job_completed"
 JOB_FAILED = "job_failed"
 JOB_RETRY_SCHEDULED = "job_retry_scheduled"
+JOB_RETRIED = "job_retried"
 JOB_CANCELLED = "job_cancelled"
 JOB_REQUEUED = "job_requeued"
 JOB_ADOPTED = "job_adopted"
@@ -77,6 +78,13 @@ current_request: ContextVar[str | None] = ContextVar("corral_request_id", defaul
 logged meanwhile carries it as ``request_id``, unless the line names one itself: a line about a job
 gives the id of the request that created the job, and ``None`` (no such request known) leaves it out."""
 
+PRINCIPAL = "principal"
+"""The field that carries the caller's identity (see :data:`current_principal`)."""
+current_principal: ContextVar[str | None] = ContextVar("corral_principal", default=None)
+"""Who makes the call being served when the control plane asks for tokens: a client token's name,
+or ``worker``/``worker:<CN>`` (set by the auth check). Every line logged meanwhile carries it as
+``principal``, so that the log says who submitted, cancelled or retried a job and who drained a worker."""
+
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
@@ -88,13 +96,17 @@ def _extras(record: logging.LogRecord) -> Iterator[tuple[str, Any]]:
 
 
 class RequestIdFilter(logging.Filter):
-    """Adds :data:`current_request` to records that do not name a request id themselves."""
+    """Adds :data:`current_request` to records that do not name a request id themselves, and
+    :data:`current_principal` when a caller is known."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if REQUEST_ID not in record.__dict__:
             rid = current_request.get()
             if rid is not None:
                 record.request_id = rid
+        principal = current_principal.get()
+        if principal is not None and PRINCIPAL not in record.__dict__:
+            record.principal = principal
         return True
 
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
-PRINCIPAL: ContextVar[str | None] = ContextVar("corral_principal", default=None)
-"""The authenticated caller of the current call, or None when auth is off."""
+from corral import logs
+
+PRINCIPAL: ContextVar[str | None] = logs.current_principal
+"""The authenticated caller of the current call, or None when auth is off. The same variable as
+:data:`corral.logs.current_principal`, so every line logged for a call names its caller."""
 
 PEER: ContextVar[str | None] = ContextVar("corral_peer", default=None)
 """The caller's address when the call did not come through gRPC (the REST bridge sets it)."""

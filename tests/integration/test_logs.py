@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import signal
 import uuid
 from pathlib import Path
 from typing import Any
 
+import corral
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_cli import Up, make_up  # noqa: F401 (the fixture)
@@ -171,3 +173,24 @@ def test_corral_up_passes_log_flags_to_its_children(tmp_path: Path, make_up: Any
     assert events(logfmt_lines(logs / "worker-1.log"), "worker_registered")
     up.proc.send_signal(signal.SIGINT)
     assert up.proc.wait(60) == 0
+
+
+def test_with_tokens_each_line_names_who_made_the_call(make_control_plane: Any, spawn_worker: Any) -> None:
+    # Given a control plane with client tokens, where alice and ops each have one
+    alice, ops, worker = (secrets.token_urlsafe(24) for _ in range(3))
+    cp = make_control_plane(CORRAL_AUTH_TOKENS=f"alice:{alice},ops:{ops}", CORRAL_WORKER_TOKEN=worker)
+    cp.token = ops
+    spawn_worker(cp, threads=2, env={"CORRAL_WORKER_TOKEN": worker})
+    with corral.Client(cp.address, token=alice) as a, corral.Client(cp.address, token=ops) as o:
+        # When alice submits jobs, ops cancels one and re-drives another that failed
+        running = a.submit("sleep", {"seconds": 30})
+        failed = a.submit("failing", max_attempts=1)
+        assert a.wait(failed.id, timeout=30).state.name == "FAILED"
+        o.cancel(running.id)
+        o.retry(failed.id)
+    # Then the log says who did what: the audit trail of a shared control plane
+    (submitted,) = [e for e in cp.events("job_submitted") if e["job_id"] == running.id]
+    assert submitted["principal"] == "alice"
+    wait_until(lambda: cp.events("job_retried"), what="the job_retried line")
+    assert [(e["job_id"], e["principal"]) for e in cp.events("job_cancelled")] == [(running.id, "ops")]
+    assert [(e["job_id"], e["principal"]) for e in cp.events("job_retried")] == [(failed.id, "ops")]
