@@ -114,6 +114,7 @@ class JobRecord:
         "type",
         "updated_at",
         "worker_id",
+        "worker_selector",
     )
 
     def __init__(
@@ -136,9 +137,13 @@ class JobRecord:
         ready_at: float | None = None,
         request_id: str | None = None,
         owner: str = "",
+        worker_selector: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.id = id
         self.owner = owner
+        self.worker_selector = worker_selector
+        """``(label, value)`` pairs, sorted, that a worker's labels must all include (empty: any worker).
+        A tuple: hashable (the dispatcher keys on it) and free when empty (the common case)."""
         """Who submitted it: the client token's name ("" when no token is asked for); never changes."""
         self.request_id = request_id
         """The id of the request that created the job, for its log lines (in memory only: None after a restart)."""

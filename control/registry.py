@@ -123,6 +123,11 @@ class WorkerEntry:
         """Whether it can run jobs of ``job_type`` (its runners have that type registered)."""
         return not self.job_types or job_type in self.job_types
 
+    def matches(self, selector: tuple[tuple[str, str], ...]) -> bool:
+        """Whether its labels include every ``(label, value)`` of a job's worker selector."""
+        labels = self.labels
+        return all(labels.get(key) == value for key, value in selector)
+
 
 class WorkerRegistry:
     """Workers by id, in registration order (the order round-robin walks).
@@ -134,7 +139,7 @@ class WorkerRegistry:
     def __init__(self) -> None:
         self._workers: dict[str, WorkerEntry] = {}
         self._open: dict[str, WorkerEntry] = {}
-        self._most_threads: dict[str, int] = {}
+        self._most_threads: dict[str | tuple[str, tuple[tuple[str, str], ...]], int] = {}
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -178,12 +183,19 @@ class WorkerRegistry:
         if worker.running.pop(key, None) is not None:
             self._recheck(worker)
 
-    def most_threads(self, job_type: str) -> int:
-        """The most threads a connected worker that runs ``job_type`` has (0 when none does)."""
-        most = self._most_threads.get(job_type)
+    def most_threads(self, job_type: str, selector: tuple[tuple[str, str], ...] = ()) -> int:
+        """The most threads a connected worker that runs ``job_type`` (and matches ``selector``) has;
+        0 when none does."""
+        key = (job_type, selector) if selector else job_type
+        most = self._most_threads.get(key)
         if most is None:
-            most = self._most_threads[job_type] = max(
-                (w.threads for w in self._workers.values() if w.connected and w.runs(job_type)), default=0
+            most = self._most_threads[key] = max(
+                (
+                    w.threads
+                    for w in self._workers.values()
+                    if w.connected and w.runs(job_type) and (not selector or w.matches(selector))
+                ),
+                default=0,
             )
         return most
 

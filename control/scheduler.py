@@ -61,6 +61,8 @@ LEASE_SLACK = 1024
 """Stale entries the lease queue may hold beyond twice the running jobs before it is rebuilt."""
 PROMOTE_CHUNK = 500
 """Due SCHEDULED jobs made PENDING in one loop turn (one transaction); the rest follow turn by turn."""
+JobKind = str | tuple[str, tuple[tuple[str, str], ...]]
+"""What decides which workers can run a job: its type, with its worker selector when it has one."""
 MAX_HOLD = 1024
 """Jobs one dispatch pass may set aside (behind execution rate limits, or for want of a worker that runs
 their type) before it yields to the event loop."""
@@ -133,10 +135,10 @@ class Scheduler:
         self._rewrites = asyncio.Lock()
         # RetryJob reads a finished job, then writes it back live; a purge in between would delete the
         # row it then updates (the job would live in memory only). Both hold this lock.
-        self._parked: dict[str, list[tuple[int, float, int, str]]] = {}
-        """PENDING jobs, by type, that no worker running their type could take (see _park)."""
-        self._unserved: set[str] = set()
-        """Types with parked jobs and no connected worker that runs them (logged once each)."""
+        self._parked: dict[JobKind, list[tuple[int, float, int, str]]] = {}
+        """PENDING jobs, by type (and worker selector), that no worker running them could take (see _park)."""
+        self._unserved: set[JobKind] = set()
+        """Kinds with parked jobs and no connected worker that runs them (logged once each)."""
 
     # ---- start-up: rebuild memory from the store --------------------------------------------------
     def recover(self) -> None:
@@ -414,6 +416,7 @@ class Scheduler:
             labels=sub.labels,
             request_id=logs.current_request.get(),
             owner=sys.intern(owner),
+            worker_selector=tuple(sorted(sub.worker_selector.items())) if sub.worker_selector else (),
         )
         jobs.new_job(job, now)
         return job
@@ -540,7 +543,7 @@ class Scheduler:
         leased: list[JobRecord] = []
         candidates: list[WorkerEntry] = workers
         # Per job type, this pass: the candidates that run it, and the most threads a connected one has.
-        typed: dict[str, tuple[list[WorkerEntry], int]] = {}
+        typed: dict[JobKind, tuple[list[WorkerEntry], int]] = {}
         limits = self.exec_limits
         gates = NO_GATES
         held = 0
@@ -561,10 +564,12 @@ class Scheduler:
                             self.dispatch_soon()
                             break
                         continue
-            view = typed.get(job.type)
+            selector = job.worker_selector
+            kind = (job.type, selector) if selector else job.type
+            view = typed.get(kind)
             if view is None:
-                runs = [w for w in candidates if w.runs(job.type)]
-                view = typed[job.type] = (runs, self.registry.most_threads(job.type))
+                runs = [w for w in candidates if w.runs(job.type) and (not selector or w.matches(selector))]
+                view = typed[kind] = (runs, self.registry.most_threads(job.type, selector))
             runners, most_threads = view
             threads = granted_threads(job.thread_demand, most_threads)
             worker = self.policy.choose(runners, threads)
@@ -620,27 +625,30 @@ class Scheduler:
             self.later(leased, send)
 
     def _park(self, job: JobRecord, served: bool) -> None:
-        """Set aside a PENDING job that no worker running its type can take now; ``served``: some
-        connected worker runs the type (it is busy or draining), else none does."""
-        heapq.heappush(self._parked.setdefault(job.type, []), (-job.priority, job.ready_at, job.seq, job.id))
-        if not served and job.type not in self._unserved:
-            self._unserved.add(job.type)
-            logger.warning(logs.JOB_TYPE_UNSERVED, extra={"type": job.type})
+        """Set aside a PENDING job that no worker running its type (and matching its worker selector)
+        can take now; ``served``: some connected such worker exists (it is busy or draining), else none."""
+        kind: JobKind = (job.type, job.worker_selector) if job.worker_selector else job.type
+        heapq.heappush(self._parked.setdefault(kind, []), (-job.priority, job.ready_at, job.seq, job.id))
+        if not served and kind not in self._unserved:
+            self._unserved.add(kind)
+            selector = {"worker_selector": dict(job.worker_selector)} if job.worker_selector else {}
+            logger.warning(logs.JOB_TYPE_UNSERVED, extra={"type": job.type, **selector})
 
     def _unpark(self, workers: list[WorkerEntry]) -> None:
-        """Back to the ready queue, best first: as many parked jobs of each type as the workers that run
+        """Back to the ready queue, best first: as many parked jobs of each kind as the workers that run
         it have free slots (the pass then places them in their order among the rest)."""
-        for job_type, heap in list(self._parked.items()):
-            room = sum(w.free_slots for w in workers if w.accepts_work and w.runs(job_type))
+        for kind, heap in list(self._parked.items()):
+            job_type, selector = kind if isinstance(kind, tuple) else (kind, ())
+            room = sum(w.free_slots for w in workers if w.accepts_work and w.runs(job_type) and w.matches(selector))
             if room > 0:
-                self._unserved.discard(job_type)
+                self._unserved.discard(kind)
             while room > 0 and heap:
                 job = self.active.get(heapq.heappop(heap)[3])
                 if job is not None and job.state is JobState.PENDING and job.id not in self._queued:
                     self._queued[job.id] = self.ready.push(job.id, job.priority, job.ready_at, job.seq, job.owner)
                     room -= 1
             if not heap:
-                del self._parked[job_type]
+                del self._parked[kind]
 
     # ---- delayed jobs ---------------------------------------------------------------------------
     async def run_timer(self) -> None:

@@ -110,6 +110,7 @@ class AsyncClient:
         scheduled_at: When | None = None,
         idempotency_key: str = "",
         labels: Mapping[str, str] | None = None,
+        worker_selector: Mapping[str, str] | None = None,
     ) -> Job:
         """Submit one job and return it as stored (see :meth:`corral.Client.submit`)."""
         request = JobSpec(
@@ -123,6 +124,7 @@ class AsyncClient:
             scheduled_at=scheduled_at,
             idempotency_key=idempotency_key,
             labels=labels,
+            worker_selector=worker_selector,
         ).to_proto()
         with translate_errors():
             response = await self._jobs.SubmitJob(request, timeout=self.timeout, metadata=self.metadata)

@@ -126,6 +126,7 @@ class Client:
         scheduled_at: When | None = None,
         idempotency_key: str = "",
         labels: Mapping[str, str] | None = None,
+        worker_selector: Mapping[str, str] | None = None,
     ) -> Job:
         """Submit one job and return it as stored (PENDING, or SCHEDULED when ``scheduled_at`` is ahead)."""
         request = JobSpec(
@@ -139,6 +140,7 @@ class Client:
             scheduled_at=scheduled_at,
             idempotency_key=idempotency_key,
             labels=labels,
+            worker_selector=worker_selector,
         ).to_proto()
         with translate_errors():
             response = self._jobs.SubmitJob(request, timeout=self.timeout, metadata=self.metadata)

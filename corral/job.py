@@ -128,6 +128,8 @@ class Job:
     labels: dict[str, str] = field(default_factory=dict)
     owner: str = ""
     """Who submitted it: the name of the client token it came with ("" without auth)."""
+    worker_selector: dict[str, str] = field(default_factory=dict)
+    """The labels a worker must have to run it (empty: any worker)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -163,6 +165,7 @@ class Job:
             idempotency_key=pb.idempotency_key,
             labels=dict(pb.labels),
             owner=pb.owner,
+            worker_selector=dict(pb.worker_selector),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -52,6 +52,8 @@ class JobSpec:
     idempotency_key: str = ""
     """The same key with the same request returns the original job instead of a new one."""
     labels: Mapping[str, str] | None = None
+    worker_selector: Mapping[str, str] | None = None
+    """Run only on a worker whose labels include every key=value here (``{"gpu": "a100"}``)."""
 
     def to_proto(self) -> jobs_pb2.SubmitJobRequest:
         """Build the ``SubmitJobRequest`` for this spec.
@@ -66,10 +68,11 @@ class JobSpec:
         put(request, "name", self.name)
         put(request, "priority", self.priority)
         put(request, "idempotency_key", self.idempotency_key)
-        for key, value in (self.labels or {}).items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidArgument(f"labels[{key}]", f"keys and values must be strings, got {value!r}")
-            put(request.labels, key, value, f"labels[{key}]")
+        for name in ("labels", "worker_selector"):
+            for key, value in (getattr(self, name) or {}).items():
+                if not isinstance(key, str) or not isinstance(value, str):
+                    raise InvalidArgument(f"{name}[{key}]", f"keys and values must be strings, got {value!r}")
+                put(getattr(request, name), key, value, f"{name}[{key}]")
         if self.thread_demand is not None:
             put(request, "thread_demand", self.thread_demand)
         if self.timeout_sec is not None:

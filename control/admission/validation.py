@@ -46,6 +46,7 @@ class Submission:
     idempotency_key: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     payload_json: str = ""
+    worker_selector: dict[str, str] = field(default_factory=dict)
 
     def request_hash(self) -> str:
         """A digest of everything that defines the job: equal requests have equal hashes."""
@@ -60,6 +61,9 @@ class Submission:
                 self.max_attempts,
                 self.scheduled_at,
                 sorted(self.labels.items()),
+                # Only when given: a request without a selector hashes as it did before there were
+                # any, so keys stored then still match their replays.
+                *([sorted(self.worker_selector.items())] if self.worker_selector else []),
             ],
             sort_keys=True,
             separators=(",", ":"),
@@ -189,6 +193,8 @@ def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: s
             raise InvalidArgument(f"{prefix}timeout_sec", f"must be > 0 seconds, got {sub.timeout_sec:g}")
         _check_range(f"{prefix}timeout_sec", sub.timeout_sec, 0, MAX_TIMEOUT_SEC)
     check_labels(sub.labels, f"{prefix}labels")
+    if sub.worker_selector:
+        check_labels(sub.worker_selector, f"{prefix}worker_selector")
     if (where := too_deep(sub.payload)) is not None:
         # deeper would be stored, but GetJob, WatchJob and ListJobs could not carry it back
         raise InvalidArgument(

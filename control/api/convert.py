@@ -127,6 +127,7 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
         scheduled_at=_time(req, "scheduled_at"),
         idempotency_key=req.idempotency_key or idempotency_key,
         labels=dict(req.labels) if req.labels else {},  # iterating an empty proto map costs µs
+        worker_selector=dict(req.worker_selector) if req.worker_selector else {},
     )
 
 
@@ -150,6 +151,7 @@ def job(j: JobRecord) -> jobs_pb2.Job:
         idempotency_key=j.idempotency_key,
         owner=j.owner,
         labels=j.labels,
+        worker_selector=dict(j.worker_selector) if j.worker_selector else None,
     )
     _set_struct(out.payload, j.payload_json)
     _set_struct(out.result, j.result_json)

@@ -35,7 +35,7 @@ _COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
     "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
     "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
-    "request_id, owner"
+    "request_id, owner, worker_selector"
 )
 _INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})"
 # Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
@@ -77,7 +77,7 @@ def _insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.attempts, j.charged_attempts, j.max_attempts, j.timeout_sec, j.scheduled_at, j.created_at, j.ready_at,
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
-        j.request_id or "", j.owner,
+        j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "",
     )  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
         max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
-        request_id, owner,
+        request_id, owner, selector,
     ) = row  # fmt: skip
     # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
     # each, not one per job: a backlog of a million jobs holds them all.
@@ -108,6 +108,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         thread_demand=thread_demand, timeout_sec=timeout_sec, max_attempts=max_attempts, scheduled_at=scheduled_at,
         idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
         ready_at=ready_at, request_id=request_id or None, owner=sys.intern(owner),
+        worker_selector=tuple(sorted(json.loads(selector).items())) if selector else (),
     )  # fmt: skip
     j.threads_granted = threads_granted
     j.attempts = attempts
@@ -132,6 +133,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN request_id TEXT NOT NULL DEFAULT ''")
     if "owner" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+    if "worker_selector" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN worker_selector TEXT NOT NULL DEFAULT ''")
     conn.execute(_OWNER_INDEX)
 
 

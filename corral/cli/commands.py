@@ -32,6 +32,7 @@ def submit(args: argparse.Namespace) -> int:
             scheduled_at=args.at,
             idempotency_key=args.idempotency_key,
             labels=dict(args.label),
+            worker_selector=dict(args.worker_selector),
         )
         if not args.wait:
             if args.json:

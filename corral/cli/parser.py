@@ -156,6 +156,15 @@ def _add_client_commands(
     )
     p.add_argument("--idempotency-key", default="", metavar="KEY", help="resubmitting with it returns the same job")
     p.add_argument("--label", type=values.label, action="append", default=[], metavar="K=V", help="repeatable")
+    p.add_argument(
+        "--on",
+        dest="worker_selector",
+        type=values.label,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="run only on workers with this label (CORRAL_WORKER_LABELS), repeatable",
+    )
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
     p.set_defaults(handler=commands.submit)
 

@@ -124,6 +124,7 @@ def job_table(job: Job) -> Table:
         ("owner", job.owner or "-"),
         ("idempotency key", job.idempotency_key or "-"),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
+        ("runs on", ", ".join(f"{k}={v}" for k, v in sorted(job.worker_selector.items())) or "any worker"),
     ]
     for name, value in rows:
         table.add_row(name, value)

@@ -86,6 +86,26 @@ class Job(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class WorkerSelectorEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
@@ -111,6 +131,7 @@ class Job(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     READY_AT_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
+    WORKER_SELECTOR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -158,6 +179,10 @@ class Job(_message.Message):
     def ready_at(self) -> _timestamp_pb2.Timestamp:
         """When the next attempt becomes ready (for SCHEDULED jobs)."""
 
+    @_builtins.property
+    def worker_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The workers it may run on: those whose labels include every key=value here (empty: any)."""
+
     def __init__(
         self,
         *,
@@ -186,10 +211,11 @@ class Job(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         ready_at: _timestamp_pb2.Timestamp | None = ...,
         owner: _builtins.str = ...,
+        worker_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -244,6 +270,26 @@ class SubmitJobRequest(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class WorkerSelectorEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
@@ -254,6 +300,7 @@ class SubmitJobRequest(_message.Message):
     SCHEDULED_AT_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    WORKER_SELECTOR_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     priority: _builtins.int
@@ -272,6 +319,13 @@ class SubmitJobRequest(_message.Message):
     def scheduled_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def worker_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Run only on a worker whose labels (CORRAL_WORKER_LABELS) include every key=value here: a GPU,
+        a zone, a licence. At most 64 pairs. Until such a worker connects the job waits PENDING,
+        out of the way of the others.
+        """
+
     def __init__(
         self,
         *,
@@ -285,10 +339,11 @@ class SubmitJobRequest(_message.Message):
         scheduled_at: _timestamp_pb2.Timestamp | None = ...,
         idempotency_key: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        worker_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "max_attempts", b"max_attempts", "payload", b"payload", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015

@@ -90,6 +90,21 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
     assert [j.seq for j in page.jobs] == [7, 5]
 
 
+def test_worker_selectors_survive_reopen(tmp_path: Path) -> None:
+    path = str(tmp_path / "selectors.db")
+    s = SQLiteStore(path)
+    picky, plain = record(1), record(2)
+    picky.worker_selector = (("gpu", "a100"), ("zone", "ü"))
+    s.insert([picky, plain])
+    run(s.commit())
+    s.close()
+    s = SQLiteStore(path)
+    try:
+        assert {j.id: j.worker_selector for j in s.load_active()} == {"job-1": picky.worker_selector, "job-2": ()}
+    finally:
+        s.close()
+
+
 def test_list_by_owner_and_owners_survive_reopen(tmp_path: Path) -> None:
     path = str(tmp_path / "owners.db")
     s = SQLiteStore(path)
@@ -188,6 +203,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s.close()
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX IF EXISTS jobs_by_owner")
+    conn.execute("ALTER TABLE jobs DROP COLUMN worker_selector")
     conn.execute("ALTER TABLE jobs DROP COLUMN owner")
     conn.execute("ALTER TABLE jobs DROP COLUMN request_id")
     conn.commit()
@@ -205,6 +221,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s = SQLiteStore(path)
     assert {j.id: j.request_id for j in s.load_active()} == {"job-1": None, "job-2": "req-2"}
     assert {j.id: j.owner for j in s.load_active()} == {"job-1": "", "job-2": ""}
+    assert {j.id: j.worker_selector for j in s.load_active()} == {"job-1": (), "job-2": ()}
     s.close()
 
 

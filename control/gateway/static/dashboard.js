@@ -307,6 +307,7 @@
       ["Total time", job.finishedAt ? fmtSeconds(job.totalSeconds) : "—"],
       ["Idempotency key", job.idempotencyKey || "—"],
       ["Labels", Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
+      ["Runs on", Object.entries(job.workerSelector || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "any worker"],
     ];
     $("detail-fields").replaceChildren(
       ...fields.flatMap(([label, value]) => [h("dt", {}, label), h("dd", { class: "user" }, value)]),

@@ -77,3 +77,23 @@ def test_most_threads_for_a_type_counts_connected_workers_that_run_it() -> None:
     gpu.link = None
     registry.changed(gpu)
     assert (registry.most_threads("render"), registry.most_threads("noop")) == (4, 4)
+
+
+def test_a_worker_selector_matches_labels_and_bounds_the_threads_a_job_can_get() -> None:
+    registry = WorkerRegistry()
+    small = WorkerEntry("small", threads=4, slots=4, registered_at=0, last_seen=0, link=_Link())
+    small.labels = {"gpu": "a100", "zone": "eu"}
+    big = WorkerEntry("big", threads=32, slots=4, registered_at=0, last_seen=0, link=_Link())
+    big.labels = {"zone": "eu"}
+    registry.add(small)
+    registry.add(big)
+    a100 = (("gpu", "a100"),)
+    assert (small.matches(a100), big.matches(a100), big.matches(()), small.matches((("zone", "us"),))) == (
+        True,
+        False,
+        True,
+        False,
+    )
+    # a job that needs the GPU can get only as many threads as the GPU worker has
+    assert (registry.most_threads("noop", a100), registry.most_threads("noop")) == (4, 32)
+    assert registry.most_threads("noop", (("zone", "us"),)) == 0
