@@ -8,7 +8,9 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
   then checks the parent did not die before that request, and it exits at end of file on its
   request pipe, so no runner, nor a process a job started, outlives its worker even after ``kill -9``;
 * imports the plug-in modules once, starts the compiled kernels' threads, applies the per-job
-  memory limit (``--memory-limit-mb``, see :mod:`runner.limits`), then writes READY;
+  memory limit (``--memory-limit-mb``, see :mod:`runner.limits`), then writes READY with the job
+  types it runs (:func:`catalog`); a plug-in that does not import is answered ``FAILED``
+  ``PLUGIN_IMPORT`` with the reason instead, and the process exits 2;
 * reports a job that ran out of memory as ``MEMORY_LIMIT`` and then exits, so that the worker
   replaces it with a fresh process; an answer after which the process exits is flagged ``LAST``
   (:mod:`runner.wire`), so the worker sends it no other job;
@@ -36,12 +38,12 @@ import signal
 import sys
 from typing import BinaryIO
 
-from runner import JobContext, execute, load_plugins
+from runner import JobContext, all_types, execute, load_plugins
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
-from runner.wire import READY, REQUEST, encode_failure, encode_response, encode_result, last
+from runner.wire import PLUGIN_IMPORT, READY, REQUEST, encode_failure, encode_response, encode_result, last
 
-__all__ = ["die_with_parent", "main", "serve"]
+__all__ = ["catalog", "die_with_parent", "main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
 # The signal the kernel sends when the worker goes: a real-time one that jobs have no use for, handled
@@ -80,7 +82,7 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0, max_jobs: i
     unpack = REQUEST.unpack
     read = requests.read
     dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-    _write_all(out_fd, encode_response(READY))
+    _write_all(out_fd, encode_response(READY, body=catalog()))
     before = _children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
     done = 0
     while True:
@@ -123,6 +125,14 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0, max_jobs: i
             _write_all(out_fd, last(frame))
             return
         _write_all(out_fd, frame)
+
+
+def catalog() -> bytes:
+    """The job types this process runs, built-ins and plug-ins, as the body of its READY frame:
+    ``[{"name", "schema", "description"}, ...]``. The worker registers them with the control plane
+    from here, so that plug-in code runs in runner processes only, never in the worker itself."""
+    types = [{"name": t.name, "schema": t.schema, "description": t.description} for t in all_types()]
+    return json.dumps(types, separators=(",", ":")).encode()
 
 
 def _resident_mb() -> float:
@@ -185,7 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     # Jobs that start subprocesses must not hand them our pipes (they would hold them open).
     os.set_inheritable(args.in_fd, False)
     os.set_inheritable(args.out_fd, False)
-    load_plugins(args.imports)
+    try:
+        load_plugins(args.imports)
+    except ImportError as exc:  # said before READY: the worker reports it and exits 2, as for a bad setting
+        _write_all(args.out_fd, encode_failure(PLUGIN_IMPORT, str(exc)))
+        sys.exit(2)
     warm_up_threads()
     if args.memory_limit_mb > 0:
         apply_memory_limit(args.memory_limit_mb)

@@ -14,8 +14,10 @@ Response (runner -> pool)::
     RESPONSE header: kind u8, flags u8, code_len u16, body_len u32
     then code (error code, empty unless FAILED), body (result JSON if OK, error message if FAILED)
 
-A runner process writes one ``READY`` response once it has imported its plug-ins, then one ``OK``
-or ``FAILED`` response per request, in order. End of file on its request pipe tells it to exit. An
+A runner process writes one ``READY`` response once it has imported its plug-ins (its body: the JSON
+list of the job types it runs, ``runner.serve.catalog``), then one ``OK`` or ``FAILED`` response per
+request, in order. A ``FAILED`` response instead of ``READY``, code ``PLUGIN_IMPORT``, says why it
+could not start. End of file on its request pipe tells it to exit. An
 answer flagged ``LAST`` is the runner's last: it exits right after it, and the pool must not hand it
 another job (the flag travels in the answer itself, so no job can be sent in between).
 """
@@ -30,6 +32,7 @@ __all__ = [
     "FAILED",
     "LAST",
     "OK",
+    "PLUGIN_IMPORT",
     "READY",
     "REQUEST",
     "RESPONSE",
@@ -53,6 +56,8 @@ FAILED = 2
 """Response kind: the job failed; code is the error code, body the message."""
 LAST = 1
 """Response flag: the runner exits after this answer."""
+PLUGIN_IMPORT = "PLUGIN_IMPORT"
+"""The code of a ``FAILED`` response sent instead of ``READY``: a plug-in module did not import."""
 
 
 def encode_request(

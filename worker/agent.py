@@ -14,7 +14,6 @@ import logging
 from types import TracebackType
 
 from corral.logs import WORKER_STARTED, WORKER_STOPPED
-from runner import all_types, load_plugins
 from worker.attempt import Completion
 from worker.config import WorkerConfig
 from worker.connection import Connection
@@ -49,7 +48,9 @@ class Agent:
         self._stopping = False
 
     async def start(self) -> None:
-        """Import plug-ins, start the runner processes, start connecting.
+        """Start the runner processes (they import the plug-ins), then start connecting with the job
+        types they said they run. Plug-in code never runs in the worker itself: what a plug-in does as
+        it is imported (a helper it starts, a model it loads) happens in runner processes only.
 
         Raises:
             ImportError: a plug-in module does not import.
@@ -58,9 +59,8 @@ class Agent:
         if self._started:
             return
         self._started = True
-        load_plugins(self.config.imports)
         await self.pool.start()
-        self.connection = Connection(self.config, self.pool, all_types(), on_drain=self._on_drain_requested)
+        self.connection = Connection(self.config, self.pool, self.pool.job_types, on_drain=self._on_drain_requested)
         await self.connection.start()
         logger.info(
             WORKER_STARTED,

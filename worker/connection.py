@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import random
@@ -51,10 +50,9 @@ from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_HEARTBEAT
 from corral.transport import keepalive
 from corral.v1 import workers_pb2 as pb
 from corral.v1 import workers_pb2_grpc as pb_grpc
-from runner.registry import JobType
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.config import WorkerConfig
-from worker.pool import RunnerPool
+from worker.pool import RunnerPool, RunnerType
 
 __all__ = ["Connection", "channel_credentials", "reconnect_delay"]
 
@@ -118,7 +116,7 @@ class Connection:
         self,
         config: WorkerConfig,
         pool: RunnerPool,
-        job_types: Sequence[JobType],
+        job_types: Sequence[RunnerType],
         on_drain: Callable[[float], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -128,8 +126,7 @@ class Connection:
         self._on_drain = on_drain
         self._rng = rng or random.Random()
         self._job_types = [
-            pb.JobTypeInfo(name=t.name, payload_schema_json=json.dumps(t.schema), description=t.description)
-            for t in job_types
+            pb.JobTypeInfo(name=t.name, payload_schema_json=t.schema_json, description=t.description) for t in job_types
         ]
         self._unacked: dict[tuple[str, int], pb.JobResult] = {}
         self._pending: list[pb.JobResult] = []

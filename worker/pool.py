@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -38,11 +39,11 @@ from dataclasses import dataclass, field
 
 from corral.logs import JOB_TIMED_OUT, RUNNER_RESTARTED
 from runner.limits import memory_limit_from_env
-from runner.wire import FAILED, LAST, OK, READY, encode_request
+from runner.wire import FAILED, LAST, OK, PLUGIN_IMPORT, READY, encode_request
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
 
-__all__ = ["PoolConfig", "RunnerPool", "RunnerStartError"]
+__all__ = ["PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,16 @@ class PoolConfig:
 
 
 class RunnerStartError(RuntimeError):
-    """Raised when runner processes cannot be started (a plug-in does not import, ...)."""
+    """Raised when runner processes cannot be started (they crash or hang while starting, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerType:
+    """A job type the runner processes run, as their READY frame lists it (``runner.serve.catalog``)."""
+
+    name: str
+    schema_json: str
+    description: str
 
 
 @dataclass(slots=True, eq=False)
@@ -124,7 +134,11 @@ class RunnerPool:
         self._started = False
         self._stopping = False
         self._crashes = 0
+        self._start_failure = ""
+        """Why a runner could not start, as it said (a plug-in that does not import)."""
         self._memory_limit_mb = 0
+        self.job_types: list[RunnerType] = []
+        """The job types the runners run (from the first READY): what the worker registers."""
         self.restarts = 0
         """Replacement processes started so far (after kills, crashes and memory limits)."""
 
@@ -134,6 +148,7 @@ class RunnerPool:
         """Start ``slots`` processes and wait until every one is ready.
 
         Raises:
+            ImportError: a plug-in module does not import (the runner's own words, naming it).
             RunnerStartError: a process exited before it was ready, or they were not ready in time,
                 or ``CORRAL_JOB_MEMORY_LIMIT_MB`` is malformed.
         """
@@ -154,6 +169,8 @@ class RunnerPool:
         while len(self._idle) < self.config.slots:
             if self._crashes:
                 await self.stop()
+                if self._start_failure:
+                    raise ImportError(self._start_failure)
                 raise RunnerStartError("a runner process exited while starting (does every --import module import?)")
             if self._loop.time() > deadline:
                 await self.stop()
@@ -315,10 +332,15 @@ class RunnerPool:
     def _on_frame(self, proc: RunnerProcess, kind: int, flags: int, code: bytes, body: bytes) -> None:
         running = self._busy.get(proc)
         if kind == READY:
+            if not self.job_types and body:
+                self.job_types = _catalog(body)
             proc.ready = True
             self._crashes = 0
             self._make_idle(proc)
             self._ready_event.set()
+            return
+        if not proc.ready and kind == FAILED and code.decode(errors="replace") == PLUGIN_IMPORT:
+            self._start_failure = body.decode(errors="replace")  # it exits next: start() raises with this
             return
         if running is None or running.killing:
             return  # a late answer from a process being killed: its kill outcome is reported
@@ -450,3 +472,8 @@ class RunnerPool:
     def _check_idle(self) -> None:
         if not self._running and not self._queued:
             self._idle_event.set()
+
+
+def _catalog(body: bytes) -> list[RunnerType]:
+    """The job types of a READY frame's body (see ``runner.serve.catalog``)."""
+    return [RunnerType(t["name"], json.dumps(t["schema"]), t.get("description", "")) for t in json.loads(body)]

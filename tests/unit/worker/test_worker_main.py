@@ -189,3 +189,40 @@ def test_kill_9_of_the_worker_ends_the_processes_its_runners_started(tmp_path: P
             await control.stop()
 
     asyncio.run(main())
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_plugin_code_runs_in_runner_processes_only_and_goes_with_the_worker():
+    # Given a worker with a plug-in that starts a helper process as it is imported
+    async def main() -> None:
+        control = FakeControl()
+        await control.start()
+        proc = await _spawn(control.port, "--import", "tests.support.plugin_helper", "--drain-timeout", "5")
+        try:
+            s = await control.session(within=30)
+            register = await s.next("register")
+            # Then the worker registers the plug-in's type, learnt from its runners
+            assert "helper_pid" in {t.name for t in register.job_types}
+            s.registered()
+            await until(lambda: len(children(proc.pid)) == 2, what="the runner processes")
+            # and its own children are the runners alone: the plug-in's helper was not started in it
+            runners = children(proc.pid)
+            assert all(b"runner.serve" in _cmdline(pid) for pid in runners)
+            helpers = [c for pid in runners for c in children(pid)]
+            assert len(helpers) == 2 and all(alive(h) for h in helpers)
+            # When the worker stops on SIGTERM
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(15):
+                assert await proc.wait() == 0
+            # Then the helpers went with its runners
+            await until(lambda: not any(alive(h) for h in helpers), within=5, what="the helpers to end")
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await control.stop()
+
+    asyncio.run(main())
