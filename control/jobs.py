@@ -97,6 +97,7 @@ class JobRecord:
         "lease_expires_at",
         "max_attempts",
         "name",
+        "output",
         "owner",
         "payload_json",
         "priority",
@@ -173,6 +174,8 @@ class JobRecord:
         self.result_json = ""
         self.error_code = ""
         self.error_message = ""
+        self.output = ""
+        """The end of what the latest attempt printed, as its worker kept it ("" when nothing)."""
         self.updated_at = created_at
 
     @property
@@ -232,7 +235,7 @@ def lease(job: JobRecord, worker_id: str, threads: int, now: float, grace: float
     job.started_at = now
     job.queue_seconds = max(0.0, now - job.ready_at)
     job.lease_expires_at = now + job.timeout_sec + grace
-    job.error_code = job.error_message = ""
+    job.error_code = job.error_message = job.output = ""
     return job.attempts
 
 
@@ -253,25 +256,34 @@ def shift_lease(job: JobRecord, seconds: float) -> None:
         job.lease_expires_at += seconds
 
 
-def succeed(job: JobRecord, attempt: int, result_json: str, now: float, exec_seconds: float) -> None:
-    """RUNNING -> SUCCEEDED with its result."""
+def succeed(job: JobRecord, attempt: int, result_json: str, now: float, exec_seconds: float, output: str = "") -> None:
+    """RUNNING -> SUCCEEDED with its result (and what it printed)."""
     check_attempt(job, attempt)
     _move(job, JobState.SUCCEEDED, now)
     job.charged_attempts += 1
     job.result_json = result_json
+    job.output = output
     job.finished_at = now
     job.exec_seconds = exec_seconds
     job.lease_expires_at = None
 
 
 def fail_attempt(
-    job: JobRecord, attempt: int, code: str, message: str, now: float, delay: float, exec_seconds: float = 0.0
+    job: JobRecord,
+    attempt: int,
+    code: str,
+    message: str,
+    now: float,
+    delay: float,
+    exec_seconds: float = 0.0,
+    output: str = "",
 ) -> bool:
     """A failed attempt: RUNNING -> SCHEDULED (retry after ``delay``) or FAILED. True when it will retry."""
     check_attempt(job, attempt)
     job.charged_attempts += 1
     job.error_code = code
     job.error_message = message
+    job.output = output
     job.exec_seconds = exec_seconds
     job.lease_expires_at = None
     if job.charged_attempts < job.max_attempts:

@@ -280,11 +280,13 @@ class Scheduler:
                 self.leases.push(ends, job_id, attempt)  # moved later since (an adoption): keep watching
         return list(expired.values())
 
-    def fail(self, job: JobRecord, attempt: int, code: str, message: str, exec_seconds: float = 0.0) -> None:
+    def fail(
+        self, job: JobRecord, attempt: int, code: str, message: str, exec_seconds: float = 0.0, output: str = ""
+    ) -> None:
         """Charge a failed attempt: retry after the backoff, or FAILED. The caller persists ``job``."""
         before = job.state
         delay = retry_delay(attempt, base=self.config.backoff_base_sec, cap=self.config.backoff_cap_sec, rng=self.rng)
-        retry = jobs.fail_attempt(job, attempt, code, message, self.clock.now(), delay, exec_seconds)
+        retry = jobs.fail_attempt(job, attempt, code, message, self.clock.now(), delay, exec_seconds, output)
         self.metrics.attempt_failed(job.type, code, retry)
         self.moved(job, before)
         if retry:

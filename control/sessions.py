@@ -59,6 +59,8 @@ class Report:
     error_message: str = ""
     started_at: float = 0.0
     finished_at: float = 0.0
+    output: str = ""
+    """The end of what the attempt printed."""
 
 
 class WorkerSessions:
@@ -166,7 +168,7 @@ class WorkerSessions:
                     raise StaleAttempt(r.job_id, r.attempt, "job is finished or unknown")
                 before = job.state
                 if r.outcome is Outcome.SUCCEEDED:
-                    jobs.succeed(job, r.attempt, r.result_json or "{}", now, exec_seconds)
+                    jobs.succeed(job, r.attempt, r.result_json or "{}", now, exec_seconds, r.output)
                     s.metrics.job_succeeded(job.type, exec_seconds)
                     s.moved(job, before)
                     if worker is not None:
@@ -192,7 +194,7 @@ class WorkerSessions:
                     code = r.error_code or {Outcome.TIMEOUT: jobs.TIMEOUT, Outcome.CANCELLED: jobs.CANCELLED}.get(
                         r.outcome, jobs.ERROR
                     )
-                    s.fail(job, r.attempt, code, r.error_message, exec_seconds)
+                    s.fail(job, r.attempt, code, r.error_message, exec_seconds, r.output)
                     if worker is not None:
                         worker.jobs_failed += 1
                 changed.append(job)

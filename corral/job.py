@@ -130,6 +130,8 @@ class Job:
     """Who submitted it: the name of the client token it came with ("" without auth)."""
     worker_selector: dict[str, str] = field(default_factory=dict)
     """The labels a worker must have to run it (empty: any worker)."""
+    output: str = ""
+    """The end of what its latest attempt printed (as its worker kept it)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -166,6 +168,7 @@ class Job:
             labels=dict(pb.labels),
             owner=pb.owner,
             worker_selector=dict(pb.worker_selector),
+            output=pb.output,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -37,3 +37,7 @@ MAX_ERROR_MESSAGE_BYTES = 64 << 10
 """An attempt's error message, as UTF-8; a longer one is cut, and its end says so."""
 MAX_ERROR_CODE = 64
 """Characters of an attempt's error code; a longer one is cut."""
+MAX_OUTPUT_BYTES = 1 << 20
+"""The most of what a job prints that a worker may keep per attempt (CORRAL_JOB_OUTPUT_BYTES)."""
+DEFAULT_OUTPUT_BYTES = 64 << 10
+"""What a worker keeps of a job's printed output when CORRAL_JOB_OUTPUT_BYTES is not set: its end."""

@@ -21,7 +21,8 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
 * exits after ``--max-jobs`` jobs, or after a job that left it over ``--max-rss-mb`` MiB resident (a
   plug-in that leaks), when the worker asks for that (CORRAL_RUNNER_MAX_JOBS, CORRAL_RUNNER_MAX_RSS_MB);
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
-  keeps the default SIGTERM action, which is how the worker stops a job at its deadline.
+  keeps the default SIGTERM action, which is how the worker stops a job at its deadline;
+* catches what each job prints (``--output-bytes``, :mod:`runner.output`) and sends it with the answer.
 
 Nothing here logs per job: the hot path is read, ``json.loads``, run, ``json.dumps``, write.
 """
@@ -41,7 +42,17 @@ from typing import BinaryIO
 from runner import JobContext, all_types, execute, load_plugins
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
-from runner.wire import PLUGIN_IMPORT, READY, REQUEST, encode_failure, encode_response, encode_result, last
+from runner.output import PrintStream, PrintTail
+from runner.wire import (
+    PLUGIN_IMPORT,
+    READY,
+    REQUEST,
+    encode_failure,
+    encode_response,
+    encode_result,
+    last,
+    with_output,
+)
 
 __all__ = ["catalog", "die_with_parent", "main", "serve"]
 
@@ -74,10 +85,18 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0, max_jobs: int = 0, max_rss_mb: int = 0) -> None:
+def serve(
+    requests: BinaryIO,
+    out_fd: int,
+    memory_limit_mb: int = 0,
+    max_jobs: int = 0,
+    max_rss_mb: int = 0,
+    output_bytes: int = 0,
+) -> None:
     """Answer requests until end of file on ``requests``, or until an answer is the last (flagged
     ``LAST``): a job ran out of memory or left a process running, or the process reached ``max_jobs``
-    jobs or ``max_rss_mb`` MiB resident (0: no such limit)."""
+    jobs or ``max_rss_mb`` MiB resident (0: no such limit). ``output_bytes``: how much of what each
+    job prints goes back with its answer (:mod:`runner.output`; 0: none is caught)."""
     header_size = REQUEST.size
     unpack = REQUEST.unpack
     read = requests.read
@@ -85,6 +104,8 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0, max_jobs: i
     _write_all(out_fd, encode_response(READY, body=catalog()))
     before = _children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
     done = 0
+    tail = PrintTail(output_bytes)  # made once: a job then costs two swaps and a clear
+    streams = PrintStream(tail, 1), PrintStream(tail, 2)
     while True:
         header = read(header_size)
         if len(header) < header_size:
@@ -96,6 +117,10 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0, max_jobs: i
         job_id = body[:id_len].decode()
         job_type = body[id_len : id_len + type_len].decode()
         spent = False  # the process must not run another job
+        if output_bytes:
+            tail.clear()
+            real = sys.stdout, sys.stderr
+            sys.stdout, sys.stderr = streams
         try:
             payload = json.loads(body[id_len + type_len :]) if payload_len else {}
             if not isinstance(payload, dict):
@@ -115,6 +140,9 @@ def serve(requests: BinaryIO, out_fd: int, memory_limit_mb: int = 0, max_jobs: i
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
+        if output_bytes:
+            sys.stdout, sys.stderr = real
+            frame = with_output(frame, tail.data())
         done += 1
         if (
             spent
@@ -189,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--max-jobs", type=int, default=0, help="exit after this many jobs (0: never)")
     parser.add_argument("--max-rss-mb", type=int, default=0, help="exit after a job that left us this large (0: never)")
+    parser.add_argument("--output-bytes", type=int, default=0, help="keep this much of what each job prints (0: none)")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -204,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.memory_limit_mb > 0:
         apply_memory_limit(args.memory_limit_mb)
     with os.fdopen(args.in_fd, "rb", buffering=1 << 16) as requests:
-        serve(requests, args.out_fd, args.memory_limit_mb, args.max_jobs, args.max_rss_mb)
+        serve(requests, args.out_fd, args.memory_limit_mb, args.max_jobs, args.max_rss_mb, args.output_bytes)
     sys.exit(0)
 
 

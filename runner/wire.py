@@ -12,7 +12,8 @@ Request (pool -> runner)::
 Response (runner -> pool)::
 
     RESPONSE header: kind u8, flags u8, code_len u16, body_len u32
-    then code (error code, empty unless FAILED), body (result JSON if OK, error message if FAILED)
+    then code (error code, empty unless FAILED), body (result JSON if OK, error message if FAILED;
+    flagged OUTPUT, the body starts with what the job printed: u32 length, then the text)
 
 A runner process writes one ``READY`` response once it has imported its plug-ins (its body: the JSON
 list of the job types it runs, ``runner.serve.catalog``), then one ``OK`` or ``FAILED`` response per
@@ -32,6 +33,7 @@ __all__ = [
     "FAILED",
     "LAST",
     "OK",
+    "OUTPUT",
     "PLUGIN_IMPORT",
     "READY",
     "REQUEST",
@@ -41,6 +43,8 @@ __all__ = [
     "encode_response",
     "encode_result",
     "last",
+    "split_output",
+    "with_output",
 ]
 
 REQUEST = struct.Struct("<IHHiid")
@@ -56,6 +60,11 @@ FAILED = 2
 """Response kind: the job failed; code is the error code, body the message."""
 LAST = 1
 """Response flag: the runner exits after this answer."""
+OUTPUT = 2
+"""Response flag: the body starts with what the job printed (u32 length, then UTF-8 text), before the
+result or the message (see :func:`with_output`). Absent when it printed nothing: a quiet job's frame
+is unchanged."""
+OUTPUT_LEN = struct.Struct("<I")
 PLUGIN_IMPORT = "PLUGIN_IMPORT"
 """The code of a ``FAILED`` response sent instead of ``READY``: a plug-in module did not import."""
 
@@ -76,7 +85,31 @@ def encode_response(kind: int, code: bytes = b"", body: bytes = b"") -> bytes:
 
 def last(frame: bytes) -> bytes:
     """``frame`` (a response) flagged ``LAST``."""
-    return frame[:1] + bytes((LAST,)) + frame[2:]
+    return frame[:1] + bytes((frame[1] | LAST,)) + frame[2:]
+
+
+def with_output(frame: bytes, output: bytes) -> bytes:
+    """``frame`` (an OK or FAILED response) carrying ``output``, what the job printed, flagged ``OUTPUT``."""
+    if not output:
+        return frame
+    kind, flags, code_len, body_len = RESPONSE.unpack_from(frame)
+    head = RESPONSE.size + code_len
+    extra = OUTPUT_LEN.pack(len(output)) + output
+    return (
+        RESPONSE.pack(kind, flags | OUTPUT, code_len, body_len + len(extra))
+        + frame[RESPONSE.size : head]
+        + extra
+        + frame[head:]
+    )
+
+
+def split_output(flags: int, body: bytes) -> tuple[bytes, bytes]:
+    """``(output, rest)`` of a response body: what the job printed, and the result or message."""
+    if not flags & OUTPUT or len(body) < OUTPUT_LEN.size:
+        return b"", body
+    (size,) = OUTPUT_LEN.unpack_from(body)
+    end = OUTPUT_LEN.size + size
+    return body[OUTPUT_LEN.size : end], body[end:]
 
 
 def encode_result(result_json: bytes) -> bytes:

@@ -38,6 +38,7 @@ class Agent:
                 kill_grace_sec=config.kill_grace_sec,
                 max_jobs=config.runner_max_jobs,
                 max_rss_mb=config.runner_max_rss_mb,
+                output_bytes=config.job_output_bytes,
             ),
             on_result=self._on_result,
         )

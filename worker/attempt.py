@@ -55,3 +55,5 @@ class Completion:
     started_at: float = 0.0
     """``time.time()`` when the attempt was handed to its process."""
     finished_at: float = 0.0
+    output: str = ""
+    """The end of what the job printed (its sys.stdout and sys.stderr), when the worker keeps it."""

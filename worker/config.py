@@ -46,7 +46,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.event_loop import LOOPS
-from corral.limits import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_THREADS
+from corral.limits import (
+    DEFAULT_OUTPUT_BYTES,
+    MAX_LABEL_KEY,
+    MAX_LABEL_VALUE,
+    MAX_LABELS,
+    MAX_OUTPUT_BYTES,
+    MAX_THREADS,
+)
 from corral.logs import FORMATS, LEVELS
 
 __all__ = ["ConfigError", "WorkerConfig"]
@@ -94,6 +101,9 @@ class WorkerConfig:
     runner_max_rss_mb: int = 0
     """CORRAL_RUNNER_MAX_RSS_MB: a runner process is replaced after a job that left it using more
     resident memory than this, in MiB (>= 0; 0: never); the job's own answer is kept."""
+    job_output_bytes: int = DEFAULT_OUTPUT_BYTES
+    """CORRAL_JOB_OUTPUT_BYTES: how much of what a job prints (its sys.stdout and sys.stderr) is kept
+    with each attempt, the end of it (0 to 1 MiB; 0: nothing is caught)."""
     log_level: str = "info"
     """CORRAL_LOG_LEVEL: debug | info | warning | error."""
     log_format: str = "json"
@@ -164,6 +174,10 @@ class WorkerConfig:
         ):
             if not 0 <= count <= MAX_RECYCLE:
                 raise ConfigError(f"{name} must be 0 (never) to {MAX_RECYCLE}, got {count}")
+        if not 0 <= self.job_output_bytes <= MAX_OUTPUT_BYTES:
+            raise ConfigError(
+                f"CORRAL_JOB_OUTPUT_BYTES must be 0 (keep none) to {MAX_OUTPUT_BYTES}, got {self.job_output_bytes}"
+            )
         if self.token and not all("!" <= c <= "~" for c in self.token):
             raise ConfigError("CORRAL_WORKER_TOKEN must be printable ASCII without spaces")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -202,6 +216,7 @@ class WorkerConfig:
         for name, attr in (
             ("CORRAL_RUNNER_MAX_JOBS", "runner_max_jobs"),
             ("CORRAL_RUNNER_MAX_RSS_MB", "runner_max_rss_mb"),
+            ("CORRAL_JOB_OUTPUT_BYTES", "job_output_bytes"),
         ):
             if (raw := get(name)) is not None:
                 kwargs[attr] = _int(name, raw)

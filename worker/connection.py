@@ -191,6 +191,7 @@ class Connection:
             error_message=completion.error_message,
             started_at=completion.started_at,
             finished_at=completion.finished_at,
+            output=completion.output,
         )
         self._unacked[(completion.job_id, completion.attempt)] = result
         self._all_acked.clear()

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from corral.logs import JOB_TIMED_OUT, RUNNER_RESTARTED
 from runner.limits import memory_limit_from_env
-from runner.wire import FAILED, LAST, OK, PLUGIN_IMPORT, READY, encode_request
+from runner.wire import FAILED, LAST, OK, OUTPUT, PLUGIN_IMPORT, READY, encode_request, split_output
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
 
@@ -69,6 +69,8 @@ class PoolConfig:
     """Jobs after which a runner process is replaced (0: never)."""
     max_rss_mb: int = 0
     """Resident MiB past which a runner process is replaced after its job (0: never)."""
+    output_bytes: int = 0
+    """How much of what each job prints comes back with its completion (0: nothing is caught)."""
 
     def __post_init__(self) -> None:
         """Check the values."""
@@ -300,7 +302,14 @@ class RunnerPool:
         assert self._loop is not None
         proc = RunnerProcess(self._loop, self._on_frame, self._on_exit)
         config = self.config
-        proc.spawn(config.imports, config.python, self._memory_limit_mb, config.max_jobs, config.max_rss_mb)
+        proc.spawn(
+            config.imports,
+            config.python,
+            self._memory_limit_mb,
+            config.max_jobs,
+            config.max_rss_mb,
+            config.output_bytes,
+        )
         self._procs.add(proc)
 
     def _start(self, proc: RunnerProcess, spec: JobSpec) -> bool:
@@ -355,9 +364,15 @@ class RunnerPool:
         else:
             self._make_idle(proc)
         now = time.time()
+        output = ""
+        if flags & OUTPUT:
+            printed, body = split_output(flags, body)
+            output = printed.decode("utf-8", "replace")
         if kind == OK:
             self._on_result(
-                Completion(spec.job_id, spec.attempt, Outcome.SUCCEEDED, body.decode(), "", "", running.started_at, now)
+                Completion(
+                    spec.job_id, spec.attempt, Outcome.SUCCEEDED, body.decode(), "", "", running.started_at, now, output
+                )
             )
         elif kind == FAILED:
             self._on_result(
@@ -370,6 +385,7 @@ class RunnerPool:
                     body.decode("utf-8", "replace"),
                     running.started_at,
                     now,
+                    output,
                 )
             )
         self._check_idle()

@@ -87,6 +87,7 @@ class RunnerProcess:
         memory_limit_mb: int = 0,
         max_jobs: int = 0,
         max_rss_mb: int = 0,
+        output_bytes: int = 0,
     ) -> None:
         """Start the process (from the loop's thread) and begin watching its pipe and its pidfd.
 
@@ -102,6 +103,7 @@ class RunnerProcess:
             ("--memory-limit-mb", memory_limit_mb),
             ("--max-jobs", max_jobs),
             ("--max-rss-mb", max_rss_mb),
+            ("--output-bytes", output_bytes),
         ):
             if value > 0:
                 argv += [flag, str(value)]

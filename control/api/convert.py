@@ -17,7 +17,7 @@ from control.sessions import Hello, Outcome, Report
 from control.store import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import MAX_EXACT_INTEGER
-from corral.limits import MAX_THREADS
+from corral.limits import MAX_OUTPUT_BYTES, MAX_THREADS
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
 
 _EXACT = float(MAX_EXACT_INTEGER)
@@ -152,6 +152,7 @@ def job(j: JobRecord) -> jobs_pb2.Job:
         owner=j.owner,
         labels=j.labels,
         worker_selector=dict(j.worker_selector) if j.worker_selector else None,
+        output=j.output,
     )
     _set_struct(out.payload, j.payload_json)
     _set_struct(out.result, j.result_json)
@@ -220,6 +221,8 @@ def reports(msg: workers_pb2.Results) -> list[Report]:
             error_message=r.error_message,
             started_at=r.started_at,
             finished_at=r.finished_at,
+            # the worker keeps at most this much; a worker that sends more has its start cut here
+            output=r.output if len(r.output) <= MAX_OUTPUT_BYTES else r.output[-MAX_OUTPUT_BYTES:],
         )
         for r in msg.results
     ]

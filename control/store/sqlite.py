@@ -35,14 +35,14 @@ _COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
     "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
     "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
-    "request_id, owner, worker_selector"
+    "request_id, owner, worker_selector, output"
 )
 _INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})"
 # Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
 _UPDATE = (
     "UPDATE jobs SET threads_granted=?, state=?, attempts=?, charged_attempts=?, ready_at=?, started_at=?, "
     "finished_at=?, queue_seconds=?, exec_seconds=?, worker_id=?, lease_expires_at=?, result=?, error_code=?, "
-    "error_message=?, updated_at=? WHERE id=? AND attempts<=?"
+    "error_message=?, output=?, updated_at=? WHERE id=? AND attempts<=?"
 )
 
 # Bounded, earliest first (by the expires_at index): one sweep step is one short transaction.
@@ -64,7 +64,7 @@ this many characters (it always holds one job): a page of 1,000 jobs with large 
 in memory, nor its ListJobs answer in a gRPC message (64 MiB, where JSON grows up to 5.5 times as a
 Struct). Callers page on with ``offset + len(jobs)``."""
 _LARGE_COLUMNS = tuple(
-    _COLUMNS.replace(" ", "").split(",").index(c) for c in ("payload", "result", "error_message", "labels")
+    _COLUMNS.replace(" ", "").split(",").index(c) for c in ("payload", "result", "error_message", "labels", "output")
 )
 
 CHECKPOINT_SEC = 1.0
@@ -77,7 +77,7 @@ def _insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.attempts, j.charged_attempts, j.max_attempts, j.timeout_sec, j.scheduled_at, j.created_at, j.ready_at,
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
-        j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "",
+        j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "", j.output,
     )  # fmt: skip
 
 
@@ -85,7 +85,7 @@ def _update_row(j: JobRecord) -> tuple[Any, ...]:
     return (
         j.threads_granted, int(j.state), j.attempts, j.charged_attempts, j.ready_at, j.started_at, j.finished_at,
         j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json, j.error_code,
-        j.error_message, j.updated_at, j.id, j.attempts,
+        j.error_message, j.output, j.updated_at, j.id, j.attempts,
     )  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
         max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
-        request_id, owner, selector,
+        request_id, owner, selector, output,
     ) = row  # fmt: skip
     # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
     # each, not one per job: a backlog of a million jobs holds them all.
@@ -122,6 +122,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
     j.result_json = result
     j.error_code = sys.intern(error_code)
     j.error_message = error_message
+    j.output = output
     j.updated_at = updated_at
     return j
 
@@ -135,6 +136,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
     if "worker_selector" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN worker_selector TEXT NOT NULL DEFAULT ''")
+    if "output" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN output TEXT NOT NULL DEFAULT ''")
     conn.execute(_OWNER_INDEX)
 
 

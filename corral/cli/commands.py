@@ -8,6 +8,7 @@ turns a :class:`corral.errors.CorralError` into one line on stderr and the exit 
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import closing
 
 from corral.cli import render
@@ -54,6 +55,17 @@ def get(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job = client.get(args.id)
     _show(job, args.json)
+    return ExitCode.OK
+
+
+def output(args: argparse.Namespace) -> int:
+    """``corral output ID``: what the job's latest attempt printed, as it is (``--json``: with the state)."""
+    with _client(args) as client:
+        job = client.get(args.id)
+    if args.json:
+        render.print_json({"id": job.id, "state": job.state.name, "attempts": job.attempts, "output": job.output})
+    else:
+        sys.stdout.write(job.output)
     return ExitCode.OK
 
 

@@ -170,6 +170,7 @@ def _add_client_commands(
 
     for name, handler, help_text in (
         ("get", commands.get, "show one job"),
+        ("output", commands.output, "print what a job's latest attempt printed"),
         ("cancel", commands.cancel, "cancel a job that has not finished"),
         ("retry", commands.retry, "re-drive a FAILED job"),
         ("watch", commands.watch, "print every change of a job until it finishes (exit 1 unless SUCCEEDED)"),

@@ -125,10 +125,19 @@ def job_table(job: Job) -> Table:
         ("idempotency key", job.idempotency_key or "-"),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
         ("runs on", ", ".join(f"{k}={v}" for k, v in sorted(job.worker_selector.items())) or "any worker"),
+        ("output", _last_lines(job.output, 10) or "-"),
     ]
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _last_lines(text: str, count: int) -> str:
+    """The last ``count`` lines of ``text``, saying how many came before (``corral output ID`` has all)."""
+    lines = text.rstrip("\n").splitlines()
+    if len(lines) <= count:
+        return "\n".join(lines)
+    return f"[{len(lines) - count} lines before; corral output ID shows them]\n" + "\n".join(lines[-count:])
 
 
 def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:

@@ -132,6 +132,7 @@ class Job(_message.Message):
     READY_AT_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
     WORKER_SELECTOR_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -158,6 +159,10 @@ class Job(_message.Message):
     """Output only. Who submitted the job: the name of the client token it came with ("" when the
     control plane asks for no token). With CORRAL_JOB_VISIBILITY=owner a client sees and manages
     only its own jobs.
+    """
+    output: _builtins.str
+    """The end of what the latest attempt printed (its sys.stdout and sys.stderr), as far as its worker
+    keeps it (CORRAL_JOB_OUTPUT_BYTES, 64 KiB by default); a first line says how much was cut.
     """
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct: ...
@@ -212,10 +217,11 @@ class Job(_message.Message):
         ready_at: _timestamp_pb2.Timestamp | None = ...,
         owner: _builtins.str = ...,
         worker_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        output: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -236,6 +236,7 @@ class JobResult(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
     FINISHED_AT_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     outcome: Global___JobResult.Outcome.ValueType
     result_json: _builtins.str
     """JSON object (SUCCEEDED only)."""
@@ -244,6 +245,8 @@ class JobResult(_message.Message):
     started_at: _builtins.float
     """Unix seconds, measured on the worker."""
     finished_at: _builtins.float
+    output: _builtins.str
+    """The end of what the job printed (CORRAL_JOB_OUTPUT_BYTES on the worker), any outcome."""
     @_builtins.property
     def attempt(self) -> Global___AttemptRef: ...
     def __init__(
@@ -256,10 +259,11 @@ class JobResult(_message.Message):
         error_message: _builtins.str = ...,
         started_at: _builtins.float = ...,
         finished_at: _builtins.float = ...,
+        output: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error_code", b"error_code", "error_message", b"error_message", "finished_at", b"finished_at", "outcome", b"outcome", "result_json", b"result_json", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error_code", b"error_code", "error_message", b"error_message", "finished_at", b"finished_at", "outcome", b"outcome", "output", b"output", "result_json", b"result_json", "started_at", b"started_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

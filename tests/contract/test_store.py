@@ -90,6 +90,24 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
     assert [j.seq for j in page.jobs] == [7, 5]
 
 
+def test_an_attempt_s_output_is_stored_and_updated(tmp_path: Path) -> None:
+    path = str(tmp_path / "output.db")
+    s = SQLiteStore(path)
+    job = record(1)
+    s.insert([job])
+    jobs.lease(job, "w1", 1, now=2.0, grace=1)
+    jobs.succeed(job, 1, "{}", now=3.0, exec_seconds=1.0, output="hello\nü\n")
+    s.update([job])
+    run(s.commit())
+    s.close()
+    s = SQLiteStore(path)
+    try:
+        got = run(s.get("job-1"))
+        assert got is not None and got.output == "hello\nü\n"
+    finally:
+        s.close()
+
+
 def test_worker_selectors_survive_reopen(tmp_path: Path) -> None:
     path = str(tmp_path / "selectors.db")
     s = SQLiteStore(path)
@@ -203,6 +221,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s.close()
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX IF EXISTS jobs_by_owner")
+    conn.execute("ALTER TABLE jobs DROP COLUMN output")
     conn.execute("ALTER TABLE jobs DROP COLUMN worker_selector")
     conn.execute("ALTER TABLE jobs DROP COLUMN owner")
     conn.execute("ALTER TABLE jobs DROP COLUMN request_id")

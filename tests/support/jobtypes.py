@@ -9,6 +9,8 @@
 * ``big_output`` {"result_bytes", "error_bytes", "code"}: returns ``{"x": "a" * result_bytes}``, or with
   ``error_bytes`` fails with ``code`` (default ``BIG``) and a message of that many characters.
 
+* ``chatty`` {"lines", "fail"?}: prints ``lines`` numbered lines, "out N" to stdout and every tenth
+  as "err N" to stderr, then returns ``{"printed": lines}`` or, with ``fail``, fails ``CHATTY``.
 * ``leak`` {"mib"}: keeps ``mib`` MiB alive in its runner process for good (a plug-in that leaks) and
   returns the runner's pid.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -180,3 +183,26 @@ class Leak(JobType):
         if mib:
             _LEAKED.append(b"\x01" * (mib << 20))
         return {"pid": os.getpid()}
+
+
+@register
+class Chatty(JobType):
+    """Print numbered lines to stdout and stderr, then succeed or fail."""
+
+    name = "chatty"
+    schema = {
+        "type": "object",
+        "properties": {"lines": {"type": "integer", "minimum": 0}, "fail": {"type": "boolean"}},
+        "required": ["lines"],
+        "additionalProperties": False,
+    }
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        lines = int(payload["lines"])
+        for i in range(1, lines + 1):
+            print(f"out {i}")
+            if i % 10 == 0:
+                print(f"err {i}", file=sys.stderr)
+        if payload.get("fail"):
+            raise JobFailed("CHATTY", f"failed after {lines} lines")
+        return {"printed": lines}

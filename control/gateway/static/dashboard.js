@@ -320,6 +320,7 @@
       setText("detail-outcome-title", "Result");
       setText("detail-outcome", job.result ? json(job.result) : "—");
     }
+    setText("detail-output", job.output || "—");
     $("detail-cancel").hidden = !CANCELLABLE.has(job.state);
     $("detail-retry").hidden = !RETRYABLE.has(job.state);
     $("detail").hidden = false;
@@ -333,6 +334,7 @@
     $("detail-fields").replaceChildren();
     setText("detail-payload", "");
     setText("detail-outcome", "");
+    setText("detail-output", "");
     $("detail-cancel").hidden = true;
     $("detail-retry").hidden = true;
     $("detail").hidden = false;
