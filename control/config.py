@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from control.access import VISIBILITIES
+from control.access import VISIBILITIES, parse_groups
 from control.auth import TokenError, client_tokens, token_problem
 from control.exec_limits import parse_exec_limits
 from control.shares import ShareRules
@@ -107,8 +107,11 @@ class ControlConfig:
     line (blank lines and ``#`` comments skipped), read at start-up and again when it changes or on SIGHUP
     (control.token_reload)."""
     job_visibility: str = "all"
-    """CORRAL_JOB_VISIBILITY: all | owner. ``owner``: a client sees and manages only the jobs it submitted
-    (needs client tokens; control.access)."""
+    """CORRAL_JOB_VISIBILITY: all | group | owner. ``owner``: a client sees and manages only the jobs it
+    submitted; ``group``: those of its group (CORRAL_GROUPS). Both need client tokens (control.access)."""
+    groups: str = ""
+    """CORRAL_GROUPS: ``physics=alice,bob;bio=carol``: client token names by group, one group each; what
+    ``group`` visibility and fair share (control.shares) go by."""
     auth_admins: tuple[str, ...] = ()
     """CORRAL_AUTH_ADMINS: comma-separated client token names that see and manage every job and may call
     AdminService when CORRAL_JOB_VISIBILITY=owner."""
@@ -300,19 +303,33 @@ class ControlConfig:
             )
 
     def _check_visibility(self, principals: set[str]) -> None:
-        _rule(self.job_visibility in VISIBILITIES, "CORRAL_JOB_VISIBILITY", "must be all or owner", self.job_visibility)
-        if self.job_visibility == "owner" and not principals:
+        _rule(
+            self.job_visibility in VISIBILITIES,
+            "CORRAL_JOB_VISIBILITY",
+            "must be all, group or owner",
+            self.job_visibility,
+        )
+        if self.job_visibility != "all" and not principals:
             raise ConfigError(
-                "CORRAL_JOB_VISIBILITY=owner needs client tokens (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE):"
-                " without them no call says who it comes from"
+                f"CORRAL_JOB_VISIBILITY={self.job_visibility} needs client tokens (CORRAL_AUTH_TOKENS,"
+                " CORRAL_AUTH_TOKEN_FILE): without them no call says who it comes from"
             )
-        if self.auth_admins and self.job_visibility != "owner":
+        if self.auth_admins and self.job_visibility == "all":
             raise ConfigError(
-                "CORRAL_AUTH_ADMINS needs CORRAL_JOB_VISIBILITY=owner (with 'all' every client sees every job)"
+                "CORRAL_AUTH_ADMINS needs CORRAL_JOB_VISIBILITY=owner or group (with 'all' every client sees every job)"
             )
         for name in self.auth_admins:
             if name not in principals:
                 raise ConfigError(f"CORRAL_AUTH_ADMINS: {name!r} is not the name of any client token")
+        try:
+            group_of = parse_groups(self.groups)
+        except ValueError as exc:
+            raise ConfigError(f"CORRAL_GROUPS: {exc}") from None
+        if self.job_visibility == "group" and not group_of:
+            raise ConfigError("CORRAL_JOB_VISIBILITY=group needs CORRAL_GROUPS (which clients are in which group)")
+        for name in group_of:
+            if name not in principals:
+                raise ConfigError(f"CORRAL_GROUPS: {name!r} is not the name of any client token")
 
     def _check_tls(self) -> None:
         _rule(0 <= self.worker_port <= 65535, "CORRAL_WORKER_PORT", "must be 0..65535", self.worker_port)
@@ -502,6 +519,7 @@ _ENV: dict[str, str] = {
     "auth_tokens": "CORRAL_AUTH_TOKENS",
     "auth_token_file": "CORRAL_AUTH_TOKEN_FILE",
     "job_visibility": "CORRAL_JOB_VISIBILITY",
+    "groups": "CORRAL_GROUPS",
     "auth_admins": "CORRAL_AUTH_ADMINS",
     "fair_share": "CORRAL_FAIR_SHARE",
     "owner_weights": "CORRAL_OWNER_WEIGHTS",
@@ -567,6 +585,7 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "auth_tokens": _list,
     "auth_token_file": _text,
     "job_visibility": _lower,
+    "groups": _text,
     "auth_admins": _list,
     "fair_share": _lower,
     "owner_weights": _text,

@@ -6,7 +6,7 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
   ``corral_queue_depth{queue="ready"|"scheduled"}``, ``corral_jobs{state}``,
   ``corral_dead_letter_jobs``, ``corral_workers{state}``, ``corral_worker_heartbeat_age_max_seconds``
   (the oldest heartbeat), ``corral_ready``, and per owner (control.shares)
-  ``corral_owner_thread_seconds_total{owner}`` and ``corral_owner_running_jobs{owner}``.
+  ``corral_owner_thread_seconds_total{owner,group}`` and ``corral_owner_running_jobs{owner,group}``.
 * Events, bumped where they happen (:class:`Metrics`; a cached labelled child costs about 1 µs):
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
   ``corral_jobs_failed_total{type,reason}`` (dead-lettered), ``corral_job_attempt_failures_total{type,reason}``
@@ -238,14 +238,17 @@ class StateCollector(Collector):
         used = CounterMetricFamily(
             "corral_owner_thread_seconds",
             "Thread-seconds of the leases each owner's jobs held (threads granted x time leased), any outcome.",
-            labels=["owner"],
+            labels=["owner", "group"],
         )
+        group_of = usage.group_of
         for owner, seconds in usage.thread_seconds.items():
-            used.add_metric([owner], seconds)
+            used.add_metric([owner, group_of.get(owner, "")], seconds)
         yield used
-        running = GaugeMetricFamily("corral_owner_running_jobs", "Each owner's RUNNING jobs now.", labels=["owner"])
+        running = GaugeMetricFamily(
+            "corral_owner_running_jobs", "Each owner's RUNNING jobs now.", labels=["owner", "group"]
+        )
         for owner, n in usage.running_jobs.items():
-            running.add_metric([owner], n)
+            running.add_metric([owner, group_of.get(owner, "")], n)
         yield running
 
 

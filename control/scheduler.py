@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from control import jobs
-from control.access import Access
+from control.access import Access, parse_groups
 from control.admission import (
     IdempotencyKeys,
     JobTypeCatalog,
@@ -78,7 +78,8 @@ class Scheduler:
         self.rng = rng or random.Random(config.backoff_seed)
         self.policy: SelectionPolicy = RoundRobin() if config.selection == "round_robin" else LeastRecentlyUsed()
         self.limits = Limits(config.max_payload_bytes, config.max_batch)
-        self.access = Access.of(config.job_visibility, config.auth_admins)
+        group_of = parse_groups(config.groups)
+        self.access = Access.of(config.job_visibility, config.auth_admins, group_of)
         """Who may see which jobs (control.access)."""
         self.catalog = JobTypeCatalog(store.load_job_types())
         live_keys = store.load_idempotency(clock.now(), MAX_CACHED_KEYS)
@@ -111,8 +112,8 @@ class Scheduler:
         self.leases = LeaseQueue()
         """Where the running jobs' leases end (see :meth:`expired_leases`)."""
         self.counts: Counter[JobState] = Counter(store.count_by_state())
-        self.shares = ShareRules.parse(config.fair_share, config.owner_weights, config.owner_max_running)
-        self.usage = OwnerUsage()
+        self.shares = ShareRules.parse(config.fair_share, config.owner_weights, config.owner_max_running, group_of)
+        self.usage = OwnerUsage(self.shares.group_of)
         """Each owner's running jobs and threads, and the thread-seconds it used (control.shares)."""
         self.ready: ReadyQueue | OwnerQueues = (
             OwnerQueues(self._is_queued, self._looks_queued, self.shares, self.usage)
@@ -435,9 +436,9 @@ class Scheduler:
         return job
 
     async def list_jobs(
-        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owner: str = ""
+        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
     ) -> JobPage:
-        return await self.store.list_jobs(states, job_type, limit, offset, owner)
+        return await self.store.list_jobs(states, job_type, limit, offset, owners)
 
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
         """The job now, then after each committed change, until a terminal state.

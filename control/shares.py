@@ -5,7 +5,9 @@ A job's owner is the client token it was submitted with (control.access); withou
 the owner ``""``. Three settings:
 
 * ``CORRAL_FAIR_SHARE=on``: when a slot frees, the next job comes from the owner that holds the
-  fewest threads for its weight (``CORRAL_OWNER_WEIGHTS``, ``alice=3,bob=1``, default 1 each). Among
+  fewest threads for its weight (``CORRAL_OWNER_WEIGHTS``, ``alice=3,bob=1``, default 1 each). With
+  ``CORRAL_GROUPS`` the share is a group's: the threads all its owners' jobs hold, for the group's
+  weight (``CORRAL_OWNER_WEIGHTS`` names groups then; an owner in no group is a group of one). Among
   owners equally far below their share, the one whose next job has the higher priority, then the
   older one, goes first; within an owner, jobs keep their order (priority, then age). So a client
   that queues ten thousand jobs gets its share of the workers, not all of them, and a client that
@@ -90,9 +92,13 @@ class ShareRules:
     weights: Mapping[str, float] = field(default_factory=dict)
     max_running: int = 0
     max_running_for: Mapping[str, int] = field(default_factory=dict)
+    group_of: Mapping[str, str] = field(default_factory=dict)
+    """CORRAL_GROUPS: owner -> group; fair share is between groups (an owner in none is its own)."""
 
     @classmethod
-    def parse(cls, fair_share: str, weights: str, max_running: str) -> ShareRules:
+    def parse(
+        cls, fair_share: str, weights: str, max_running: str, group_of: Mapping[str, str] | None = None
+    ) -> ShareRules:
         """The rules from the three settings' values; ValueError names the setting and the rule."""
         if fair_share not in ("on", "off"):
             raise ValueError(f"CORRAL_FAIR_SHARE must be on or off, got {fair_share!r}")
@@ -104,15 +110,20 @@ class ShareRules:
             cap, caps = parse_caps(max_running)
         except ValueError as exc:
             raise ValueError(f"CORRAL_OWNER_MAX_RUNNING: {exc}") from None
-        return cls(fair_share == "on", parsed_weights, cap, caps)
+        return cls(fair_share == "on", parsed_weights, cap, caps, dict(group_of or {}))
 
     @property
     def per_owner(self) -> bool:
         """Whether jobs must be queued per owner (fair share or a cap is on)."""
         return self.fair or self.max_running > 0 or any(self.max_running_for.values())
 
-    def weight(self, owner: str) -> float:
-        return self.weights.get(owner, 1.0)
+    def weight(self, share: str) -> float:
+        """The weight of a share: a group's, or an owner's that is in none."""
+        return self.weights.get(share, 1.0)
+
+    def share_of(self, owner: str) -> str:
+        """Whose share ``owner``'s jobs count against: its group, else itself."""
+        return self.group_of.get(owner, owner)
 
     def cap(self, owner: str) -> int:
         """The most jobs ``owner`` may have running (0: no cap)."""
@@ -120,23 +131,33 @@ class ShareRules:
 
 
 class OwnerUsage:
-    """Per owner: the jobs and threads its RUNNING jobs hold now, and the thread-seconds used so far."""
+    """Per owner: the jobs and threads its RUNNING jobs hold now, and the thread-seconds used so far;
+    per share (a group, or an owner in none): the threads held now."""
 
-    def __init__(self) -> None:
+    def __init__(self, group_of: Mapping[str, str] | None = None) -> None:
         self.running_jobs: Counter[str] = Counter()
         self.running_threads: Counter[str] = Counter()
+        self.share_threads: Counter[str] = Counter()
         self.thread_seconds: defaultdict[str, float] = defaultdict(float)
+        self.group_of: Mapping[str, str] = group_of or {}
+        """CORRAL_GROUPS: owner -> group."""
+
+    def share_of(self, owner: str) -> str:
+        """Whose share ``owner``'s jobs count against: its group, else itself."""
+        return self.group_of.get(owner, owner)
 
     def started(self, job: JobRecord) -> None:
         """``job`` became RUNNING (leased, or found running at start-up)."""
         self.running_jobs[job.owner] += 1
         self.running_threads[job.owner] += job.threads_granted
+        self.share_threads[self.share_of(job.owner)] += job.threads_granted
 
     def stopped(self, job: JobRecord) -> None:
         """``job`` left RUNNING; its lease lasted from ``started_at`` to ``updated_at`` (the move)."""
         owner = job.owner
         self.running_jobs[owner] -= 1
         self.running_threads[owner] -= job.threads_granted
+        self.share_threads[self.share_of(owner)] -= job.threads_granted
         if job.started_at is not None:
             self.thread_seconds[owner] += max(0.0, job.updated_at - job.started_at) * job.threads_granted
 
@@ -190,7 +211,11 @@ class OwnerQueues:
             cap = rules.cap(owner)
             if cap and usage.running_jobs[owner] >= cap:
                 continue
-            share = usage.running_threads[owner] / rules.weight(owner) if rules.fair else 0.0
+            if rules.fair:
+                group = rules.share_of(owner)
+                share = usage.share_threads[group] / rules.weight(group)
+            else:
+                share = 0.0
             neg_priority, ready_at, seq, _, _ = heap[0]
             key = (share, neg_priority, ready_at, seq)
             if best is None or key < best:

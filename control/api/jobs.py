@@ -96,10 +96,10 @@ class JobServicer:
             states.append(JobState(value))
         check_text("type", request.type, MAX_TYPE)  # no job type is longer: say so rather than list none
         check_text("owner", request.owner, MAX_OWNER)
-        owner = self.s.access.scope(PRINCIPAL.get()) or request.owner
-        if request.owner and request.owner != owner:  # another's jobs, which this caller may not see
+        owners = self.s.access.listed_owners(PRINCIPAL.get(), request.owner)
+        if owners is None:  # another's jobs, which this caller may not see
             return jobs_pb2.ListJobsResponse(total=0)
-        page = await self.s.list_jobs(states, request.type, limit, request.offset, owner)
+        page = await self.s.list_jobs(states, request.type, limit, request.offset, owners)
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
 
     @grpc_errors

@@ -76,11 +76,11 @@ class Store(Protocol):
     async def get(self, job_id: str) -> JobRecord | None: ...
 
     async def list_jobs(
-        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owner: str = ""
+        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
     ) -> JobPage:
         """Newest first, at most ``limit`` jobs, and fewer when their payloads and results are large (a
-        page must fit in one answer); ``total`` counts every match. ``owner``: only that owner's jobs
-        ("": everyone's)."""
+        page must fit in one answer); ``total`` counts every match. ``owners``: only those owners' jobs
+        (empty: everyone's)."""
         ...
 
     def load_active(self) -> Iterator[JobRecord]:

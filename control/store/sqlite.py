@@ -344,13 +344,13 @@ class SQLiteStore:
         return result
 
     async def list_jobs(
-        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owner: str = ""
+        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
     ) -> JobPage:
         where: list[str] = []
         args: list[Any] = []
-        if owner:
-            where.append("owner = ? AND owner != ''")
-            args.append(owner)
+        if owners:
+            where.append(f"owner IN ({','.join('?' * len(owners))}) AND owner != ''")
+            args.extend(owners)
         if states:
             where.append(f"state IN ({','.join('?' * len(states))})")
             args.extend(int(s) for s in states)

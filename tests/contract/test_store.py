@@ -134,7 +134,7 @@ def test_list_by_owner_and_owners_survive_reopen(tmp_path: Path) -> None:
     s.close()
     s = SQLiteStore(path)
     try:
-        page = run(s.list_jobs([], "", 50, 0, owner="alice"))
+        page = run(s.list_jobs([], "", 50, 0, owners=["alice"]))
         assert ([j.seq for j in page.jobs], page.total) == ([4, 1], 2)
         assert {j.seq: j.owner for j in run(s.list_jobs([], "", 50, 0)).jobs} == {
             6: "",
@@ -144,7 +144,7 @@ def test_list_by_owner_and_owners_survive_reopen(tmp_path: Path) -> None:
             2: "bob",
             1: "alice",
         }
-        assert run(s.list_jobs([], "", 50, 0, owner="carol")).total == 0
+        assert run(s.list_jobs([], "", 50, 0, owners=["carol"])).total == 0
     finally:
         s.close()
 

@@ -175,3 +175,31 @@ def test_the_cli_lists_by_owner_and_shows_it(tenants: Tenants) -> None:
     refused = cli.corral("get", job.id, *address, f"--token={tenants.tokens['bob']}")
     assert refused.returncode != 0 and refused.stdout == ""
     assert f"job {job.id!r} not found" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_with_group_visibility_a_group_shares_its_jobs(make_control_plane: Any, spawn_worker: Any) -> None:
+    # Given alice and bob in one group, carol in another
+    tokens = {name: _token() for name in ("alice", "bob", "carol", "ops", "worker")}
+    cp = make_control_plane(
+        CORRAL_AUTH_TOKENS=",".join(f"{n}:{tokens[n]}" for n in ("alice", "bob", "carol", "ops")),
+        CORRAL_WORKER_TOKEN=tokens["worker"],
+        CORRAL_JOB_VISIBILITY="group",
+        CORRAL_GROUPS="physics=alice,bob;bio=carol",
+        CORRAL_AUTH_ADMINS="ops",
+    )
+    cp.token = tokens["ops"]  # the fixtures' own calls (is the worker registered?) are an admin's
+    spawn_worker(cp, threads=1, env={"CORRAL_WORKER_TOKEN": tokens["worker"]})
+    clients = {n: corral.Client(cp.address, token=tokens[n]) for n in ("alice", "bob", "carol")}
+    try:
+        # When alice submits a job
+        job = clients["alice"].submit("sleep", {"seconds": 30})
+        # Then bob, in her group, sees it, lists it and may cancel it
+        assert clients["bob"].get(job.id).owner == "alice"
+        assert [j.id for j in clients["bob"].list().jobs] == [job.id]
+        # while to carol it does not exist
+        _refused_as_missing(clients["carol"], job.id)
+        assert clients["carol"].list().total == 0
+        assert clients["bob"].cancel(job.id).state.name == "CANCELLED"
+    finally:
+        for c in clients.values():
+            c.close()

@@ -83,6 +83,6 @@ def test_an_owner_cap_holds_its_jobs_while_others_run(capped: Any) -> None:
     assert bob_job.started_at is not None and bob_job.started_at < runs[0][1]
     # and each owner's thread-time is counted
     metrics = scrape(Rest(cp.http_port))
-    assert metrics['corral_owner_thread_seconds_total{owner="alice"}'] >= 0.9
-    assert metrics['corral_owner_thread_seconds_total{owner="bob"}'] >= 0.3
-    assert metrics['corral_owner_running_jobs{owner="alice"}'] == 0
+    assert metrics['corral_owner_thread_seconds_total{group="",owner="alice"}'] >= 0.9
+    assert metrics['corral_owner_thread_seconds_total{group="",owner="bob"}'] >= 0.3
+    assert metrics['corral_owner_running_jobs{group="",owner="alice"}'] == 0

@@ -45,13 +45,16 @@ _TOKENS = {"CORRAL_AUTH_TOKENS": "alice:" + "a" * 20, "CORRAL_WORKER_TOKEN": "w"
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({**_TOKENS, "CORRAL_JOB_VISIBILITY": "team"}, "CORRAL_JOB_VISIBILITY must be all or owner"),
+        ({**_TOKENS, "CORRAL_JOB_VISIBILITY": "team"}, "CORRAL_JOB_VISIBILITY must be all, group or owner"),
         ({"CORRAL_JOB_VISIBILITY": "owner"}, "CORRAL_JOB_VISIBILITY=owner needs client tokens"),
         ({**_TOKENS, "CORRAL_AUTH_ADMINS": "alice"}, "CORRAL_AUTH_ADMINS needs CORRAL_JOB_VISIBILITY=owner"),
         (
             {**_TOKENS, "CORRAL_JOB_VISIBILITY": "owner", "CORRAL_AUTH_ADMINS": "alice,mallory"},
             "CORRAL_AUTH_ADMINS: 'mallory' is not the name of any client token",
         ),
+        ({**_TOKENS, "CORRAL_JOB_VISIBILITY": "group"}, "CORRAL_JOB_VISIBILITY=group needs CORRAL_GROUPS"),
+        ({**_TOKENS, "CORRAL_GROUPS": "physics=alice,mallory"}, "CORRAL_GROUPS: 'mallory' is not the name"),
+        ({**_TOKENS, "CORRAL_GROUPS": "physics"}, "CORRAL_GROUPS: 'physics': each group is NAME=MEMBER"),
     ],
 )
 def test_bad_isolation_settings_name_the_variable_and_rule(env: dict[str, str], message: str) -> None:

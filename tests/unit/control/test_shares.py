@@ -14,7 +14,7 @@ class Harness:
     def __init__(self, rules: ShareRules) -> None:
         self.jobs: dict[str, JobRecord] = {}
         self.queued: dict[str, int] = {}
-        self.usage = OwnerUsage()
+        self.usage = OwnerUsage(rules.group_of)
         self.q = OwnerQueues(self._take, self._looks, rules, self.usage)
         self.seq = 0
 
@@ -79,6 +79,18 @@ def test_fair_share_counts_threads_and_weights() -> None:
         w.add("dave")
     started = owners([w.start() for _ in range(8)])
     assert (started.count("carol"), started.count("dave")) == (6, 2)
+
+
+def test_with_groups_the_share_is_the_group_s() -> None:
+    # alice and bob are one group, carol another: carol gets as many slots as the two of them together
+    h = Harness(ShareRules(fair=True, group_of={"alice": "physics", "bob": "physics", "carol": "bio"}))
+    for _ in range(4):
+        h.add("alice")
+        h.add("bob")
+        h.add("carol")
+    started = owners([h.start() for _ in range(8)])
+    assert (started.count("carol"), started.count("alice") + started.count("bob")) == (4, 4)
+    assert (h.usage.share_threads["physics"], h.usage.share_threads["bio"]) == (4, 4)
 
 
 def test_priority_orders_an_owner_s_jobs_and_breaks_ties_between_owners() -> None:
