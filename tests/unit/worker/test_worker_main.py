@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -97,12 +98,24 @@ async def _spawn(port: int, *extra: str) -> asyncio.subprocess.Process:
     )
 
 
+@contextlib.asynccontextmanager
+async def _worker(*extra: str) -> AsyncIterator[tuple[FakeControl, asyncio.subprocess.Process]]:
+    """A fake control plane and a ``python -m worker`` connected to it; both gone afterwards."""
+    control = FakeControl()
+    await control.start()
+    proc = await _spawn(control.port, *extra)
+    try:
+        yield control, proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await control.stop()
+
+
 def test_sigterm_drains_then_exits_0():
     async def main() -> None:
-        control = FakeControl()
-        await control.start()
-        proc = await _spawn(control.port, "--drain-timeout", "5")
-        try:
+        async with _worker("--drain-timeout", "5") as (control, proc):
             s = await control.session(within=30)
             assert (await s.next("register")).worker_id == "w-main"
             s.registered()
@@ -117,21 +130,13 @@ def test_sigterm_drains_then_exits_0():
             s.ack(("finishing", 1), ("refused", 1))
             async with asyncio.timeout(15):
                 assert await proc.wait() == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            await control.stop()
 
     asyncio.run(main())
 
 
 def test_kill_9_of_the_worker_leaves_no_runner_process():
     async def main() -> None:
-        control = FakeControl()
-        await control.start()
-        proc = await _spawn(control.port)
-        try:
+        async with _worker() as (control, proc):
             s = await control.session(within=30)
             await s.next("register")
             s.registered()
@@ -141,15 +146,7 @@ def test_kill_9_of_the_worker_leaves_no_runner_process():
             assert len(runners) == 2
             proc.kill()
             await proc.wait()
-            deadline = time.monotonic() + 5
-            while any(alive(p) for p in runners):
-                assert time.monotonic() < deadline, "orphaned runner processes"
-                await asyncio.sleep(0.01)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            await control.stop()
+            await until(lambda: not any(alive(p) for p in runners), within=5, what="no orphaned runner process")
 
     asyncio.run(main())
 
@@ -158,11 +155,8 @@ def test_kill_9_of_the_worker_ends_the_processes_its_runners_started(tmp_path: P
     # Given a worker running a job that waits on a child process of its own (a tool, a shell command),
     # with a plug-in that started a helper process as it was imported
     async def main() -> None:
-        control = FakeControl()
-        await control.start()
         imports = ("--import", "tests.support.probes", "--import", "tests.support.plugin_helper")
-        proc = await _spawn(control.port, *imports)
-        try:
+        async with _worker(*imports) as (control, proc):
             s = await control.session(within=30)
             await s.next("register")
             s.registered()
@@ -177,16 +171,7 @@ def test_kill_9_of_the_worker_ends_the_processes_its_runners_started(tmp_path: P
             proc.kill()
             await proc.wait()
             # Then the job's child and the helper die with its runners, instead of running on orphaned
-            deadline = time.monotonic() + 5
-            while alive(child) or alive(helper):
-                left = [p for p in (child, helper) if alive(p)]
-                assert time.monotonic() < deadline, f"orphaned processes: {left}"
-                await asyncio.sleep(0.01)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            await control.stop()
+            await until(lambda: not (alive(child) or alive(helper)), within=5, what="the child and helper to die")
 
     asyncio.run(main())
 
@@ -198,10 +183,7 @@ def _cmdline(pid: int) -> bytes:
 def test_plugin_code_runs_in_runner_processes_only_and_goes_with_the_worker():
     # Given a worker with a plug-in that starts a helper process as it is imported
     async def main() -> None:
-        control = FakeControl()
-        await control.start()
-        proc = await _spawn(control.port, "--import", "tests.support.plugin_helper", "--drain-timeout", "5")
-        try:
+        async with _worker("--import", "tests.support.plugin_helper", "--drain-timeout", "5") as (control, proc):
             s = await control.session(within=30)
             register = await s.next("register")
             # Then the worker registers the plug-in's type, learnt from its runners
@@ -219,10 +201,5 @@ def test_plugin_code_runs_in_runner_processes_only_and_goes_with_the_worker():
                 assert await proc.wait() == 0
             # Then the helpers went with its runners
             await until(lambda: not any(alive(h) for h in helpers), within=5, what="the helpers to end")
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            await control.stop()
 
     asyncio.run(main())
