@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from control.access import VISIBILITIES, parse_groups
 from control.auth import TokenError, client_tokens, token_problem
+from control.dispatch import POLICIES
 from control.exec_limits import parse_exec_limits
 from control.shares import ShareRules
 from control.tls import ContainerTls, ServerTls, TlsError
@@ -67,7 +68,7 @@ class ControlConfig:
     max_batch: int = 10_000
     """CORRAL_MAX_BATCH: >= 1; most jobs in one SubmitJobs."""
     selection: str = "round_robin"
-    """CORRAL_SELECTION: round_robin | lru."""
+    """CORRAL_SELECTION: round_robin | lru | least_loaded (control.dispatch)."""
     idempotency_ttl_sec: float = 86_400.0
     """IDEMPOTENCY_TTL_SEC: > 0; how long an idempotency key is remembered."""
     job_retention_sec: float = 7 * 86_400.0
@@ -250,7 +251,10 @@ class ControlConfig:
         )
         _rule(self.max_batch >= 1, "CORRAL_MAX_BATCH", "must be >= 1", self.max_batch)
         _rule(
-            self.selection in ("round_robin", "lru"), "CORRAL_SELECTION", "must be round_robin or lru", self.selection
+            self.selection in POLICIES,
+            "CORRAL_SELECTION",
+            "must be round_robin, lru or least_loaded",
+            self.selection,
         )
         _rule(_pos(self.idempotency_ttl_sec), "IDEMPOTENCY_TTL_SEC", "must be > 0", self.idempotency_ttl_sec)
         for name, var in (

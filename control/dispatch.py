@@ -9,6 +9,8 @@ Policies pick among the workers that can take the job:
 - :class:`RoundRobin` (the default) walks the workers in registration order from just after the
   last one it chose, so equal workers take turns.
 - :class:`LeastRecentlyUsed` picks the worker whose last assignment is oldest.
+- :class:`LeastLoaded` picks the worker with the smallest part of its threads in use (least
+  connections, weighed by size), so a mixed fleet fills evenly.
 """
 
 from __future__ import annotations
@@ -59,7 +61,26 @@ class LeastRecentlyUsed:
         return best
 
 
-POLICIES = {"round_robin": RoundRobin, "lru": LeastRecentlyUsed}
+class LeastLoaded:
+    """The eligible worker with the smallest part of its threads in use; ties go to the earlier one."""
+
+    def choose(self, workers: Sequence[WorkerEntry], threads: int) -> WorkerEntry | None:
+        best: WorkerEntry | None = None
+        best_load = 0.0
+        for w in workers:
+            if not w.can_take(threads):
+                continue
+            load = (w.threads - w.free_threads) / w.threads if w.threads else 0.0
+            if best is None or load < best_load:
+                best, best_load = w, load
+        return best
+
+
+POLICIES: dict[str, type[RoundRobin] | type[LeastRecentlyUsed] | type[LeastLoaded]] = {
+    "round_robin": RoundRobin,
+    "lru": LeastRecentlyUsed,
+    "least_loaded": LeastLoaded,
+}
 """Policy name (CORRAL_SELECTION) -> class."""
 
 

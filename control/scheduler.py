@@ -39,7 +39,7 @@ from control.admission.ratelimit import SubmitRateLimiter
 from control.backoff import retry_delay
 from control.clock import Clock
 from control.config import ControlConfig
-from control.dispatch import LeastRecentlyUsed, RoundRobin, SelectionPolicy, granted_threads, reserve_for
+from control.dispatch import POLICIES, SelectionPolicy, granted_threads, reserve_for
 from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
 from control.metrics import Metrics
@@ -76,7 +76,7 @@ class Scheduler:
         self.config = config
         self.clock = clock
         self.rng = rng or random.Random(config.backoff_seed)
-        self.policy: SelectionPolicy = RoundRobin() if config.selection == "round_robin" else LeastRecentlyUsed()
+        self.policy: SelectionPolicy = POLICIES[config.selection]()
         self.limits = Limits(config.max_payload_bytes, config.max_batch)
         group_of = parse_groups(config.groups)
         self.access = Access.of(config.job_visibility, config.auth_admins, group_of)

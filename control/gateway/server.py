@@ -1,7 +1,8 @@
 """Gateway: the control plane's HTTP server (aiohttp, on the same event loop as grpc.aio).
 
 * ``/healthz``: liveness (the event loop answers). ``/readyz``: 200 while ready, else 503 with the
-  reason; the same rule as the gRPC health service's ``corral.v1.JobService``.
+  reason; the same rule as the gRPC health service's ``corral.v1.JobService``. ``/health`` and
+  ``/ready`` are the same two under the names some probes use.
 * ``/metrics``: the Prometheus text exposition of the process's own registry.
 * ``/ui``: the built-in dashboard (``/`` redirects to it), a page and its files with no data in them
   (:mod:`control.gateway.ui`); the page's script calls the REST bridge like any other client.
@@ -102,6 +103,8 @@ class Gateway:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/health", self._healthz)  # the names some probes and older setups use
+        app.router.add_get("/ready", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         Dashboard.load().add_routes(app.router, ROUTE)
         app.router.add_route("*", r"/{tail:[\s\S]*}", self._bridge)  # any path, newlines too

@@ -122,7 +122,7 @@ CONTROL_BAD: list[tuple[dict[str, str], list[str], str]] = [
     ({"CORRAL_BACKOFF_BASE_SEC": "ten"}, [], "CORRAL_BACKOFF_BASE_SEC must be a number, got 'ten'"),
     ({"RATE_LIMIT_JOBS_PER_MIN": "-1"}, [], "RATE_LIMIT_JOBS_PER_MIN must be >= 0, got -1.0"),
     ({"CORRAL_DB_SYNC": "sometimes"}, [], "CORRAL_DB_SYNC must be normal or full, got 'sometimes'"),
-    ({"CORRAL_SELECTION": "random"}, [], "CORRAL_SELECTION must be round_robin or lru, got 'random'"),
+    ({"CORRAL_SELECTION": "random"}, [], "CORRAL_SELECTION must be round_robin, lru or least_loaded, got 'random'"),
     ({"CORRAL_GATEWAY_MODE": "proxy"}, [], "CORRAL_GATEWAY_MODE must be inprocess or loopback, got 'proxy'"),
     ({"CORRAL_LOG_FORMAT": "xml"}, [], "CORRAL_LOG_FORMAT must be json or logfmt, got 'xml'"),
     ({"CORRAL_EVENT_LOOP": "trio"}, [], "CORRAL_EVENT_LOOP must be uvloop or asyncio, got 'trio'"),

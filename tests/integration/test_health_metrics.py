@@ -26,16 +26,17 @@ def grpc_health(cp: ControlProc, service: str) -> int:
 
 def test_readiness_follows_the_workers_on_http_and_grpc(control_plane: ControlProc, spawn_worker: Any) -> None:
     rest = Rest(http_port(control_plane))
-    # Given no worker: alive, not ready
-    assert rest.get("/healthz").json() == {"status": "SERVING"}
+    # Given no worker: alive, not ready (under both names: /health and /ready as well)
+    assert rest.get("/healthz").json() == {"status": "SERVING"} == rest.get("/health").json()
     not_ready = rest.get("/readyz")
     assert not_ready.status == 503 and not_ready.json() == {"status": "NOT_SERVING", "reason": "no worker takes work"}
+    assert rest.get("/ready").status == 503
     assert grpc_health(control_plane, "") == SERVING
     assert grpc_health(control_plane, "corral.v1.JobService") == NOT_SERVING
 
     # When a worker registers: ready on both
     worker = spawn_worker(control_plane)
-    assert rest.get("/readyz").status == 200
+    assert rest.get("/readyz").status == 200 == rest.get("/ready").status
     wait_until(lambda: grpc_health(control_plane, "corral.v1.JobService") == SERVING, what="gRPC readiness")
 
     # When the operator drains it: not ready on both, at once on HTTP

@@ -25,7 +25,7 @@ def test_environment_and_flags() -> None:
         ({"WORKER_HEARTBEAT_TIMEOUT_SEC": "abc"}, "WORKER_HEARTBEAT_TIMEOUT_SEC must be a number"),
         ({"CORRAL_GRPC_PORT": "70000"}, "CORRAL_GRPC_PORT must be 0..65535"),
         ({"CORRAL_BACKOFF_BASE_SEC": "10", "CORRAL_BACKOFF_CAP_SEC": "5"}, "CORRAL_BACKOFF_CAP_SEC must be >="),
-        ({"CORRAL_SELECTION": "random"}, "CORRAL_SELECTION must be round_robin or lru"),
+        ({"CORRAL_SELECTION": "random"}, "CORRAL_SELECTION must be round_robin, lru or least_loaded"),
         ({"CORRAL_DB_SYNC": "sometimes"}, "CORRAL_DB_SYNC must be normal or full"),
         ({"CORRAL_JOB_RETENTION_SEC": "-1"}, "CORRAL_JOB_RETENTION_SEC must be >= 0"),
         (

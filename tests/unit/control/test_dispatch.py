@@ -1,6 +1,6 @@
 """Selection policies and thread-aware placement."""
 
-from control.dispatch import LeastRecentlyUsed, RoundRobin, granted_threads, reserve_for
+from control.dispatch import LeastLoaded, LeastRecentlyUsed, RoundRobin, granted_threads, reserve_for
 from control.registry import WorkerEntry
 
 
@@ -43,6 +43,22 @@ def test_least_recently_used() -> None:
     a, b = worker("a"), worker("b")
     a.last_assigned_at, b.last_assigned_at = 5.0, 1.0
     assert LeastRecentlyUsed().choose([a, b], 1) is b
+
+
+def test_least_loaded_fills_a_mixed_fleet_evenly() -> None:
+    big, small = worker("big", threads=8, slots=8), worker("small", threads=2, slots=2)
+    policy = LeastLoaded()
+    placed = []
+    for i in range(10):
+        w = policy.choose([big, small], 1)
+        assert w is not None
+        w.running[(f"j{i}", 1)] = 1
+        placed.append(w.id)
+    # each ends up with the same part of its threads in use: 8 of 8 and 2 of 2
+    assert (placed.count("big"), placed.count("small")) == (8, 2)
+    assert policy.choose([big, small], 1) is None
+    # and an idle worker comes first
+    assert LeastLoaded().choose([big, worker("idle", threads=1)], 1).id == "idle"  # type: ignore[union-attr]
 
 
 def test_draining_and_disconnected_workers_take_nothing() -> None:
