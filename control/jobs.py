@@ -78,6 +78,7 @@ TIMEOUT = "TIMEOUT"
 WORKER_LOST = "WORKER_LOST"
 LEASE_EXPIRED = "LEASE_EXPIRED"
 CANCELLED = "CANCELLED"
+DEPENDENCY_FAILED = "DEPENDENCY_FAILED"
 
 
 class JobRecord:
@@ -87,6 +88,7 @@ class JobRecord:
         "attempts",
         "charged_attempts",
         "created_at",
+        "depends_on",
         "error_code",
         "error_message",
         "exec_seconds",
@@ -114,6 +116,7 @@ class JobRecord:
         "timeout_sec",
         "type",
         "updated_at",
+        "waiting_on",
         "worker_id",
         "worker_selector",
     )
@@ -139,9 +142,14 @@ class JobRecord:
         request_id: str | None = None,
         owner: str = "",
         worker_selector: tuple[tuple[str, str], ...] = (),
+        depends_on: tuple[str, ...] = (),
     ) -> None:
         self.id = id
         self.owner = owner
+        self.depends_on = depends_on
+        """Jobs that must SUCCEED before this one starts (empty: none)."""
+        self.waiting_on: frozenset[str] = frozenset()
+        """Those of ``depends_on`` not SUCCEEDED yet (in memory; worked out again at start-up)."""
         self.worker_selector = worker_selector
         """``(label, value)`` pairs, sorted, that a worker's labels must all include (empty: any worker).
         A tuple: hashable (the dispatcher keys on it) and free when empty (the common case)."""
@@ -193,8 +201,12 @@ class JobRecord:
 
 
 def new_job(job: JobRecord, now: float) -> None:
-    """Set the initial state of a submitted job: SCHEDULED when it is due later, else PENDING."""
-    if job.scheduled_at is not None and job.scheduled_at > now:
+    """Set the initial state of a submitted job: SCHEDULED when it is due later or waits for other
+    jobs (``waiting_on``), else PENDING."""
+    if job.waiting_on:
+        job.state = JobState.SCHEDULED
+        job.ready_at = max(now, job.scheduled_at or now)
+    elif job.scheduled_at is not None and job.scheduled_at > now:
         job.state = JobState.SCHEDULED
         job.ready_at = job.scheduled_at
     else:
@@ -220,8 +232,14 @@ def check_attempt(job: JobRecord, attempt: int) -> None:
         raise StaleAttempt(job.id, attempt, f"current attempt is {job.attempts}")
 
 
+def dependency_succeeded(job: JobRecord, dependency: str) -> bool:
+    """One of the jobs ``job`` waits for SUCCEEDED; True when it waits for none any more."""
+    job.waiting_on = job.waiting_on - {dependency}
+    return not job.waiting_on
+
+
 def promote(job: JobRecord, now: float) -> None:
-    """SCHEDULED -> PENDING: its time came."""
+    """SCHEDULED -> PENDING: its time came (and every job it depends on SUCCEEDED)."""
     _move(job, JobState.PENDING, now)
     job.ready_at = now
 
@@ -304,11 +322,12 @@ def hand_back(job: JobRecord, attempt: int, now: float) -> None:
     job.worker_id = ""
 
 
-def cancel(job: JobRecord, now: float) -> JobState:
-    """Any non-terminal state -> CANCELLED; returns the state it left."""
+def cancel(job: JobRecord, now: float, code: str = CANCELLED, message: str = "cancelled by request") -> JobState:
+    """Any non-terminal state -> CANCELLED (by request, or ``DEPENDENCY_FAILED``); returns the state it left."""
     before = _move(job, JobState.CANCELLED, now)
-    job.error_code = CANCELLED
-    job.error_message = "cancelled by request"
+    job.waiting_on = frozenset()
+    job.error_code = code
+    job.error_message = message
     job.finished_at = now
     job.lease_expires_at = None
     return before

@@ -51,7 +51,7 @@ from control.store import IdempotencyEntry, JobPage, Store
 from control.turns import in_turns
 from control.watch import SHUTTING_DOWN, Watchers
 from corral import logs
-from corral.errors import FailedPrecondition, NotFound, RateLimited, Unavailable
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound, RateLimited, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +127,8 @@ class Scheduler:
         self.metrics = Metrics()
         """Event counters and histograms (control.metrics); the ControlPlane puts in its own."""
         self._queued: dict[str, int] = {}
+        self.waiters: dict[str, list[str]] = {}
+        """Job id -> the SCHEDULED jobs that wait for it to SUCCEED (depends_on)."""
         self._seq = store.max_seq()
         self._dispatch_pending = False
         self._flush_pending = False
@@ -145,12 +147,16 @@ class Scheduler:
     def recover(self) -> None:
         """Load live jobs; RUNNING ones stay leased to their (not yet reconnected) workers."""
         now = self.clock.now()
+        blocked: list[JobRecord] = []
         for job in self.store.load_active():
             self.active[job.id] = job
             if job.state is JobState.PENDING:
                 self._enqueue(job)
             elif job.state is JobState.SCHEDULED:
-                self.delayed.push(job.id, job.ready_at)
+                if job.depends_on:
+                    blocked.append(job)
+                else:
+                    self.delayed.push(job.id, job.ready_at)
             elif job.state is JobState.RUNNING:
                 self.running.add(job.id)
                 self.usage.started(job)
@@ -162,6 +168,8 @@ class Scheduler:
                     ghost.heard(self.clock)
                     self.registry.add(ghost)
                 self.registry.hold(ghost, (job.id, job.attempts), job.threads_granted)
+        if blocked:
+            self._recover_waiting(blocked)
         if self.active:
             logger.info(
                 "recovered",
@@ -253,6 +261,111 @@ class Scheduler:
             self.running.add(job.id)
             self.usage.started(job)
             self.track_lease(job)
+        if after.terminal and job.id in self.waiters:
+            self._dependency_ended(job.id, after)
+
+    # ---- dependencies ---------------------------------------------------------------------------
+    def _dependency_ended(self, dep_id: str, state: JobState) -> None:
+        """``dep_id`` reached ``state``: the jobs waiting for it go on waiting for the rest, become
+        ready, or (it FAILED or was CANCELLED) are CANCELLED, and so on down the chain."""
+        now = self.clock.now()
+        changed: list[JobRecord] = []
+        for job_id in self.waiters.pop(dep_id, ()):
+            job = self.active.get(job_id)
+            if job is None or job.state is not JobState.SCHEDULED or dep_id not in job.waiting_on:
+                continue  # cancelled meanwhile
+            changed.append(job)
+            if state is JobState.SUCCEEDED:
+                if jobs.dependency_succeeded(job, dep_id):
+                    self._dependencies_met(job, now)
+            else:
+                message = f"job {dep_id!r}, which it depends on, ended {state.name}"
+                self.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))
+        if changed:
+            self.later(changed)
+
+    def _dependencies_met(self, job: JobRecord, now: float) -> None:
+        """Every job ``job`` waited for SUCCEEDED: ready now, or at its own ``scheduled_at``."""
+        if job.scheduled_at is not None and job.scheduled_at > now:
+            job.ready_at = job.scheduled_at
+            self.delayed.push(job.id, job.ready_at)
+            self._timer_wake.set()
+        else:
+            jobs.promote(job, now)
+            self.moved(job, JobState.SCHEDULED)
+
+    async def _find_dependencies(self, subs: Sequence[Submission], batch: bool, caller: str) -> dict[str, JobRecord]:
+        """Check that every job ``subs`` depend on exists and that ``caller`` may see it; returns the
+        records of those not live (read from the store), for :meth:`_waiting_for`.
+
+        Raises:
+            InvalidArgument: ``depends_on[i]`` names no job the caller can see.
+        """
+        found: dict[str, JobRecord] = {}
+        for n, sub in enumerate(subs):
+            for i, dep_id in enumerate(sub.depends_on):
+                dep = self.active.get(dep_id) or self.recent.get(dep_id) or found.get(dep_id)
+                if dep is None:
+                    dep = await self.store.get(dep_id)
+                field = f"jobs[{n}].depends_on[{i}]" if batch else f"depends_on[{i}]"
+                if dep is None:
+                    raise InvalidArgument(field, f"no job {dep_id!r}")
+                try:
+                    self.access.check_visible(dep, caller)
+                except NotFound:
+                    raise InvalidArgument(field, f"no job {dep_id!r}") from None
+                if dep_id not in self.active:
+                    found[dep_id] = dep
+        return found
+
+    def _waiting_for(
+        self, subs: Sequence[Submission], batch: bool, found: dict[str, JobRecord]
+    ) -> dict[int, frozenset[str]]:
+        """For each submission with dependencies, those not SUCCEEDED now (no await may come between
+        this and the jobs' creation: a dependency that ends meanwhile would be missed).
+
+        Raises:
+            FailedPrecondition: a dependency is FAILED or CANCELLED: the job could never start.
+        """
+        waiting: dict[int, frozenset[str]] = {}
+        for n, sub in enumerate(subs):
+            if not sub.depends_on:
+                continue
+            left = set()
+            for i, dep_id in enumerate(sub.depends_on):
+                field = f"jobs[{n}].depends_on[{i}]" if batch else f"depends_on[{i}]"
+                dep = self.active.get(dep_id) or self.recent.get(dep_id) or found.get(dep_id)
+                if dep is None:  # it finished during this call and already left the recent ones: rare
+                    raise Unavailable(f"{field}: job {dep_id!r} finished while this call ran; send it again")
+                if dep.state in (JobState.FAILED, JobState.CANCELLED):
+                    raise FailedPrecondition(f"{field}: job {dep_id!r} is {dep.state.name}; this job could never start")
+                if dep.state is not JobState.SUCCEEDED:
+                    left.add(dep_id)
+            if left:
+                waiting[n] = frozenset(left)
+        return waiting
+
+    def _recover_waiting(self, blocked: list[JobRecord]) -> None:
+        """At start-up: what each SCHEDULED job with dependencies still waits for. A dependency no
+        longer stored was purged after it finished, and only SUCCEEDED ones leave dependents behind."""
+        stored = self.store.states({d for job in blocked for d in job.depends_on if d not in self.active})
+        now = self.clock.now()
+        cancelled: list[JobRecord] = []
+        for job in blocked:
+            left = {d for d in job.depends_on if d in self.active and not self.active[d].state.terminal}
+            ended = [d for d in job.depends_on if stored.get(d) in (JobState.FAILED, JobState.CANCELLED)]
+            if ended:
+                message = f"job {ended[0]!r}, which it depends on, ended {stored[ended[0]].name}"
+                self.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))
+                cancelled.append(job)
+            elif left:
+                job.waiting_on = frozenset(left)
+                for d in left:
+                    self.waiters.setdefault(d, []).append(job.id)
+            else:
+                self.delayed.push(job.id, job.ready_at)
+        if cancelled:
+            self.later(cancelled)
 
     # ---- leases ---------------------------------------------------------------------------------
     def track_lease(self, job: JobRecord) -> None:
@@ -347,6 +460,10 @@ class Scheduler:
         else:
             for sub in subs:
                 validate(sub, self.catalog, self.limits)
+        waiting: dict[int, frozenset[str]] = {}
+        if any(sub.depends_on for sub in subs):
+            found = await self._find_dependencies(subs, batch, owner)
+            waiting = self._waiting_for(subs, batch, found)  # no await from here until the jobs exist
         now = self.clock.now()
         out: list[JobRecord | str] = []
         fresh: list[JobRecord] = []
@@ -374,7 +491,7 @@ class Scheduler:
                 prior = earlier[i]
                 out.append(prior if isinstance(prior, str) else out[prior])
                 continue
-            job = self._new_record(sub, now, owner)
+            job = self._new_record(sub, now, owner, waiting.get(i, frozenset()))
             if i in keyed:
                 keys.append(self.idempotency.reserve(*keyed[i], job.id, now))
             fresh.append(job)
@@ -389,6 +506,9 @@ class Scheduler:
                 self.counts[job.state] += 1
                 if job.state is JobState.PENDING:
                     self._enqueue(job)
+                elif job.waiting_on:
+                    for dep_id in job.waiting_on:
+                        self.waiters.setdefault(dep_id, []).append(job.id)
                 else:
                     self.delayed.push(job.id, job.ready_at)
                     self._timer_wake.set()
@@ -401,7 +521,7 @@ class Scheduler:
             logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
 
-    def _new_record(self, sub: Submission, now: float, owner: str) -> JobRecord:
+    def _new_record(self, sub: Submission, now: float, owner: str, waiting: frozenset[str]) -> JobRecord:
         self._seq += 1
         job = JobRecord(
             id=os.urandom(16).hex(),
@@ -420,7 +540,9 @@ class Scheduler:
             request_id=logs.current_request.get(),
             owner=sys.intern(owner),
             worker_selector=tuple(sorted(sub.worker_selector.items())) if sub.worker_selector else (),
+            depends_on=sub.depends_on,
         )
+        job.waiting_on = waiting
         jobs.new_job(job, now)
         return job
 

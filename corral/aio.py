@@ -111,6 +111,7 @@ class AsyncClient:
         idempotency_key: str = "",
         labels: Mapping[str, str] | None = None,
         worker_selector: Mapping[str, str] | None = None,
+        depends_on: Sequence[str] = (),
     ) -> Job:
         """Submit one job and return it as stored (see :meth:`corral.Client.submit`)."""
         request = JobSpec(
@@ -125,6 +126,7 @@ class AsyncClient:
             idempotency_key=idempotency_key,
             labels=labels,
             worker_selector=worker_selector,
+            depends_on=depends_on,
         ).to_proto()
         with translate_errors():
             response = await self._jobs.SubmitJob(request, timeout=self.timeout, metadata=self.metadata)

@@ -127,6 +127,7 @@ class Client:
         idempotency_key: str = "",
         labels: Mapping[str, str] | None = None,
         worker_selector: Mapping[str, str] | None = None,
+        depends_on: Sequence[str] = (),
     ) -> Job:
         """Submit one job and return it as stored (PENDING, or SCHEDULED when ``scheduled_at`` is ahead)."""
         request = JobSpec(
@@ -141,6 +142,7 @@ class Client:
             idempotency_key=idempotency_key,
             labels=labels,
             worker_selector=worker_selector,
+            depends_on=depends_on,
         ).to_proto()
         with translate_errors():
             response = self._jobs.SubmitJob(request, timeout=self.timeout, metadata=self.metadata)

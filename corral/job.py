@@ -132,6 +132,10 @@ class Job:
     """The labels a worker must have to run it (empty: any worker)."""
     output: str = ""
     """The end of what its latest attempt printed (as its worker kept it)."""
+    depends_on: list[str] = field(default_factory=list)
+    """Jobs that must SUCCEED before it starts."""
+    waiting_on: list[str] = field(default_factory=list)
+    """Those of ``depends_on`` that have not SUCCEEDED yet."""
 
     @property
     def is_terminal(self) -> bool:
@@ -169,6 +173,8 @@ class Job:
             owner=pb.owner,
             worker_selector=dict(pb.worker_selector),
             output=pb.output,
+            depends_on=list(pb.depends_on),
+            waiting_on=list(pb.waiting_on),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -54,6 +54,8 @@ class JobSpec:
     labels: Mapping[str, str] | None = None
     worker_selector: Mapping[str, str] | None = None
     """Run only on a worker whose labels include every key=value here (``{"gpu": "a100"}``)."""
+    depends_on: Sequence[str] = ()
+    """Ids of jobs that must SUCCEED before this one starts (if one fails, this one is CANCELLED)."""
 
     def to_proto(self) -> jobs_pb2.SubmitJobRequest:
         """Build the ``SubmitJobRequest`` for this spec.
@@ -73,6 +75,12 @@ class JobSpec:
                 if not isinstance(key, str) or not isinstance(value, str):
                     raise InvalidArgument(f"{name}[{key}]", f"keys and values must be strings, got {value!r}")
                 put(getattr(request, name), key, value, f"{name}[{key}]")
+        if isinstance(self.depends_on, str):
+            raise InvalidArgument("depends_on", "must be a list of job ids, got a string")
+        for i, job_id in enumerate(self.depends_on):
+            if not isinstance(job_id, str):
+                raise InvalidArgument(f"depends_on[{i}]", f"must be a job id (a string), got {job_id!r}")
+            request.depends_on.append(job_id)
         if self.thread_demand is not None:
             put(request, "thread_demand", self.thread_demand)
         if self.timeout_sec is not None:

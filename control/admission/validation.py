@@ -47,6 +47,7 @@ class Submission:
     labels: dict[str, str] = field(default_factory=dict)
     payload_json: str = ""
     worker_selector: dict[str, str] = field(default_factory=dict)
+    depends_on: tuple[str, ...] = ()
 
     def request_hash(self) -> str:
         """A digest of everything that defines the job: equal requests have equal hashes."""
@@ -64,6 +65,7 @@ class Submission:
                 # Only when given: a request without a selector hashes as it did before there were
                 # any, so keys stored then still match their replays.
                 *([sorted(self.worker_selector.items())] if self.worker_selector else []),
+                *([sorted(self.depends_on)] if self.depends_on else []),
             ],
             sort_keys=True,
             separators=(",", ":"),
@@ -173,6 +175,26 @@ def check_labels(labels: Mapping[str, str], field: str) -> None:
         check_text(f"{field}[{key}]", value, MAX_LABEL_VALUE)
 
 
+MAX_DEPENDENCIES = 64
+"""Jobs one job may wait for."""
+MAX_JOB_ID = 64
+"""No job id is longer (they are 32 hex digits)."""
+
+
+def check_dependencies(ids: Sequence[str], field: str) -> None:
+    """How many, and each a plausible id, not repeated. Raises InvalidArgument naming the entry."""
+    if len(ids) > MAX_DEPENDENCIES:
+        raise InvalidArgument(field, f"at most {MAX_DEPENDENCIES} jobs, got {len(ids)}")
+    seen: set[str] = set()
+    for i, job_id in enumerate(ids):
+        if not job_id:
+            raise InvalidArgument(f"{field}[{i}]", "must be a job id, got an empty string")
+        check_text(f"{field}[{i}]", job_id, MAX_JOB_ID)
+        if job_id in seen:
+            raise InvalidArgument(f"{field}[{i}]", f"repeats {job_id!r}")
+        seen.add(job_id)
+
+
 def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: str = "") -> None:
     """Check one submission; fills ``sub.payload_json``. Raises InvalidArgument naming the field."""
     if not sub.type:
@@ -195,6 +217,8 @@ def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: s
     check_labels(sub.labels, f"{prefix}labels")
     if sub.worker_selector:
         check_labels(sub.worker_selector, f"{prefix}worker_selector")
+    if sub.depends_on:
+        check_dependencies(sub.depends_on, f"{prefix}depends_on")
     if (where := too_deep(sub.payload)) is not None:
         # deeper would be stored, but GetJob, WatchJob and ListJobs could not carry it back
         raise InvalidArgument(

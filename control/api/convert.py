@@ -128,6 +128,7 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
         idempotency_key=req.idempotency_key or idempotency_key,
         labels=dict(req.labels) if req.labels else {},  # iterating an empty proto map costs µs
         worker_selector=dict(req.worker_selector) if req.worker_selector else {},
+        depends_on=tuple(req.depends_on) if req.depends_on else (),
     )
 
 
@@ -153,6 +154,8 @@ def job(j: JobRecord) -> jobs_pb2.Job:
         labels=j.labels,
         worker_selector=dict(j.worker_selector) if j.worker_selector else None,
         output=j.output,
+        depends_on=j.depends_on or None,
+        waiting_on=sorted(j.waiting_on) if j.waiting_on else None,
     )
     _set_struct(out.payload, j.payload_json)
     _set_struct(out.result, j.result_json)

@@ -89,6 +89,10 @@ class Store(Protocol):
 
     def count_by_state(self) -> dict[JobState, int]: ...
 
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The states of those of ``job_ids`` that are stored (a synchronous read, for start-up)."""
+        ...
+
     def max_seq(self) -> int: ...
 
     def load_idempotency(self, now: float, limit: int | None = None) -> list[IdempotencyEntry]:

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     request_id       TEXT    NOT NULL DEFAULT '', -- the call that created the job (empty when unknown) for its log lines
     owner            TEXT    NOT NULL DEFAULT '', -- name of the client token that submitted it (empty without auth)
     worker_selector  TEXT    NOT NULL DEFAULT '', -- JSON object of labels a worker must have (empty: any)
-    output           TEXT    NOT NULL DEFAULT ''  -- the end of what the latest attempt printed
+    output           TEXT    NOT NULL DEFAULT '', -- the end of what the latest attempt printed
+    depends_on       TEXT    NOT NULL DEFAULT ''  -- ids of the jobs it starts after (space-separated)
 );
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);

@@ -35,7 +35,7 @@ _COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
     "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
     "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
-    "request_id, owner, worker_selector, output"
+    "request_id, owner, worker_selector, output, depends_on"
 )
 _INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})"
 # Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
@@ -78,6 +78,7 @@ def _insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
         j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "", j.output,
+        " ".join(j.depends_on),
     )  # fmt: skip
 
 
@@ -97,7 +98,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
         max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
-        request_id, owner, selector, output,
+        request_id, owner, selector, output, depends_on,
     ) = row  # fmt: skip
     # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
     # each, not one per job: a backlog of a million jobs holds them all.
@@ -109,6 +110,7 @@ def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
         idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
         ready_at=ready_at, request_id=request_id or None, owner=sys.intern(owner),
         worker_selector=tuple(sorted(json.loads(selector).items())) if selector else (),
+        depends_on=tuple(depends_on.split()) if depends_on else (),
     )  # fmt: skip
     j.threads_granted = threads_granted
     j.attempts = attempts
@@ -138,6 +140,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN worker_selector TEXT NOT NULL DEFAULT ''")
     if "output" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN output TEXT NOT NULL DEFAULT ''")
+    if "depends_on" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN depends_on TEXT NOT NULL DEFAULT ''")
     conn.execute(_OWNER_INDEX)
 
 
@@ -390,6 +394,18 @@ class SQLiteStore:
     def count_by_state(self) -> dict[JobState, int]:
         rows = self._rconn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
         return {JobState(s): n for s, n in rows}
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The states of those of ``job_ids`` that are stored (at start-up, before the event loop's work)."""
+        out: dict[str, JobState] = {}
+        ids = list(job_ids)
+        for at in range(0, len(ids), 500):
+            part = ids[at : at + 500]
+            rows = self._rconn.execute(
+                f"SELECT id, state FROM jobs WHERE id IN ({','.join('?' * len(part))})", part
+            ).fetchall()
+            out.update((job_id, JobState(state)) for job_id, state in rows)
+        return out
 
     def max_seq(self) -> int:
         value = self._rconn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]

@@ -34,6 +34,7 @@ def submit(args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
             labels=dict(args.label),
             worker_selector=dict(args.worker_selector),
+            depends_on=args.depends_on,
         )
         if not args.wait:
             if args.json:

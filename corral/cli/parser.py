@@ -165,6 +165,14 @@ def _add_client_commands(
         metavar="K=V",
         help="run only on workers with this label (CORRAL_WORKER_LABELS), repeatable",
     )
+    p.add_argument(
+        "--after",
+        dest="depends_on",
+        action="append",
+        default=[],
+        metavar="JOB_ID",
+        help="start only once this job SUCCEEDED (cancelled if it fails), repeatable",
+    )
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
     p.set_defaults(handler=commands.submit)
 

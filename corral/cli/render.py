@@ -125,11 +125,18 @@ def job_table(job: Job) -> Table:
         ("idempotency key", job.idempotency_key or "-"),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
         ("runs on", ", ".join(f"{k}={v}" for k, v in sorted(job.worker_selector.items())) or "any worker"),
+        ("after", _dependencies(job) or "-"),
         ("output", _last_lines(job.output, 10) or "-"),
     ]
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _dependencies(job: Job) -> str:
+    """The jobs ``job`` starts after, those it still waits for marked."""
+    waiting = set(job.waiting_on)
+    return ", ".join(f"{d} (waiting)" if d in waiting else d for d in job.depends_on)
 
 
 def _last_lines(text: str, count: int) -> str:

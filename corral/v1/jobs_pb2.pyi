@@ -133,6 +133,8 @@ class Job(_message.Message):
     OWNER_FIELD_NUMBER: _builtins.int
     WORKER_SELECTOR_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    WAITING_ON_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -188,6 +190,14 @@ class Job(_message.Message):
     def worker_selector(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The workers it may run on: those whose labels include every key=value here (empty: any)."""
 
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The jobs it starts after (see SubmitJobRequest.depends_on)."""
+
+    @_builtins.property
+    def waiting_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Output only. Those of depends_on that have not SUCCEEDED yet: while any is left, the job waits."""
+
     def __init__(
         self,
         *,
@@ -218,10 +228,12 @@ class Job(_message.Message):
         owner: _builtins.str = ...,
         worker_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         output: _builtins.str = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
+        waiting_on: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -307,6 +319,7 @@ class SubmitJobRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     WORKER_SELECTOR_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     priority: _builtins.int
@@ -332,6 +345,13 @@ class SubmitJobRequest(_message.Message):
         out of the way of the others.
         """
 
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Start only after each of these jobs has SUCCEEDED (ids of jobs that exist and that the caller
+        may see; at most 64). It waits SCHEDULED until then. If one of them ends FAILED or CANCELLED, this
+        job is CANCELLED with error DEPENDENCY_FAILED (and so are the jobs that depend on it).
+        """
+
     def __init__(
         self,
         *,
@@ -346,10 +366,11 @@ class SubmitJobRequest(_message.Message):
         idempotency_key: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         worker_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "max_attempts", b"max_attempts", "payload", b"payload", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015

@@ -108,6 +108,23 @@ def test_an_attempt_s_output_is_stored_and_updated(tmp_path: Path) -> None:
         s.close()
 
 
+def test_dependencies_survive_reopen_and_states_are_read_by_id(tmp_path: Path) -> None:
+    path = str(tmp_path / "deps.db")
+    s = SQLiteStore(path)
+    first, second = record(1), record(2)
+    first.state = JobState.SUCCEEDED
+    second.depends_on = ("job-1", "gone")
+    s.insert([first, second])
+    run(s.commit())
+    s.close()
+    s = SQLiteStore(path)
+    try:
+        assert [j.depends_on for j in s.load_active()] == [("job-1", "gone")]
+        assert s.states(["job-1", "job-2", "gone"]) == {"job-1": JobState.SUCCEEDED, "job-2": JobState.PENDING}
+    finally:
+        s.close()
+
+
 def test_worker_selectors_survive_reopen(tmp_path: Path) -> None:
     path = str(tmp_path / "selectors.db")
     s = SQLiteStore(path)
@@ -221,6 +238,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s.close()
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX IF EXISTS jobs_by_owner")
+    conn.execute("ALTER TABLE jobs DROP COLUMN depends_on")
     conn.execute("ALTER TABLE jobs DROP COLUMN output")
     conn.execute("ALTER TABLE jobs DROP COLUMN worker_selector")
     conn.execute("ALTER TABLE jobs DROP COLUMN owner")
@@ -241,6 +259,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     assert {j.id: j.request_id for j in s.load_active()} == {"job-1": None, "job-2": "req-2"}
     assert {j.id: j.owner for j in s.load_active()} == {"job-1": "", "job-2": ""}
     assert {j.id: j.worker_selector for j in s.load_active()} == {"job-1": (), "job-2": ()}
+    assert {j.id: j.depends_on for j in s.load_active()} == {"job-1": (), "job-2": ()}
     s.close()
 
 

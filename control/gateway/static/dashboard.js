@@ -308,6 +308,7 @@
       ["Idempotency key", job.idempotencyKey || "—"],
       ["Labels", Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
       ["Runs on", Object.entries(job.workerSelector || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "any worker"],
+      ["After", (job.dependsOn || []).map((d) => ((job.waitingOn || []).includes(d) ? d + " (waiting)" : d)).join(", ") || "—"],
     ];
     $("detail-fields").replaceChildren(
       ...fields.flatMap(([label, value]) => [h("dt", {}, label), h("dd", { class: "user" }, value)]),
