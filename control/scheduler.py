@@ -6,7 +6,8 @@ store at once, and acknowledged or announced only after the store has committed 
 worker or a watcher never hears of a change that a crash could undo. Many changes share one commit.
 
 Job-facing operations are here; the worker side (register, results, disconnects) is
-``control.sessions`` and lost workers / expired leases are ``control.reaper``.
+``control.sessions``, lost workers / expired leases are ``control.reaper``, jobs that wait for
+others are ``control.dependencies``, and owners' shares of the workers are ``control.shares``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from control.admission.ratelimit import SubmitRateLimiter
 from control.backoff import retry_delay
 from control.clock import Clock
 from control.config import ControlConfig
+from control.dependencies import Dependencies
 from control.dispatch import POLICIES, SelectionPolicy, granted_threads, reserve_for
 from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
@@ -51,7 +53,7 @@ from control.store import IdempotencyEntry, JobPage, Store
 from control.turns import in_turns
 from control.watch import SHUTTING_DOWN, Watchers
 from corral import logs
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound, RateLimited, Unavailable
+from corral.errors import FailedPrecondition, NotFound, RateLimited, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +129,8 @@ class Scheduler:
         self.metrics = Metrics()
         """Event counters and histograms (control.metrics); the ControlPlane puts in its own."""
         self._queued: dict[str, int] = {}
-        self.waiters: dict[str, list[str]] = {}
-        """Job id -> the SCHEDULED jobs that wait for it to SUCCEED (depends_on)."""
+        self.dependencies = Dependencies(self)
+        """The jobs that wait for others to SUCCEED (control.dependencies)."""
         self._seq = store.max_seq()
         self._dispatch_pending = False
         self._flush_pending = False
@@ -169,7 +171,7 @@ class Scheduler:
                     self.registry.add(ghost)
                 self.registry.hold(ghost, (job.id, job.attempts), job.threads_granted)
         if blocked:
-            self._recover_waiting(blocked)
+            self.dependencies.recover(blocked)
         if self.active:
             logger.info(
                 "recovered",
@@ -261,111 +263,8 @@ class Scheduler:
             self.running.add(job.id)
             self.usage.started(job)
             self.track_lease(job)
-        if after.terminal and job.id in self.waiters:
-            self._dependency_ended(job.id, after)
-
-    # ---- dependencies ---------------------------------------------------------------------------
-    def _dependency_ended(self, dep_id: str, state: JobState) -> None:
-        """``dep_id`` reached ``state``: the jobs waiting for it go on waiting for the rest, become
-        ready, or (it FAILED or was CANCELLED) are CANCELLED, and so on down the chain."""
-        now = self.clock.now()
-        changed: list[JobRecord] = []
-        for job_id in self.waiters.pop(dep_id, ()):
-            job = self.active.get(job_id)
-            if job is None or job.state is not JobState.SCHEDULED or dep_id not in job.waiting_on:
-                continue  # cancelled meanwhile
-            changed.append(job)
-            if state is JobState.SUCCEEDED:
-                if jobs.dependency_succeeded(job, dep_id):
-                    self._dependencies_met(job, now)
-            else:
-                message = f"job {dep_id!r}, which it depends on, ended {state.name}"
-                self.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))
-        if changed:
-            self.later(changed)
-
-    def _dependencies_met(self, job: JobRecord, now: float) -> None:
-        """Every job ``job`` waited for SUCCEEDED: ready now, or at its own ``scheduled_at``."""
-        if job.scheduled_at is not None and job.scheduled_at > now:
-            job.ready_at = job.scheduled_at
-            self.delayed.push(job.id, job.ready_at)
-            self._timer_wake.set()
-        else:
-            jobs.promote(job, now)
-            self.moved(job, JobState.SCHEDULED)
-
-    async def _find_dependencies(self, subs: Sequence[Submission], batch: bool, caller: str) -> dict[str, JobRecord]:
-        """Check that every job ``subs`` depend on exists and that ``caller`` may see it; returns the
-        records of those not live (read from the store), for :meth:`_waiting_for`.
-
-        Raises:
-            InvalidArgument: ``depends_on[i]`` names no job the caller can see.
-        """
-        found: dict[str, JobRecord] = {}
-        for n, sub in enumerate(subs):
-            for i, dep_id in enumerate(sub.depends_on):
-                dep = self.active.get(dep_id) or self.recent.get(dep_id) or found.get(dep_id)
-                if dep is None:
-                    dep = await self.store.get(dep_id)
-                field = f"jobs[{n}].depends_on[{i}]" if batch else f"depends_on[{i}]"
-                if dep is None:
-                    raise InvalidArgument(field, f"no job {dep_id!r}")
-                try:
-                    self.access.check_visible(dep, caller)
-                except NotFound:
-                    raise InvalidArgument(field, f"no job {dep_id!r}") from None
-                if dep_id not in self.active:
-                    found[dep_id] = dep
-        return found
-
-    def _waiting_for(
-        self, subs: Sequence[Submission], batch: bool, found: dict[str, JobRecord]
-    ) -> dict[int, frozenset[str]]:
-        """For each submission with dependencies, those not SUCCEEDED now (no await may come between
-        this and the jobs' creation: a dependency that ends meanwhile would be missed).
-
-        Raises:
-            FailedPrecondition: a dependency is FAILED or CANCELLED: the job could never start.
-        """
-        waiting: dict[int, frozenset[str]] = {}
-        for n, sub in enumerate(subs):
-            if not sub.depends_on:
-                continue
-            left = set()
-            for i, dep_id in enumerate(sub.depends_on):
-                field = f"jobs[{n}].depends_on[{i}]" if batch else f"depends_on[{i}]"
-                dep = self.active.get(dep_id) or self.recent.get(dep_id) or found.get(dep_id)
-                if dep is None:  # it finished during this call and already left the recent ones: rare
-                    raise Unavailable(f"{field}: job {dep_id!r} finished while this call ran; send it again")
-                if dep.state in (JobState.FAILED, JobState.CANCELLED):
-                    raise FailedPrecondition(f"{field}: job {dep_id!r} is {dep.state.name}; this job could never start")
-                if dep.state is not JobState.SUCCEEDED:
-                    left.add(dep_id)
-            if left:
-                waiting[n] = frozenset(left)
-        return waiting
-
-    def _recover_waiting(self, blocked: list[JobRecord]) -> None:
-        """At start-up: what each SCHEDULED job with dependencies still waits for. A dependency no
-        longer stored was purged after it finished, and only SUCCEEDED ones leave dependents behind."""
-        stored = self.store.states({d for job in blocked for d in job.depends_on if d not in self.active})
-        now = self.clock.now()
-        cancelled: list[JobRecord] = []
-        for job in blocked:
-            left = {d for d in job.depends_on if d in self.active and not self.active[d].state.terminal}
-            ended = [d for d in job.depends_on if stored.get(d) in (JobState.FAILED, JobState.CANCELLED)]
-            if ended:
-                message = f"job {ended[0]!r}, which it depends on, ended {stored[ended[0]].name}"
-                self.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))
-                cancelled.append(job)
-            elif left:
-                job.waiting_on = frozenset(left)
-                for d in left:
-                    self.waiters.setdefault(d, []).append(job.id)
-            else:
-                self.delayed.push(job.id, job.ready_at)
-        if cancelled:
-            self.later(cancelled)
+        if after.terminal and job.id in self.dependencies.waiters:
+            self.dependencies.ended(job.id, after)
 
     # ---- leases ---------------------------------------------------------------------------------
     def track_lease(self, job: JobRecord) -> None:
@@ -462,8 +361,8 @@ class Scheduler:
                 validate(sub, self.catalog, self.limits)
         waiting: dict[int, frozenset[str]] = {}
         if any(sub.depends_on for sub in subs):
-            found = await self._find_dependencies(subs, batch, owner)
-            waiting = self._waiting_for(subs, batch, found)  # no await from here until the jobs exist
+            found = await self.dependencies.find(subs, batch, owner)
+            waiting = self.dependencies.waiting_for(subs, batch, found)  # no await from here until the jobs exist
         now = self.clock.now()
         out: list[JobRecord | str] = []
         fresh: list[JobRecord] = []
@@ -507,8 +406,7 @@ class Scheduler:
                 if job.state is JobState.PENDING:
                     self._enqueue(job)
                 elif job.waiting_on:
-                    for dep_id in job.waiting_on:
-                        self.waiters.setdefault(dep_id, []).append(job.id)
+                    self.dependencies.wait(job)
                 else:
                     self.delayed.push(job.id, job.ready_at)
                     self._timer_wake.set()
@@ -776,6 +674,10 @@ class Scheduler:
                 del self._parked[kind]
 
     # ---- delayed jobs ---------------------------------------------------------------------------
+    def wake_timer(self) -> None:
+        """A job was pushed on the delayed queue from outside the timer: let it look again."""
+        self._timer_wake.set()
+
     async def run_timer(self) -> None:
         """Promote SCHEDULED jobs when their time comes (scheduled_at or the end of a backoff)."""
         while True:

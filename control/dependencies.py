@@ -1,0 +1,163 @@
+"""Jobs that start after others: ``depends_on``, the waits it makes, and what ends them.
+
+A job submitted with ``depends_on`` waits SCHEDULED, with ``waiting_on`` the jobs it names that have
+not SUCCEEDED yet, and is in no queue meanwhile. When one of those jobs reaches a terminal state
+(:meth:`Dependencies.ended`, called by the scheduler on every transition to one):
+
+* SUCCEEDED: it is no longer waited for; a job that waits for nothing more becomes PENDING, or stays
+  SCHEDULED until its own ``scheduled_at``;
+* FAILED or CANCELLED: the waiting job is CANCELLED with ``DEPENDENCY_FAILED``, and, being terminal
+  in turn, takes what waits for it along.
+
+At submission (:meth:`Dependencies.find`, then :meth:`Dependencies.waiting_for`) every job named
+must exist and be visible to the caller, and none may already be FAILED or CANCELLED: such a job
+could never start, so it is refused rather than stored. What a job still waits for is worked out
+with no ``await`` between that and the job's creation, so a dependency cannot end unseen in
+between. After a restart :meth:`Dependencies.recover` works the waits out again from the store: a
+dependency that is no longer stored was purged after it finished, and since a failed or cancelled
+one cancels its dependents in the same transaction, only a SUCCEEDED one can have left any behind.
+
+Nothing here is stored apart from ``depends_on`` itself; the changes it makes go through the
+scheduler (``moved``, ``later``) like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from control import jobs
+from control.admission import Submission
+from control.jobs import JobRecord, JobState
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+
+if TYPE_CHECKING:
+    from control.scheduler import Scheduler
+
+__all__ = ["Dependencies"]
+
+_BROKEN = (JobState.FAILED, JobState.CANCELLED)
+
+
+class Dependencies:
+    """The waits of one scheduler: which jobs wait for which."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        self.waiters: dict[str, list[str]] = {}
+        """Job id -> the SCHEDULED jobs that wait for it to SUCCEED."""
+
+    def wait(self, job: JobRecord) -> None:
+        """``job`` (new or recovered, ``waiting_on`` set) waits for its dependencies."""
+        for dep_id in job.waiting_on:
+            self.waiters.setdefault(dep_id, []).append(job.id)
+
+    def ended(self, dep_id: str, state: JobState) -> None:
+        """``dep_id`` reached the terminal ``state``: the jobs waiting for it go on waiting for the rest,
+        become ready, or are CANCELLED, and so on down the chain."""
+        s = self.s
+        now = s.clock.now()
+        changed: list[JobRecord] = []
+        for job_id in self.waiters.pop(dep_id, ()):
+            job = s.active.get(job_id)
+            if job is None or job.state is not JobState.SCHEDULED or dep_id not in job.waiting_on:
+                continue  # cancelled meanwhile
+            changed.append(job)
+            if state is JobState.SUCCEEDED:
+                if jobs.dependency_succeeded(job, dep_id):
+                    self._met(job, now)
+            else:
+                message = f"job {dep_id!r}, which it depends on, ended {state.name}"
+                s.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))
+        if changed:
+            s.later(changed)
+
+    def _met(self, job: JobRecord, now: float) -> None:
+        """Every job ``job`` waited for SUCCEEDED: ready now, or at its own ``scheduled_at``."""
+        s = self.s
+        if job.scheduled_at is not None and job.scheduled_at > now:
+            job.ready_at = job.scheduled_at
+            s.delayed.push(job.id, job.ready_at)
+            s.wake_timer()
+        else:
+            jobs.promote(job, now)
+            s.moved(job, JobState.SCHEDULED)
+
+    async def find(self, subs: Sequence[Submission], batch: bool, caller: str) -> dict[str, JobRecord]:
+        """Check that every job ``subs`` depend on exists and that ``caller`` may see it; returns the
+        records of those not live (read from the store), for :meth:`waiting_for`.
+
+        Raises:
+            InvalidArgument: ``depends_on[i]`` names no job the caller can see.
+        """
+        s = self.s
+        found: dict[str, JobRecord] = {}
+        for n, sub in enumerate(subs):
+            for i, dep_id in enumerate(sub.depends_on):
+                dep = s.active.get(dep_id) or s.recent.get(dep_id) or found.get(dep_id)
+                if dep is None:
+                    dep = await s.store.get(dep_id)
+                field = _field(batch, n, i)
+                if dep is None:
+                    raise InvalidArgument(field, f"no job {dep_id!r}")
+                try:
+                    s.access.check_visible(dep, caller)
+                except NotFound:
+                    raise InvalidArgument(field, f"no job {dep_id!r}") from None
+                if dep_id not in s.active:
+                    found[dep_id] = dep
+        return found
+
+    def waiting_for(
+        self, subs: Sequence[Submission], batch: bool, found: dict[str, JobRecord]
+    ) -> dict[int, frozenset[str]]:
+        """For each submission with dependencies, those not SUCCEEDED now. No await may come between
+        this and the jobs' creation: a dependency that ended meanwhile would be missed.
+
+        Raises:
+            FailedPrecondition: a dependency is FAILED or CANCELLED: the job could never start.
+            Unavailable: a dependency ended during the call and is known no more (rare; send again).
+        """
+        s = self.s
+        waiting: dict[int, frozenset[str]] = {}
+        for n, sub in enumerate(subs):
+            left = set()
+            for i, dep_id in enumerate(sub.depends_on):
+                field = _field(batch, n, i)
+                dep = s.active.get(dep_id) or s.recent.get(dep_id) or found.get(dep_id)
+                if dep is None:  # it finished during this call and already left the recent ones
+                    raise Unavailable(f"{field}: job {dep_id!r} finished while this call ran; send it again")
+                if dep.state in _BROKEN:
+                    raise FailedPrecondition(f"{field}: job {dep_id!r} is {dep.state.name}; this job could never start")
+                if dep.state is not JobState.SUCCEEDED:
+                    left.add(dep_id)
+            if left:
+                waiting[n] = frozenset(left)
+        return waiting
+
+    def recover(self, blocked: list[JobRecord]) -> None:
+        """At start-up, once every live job is loaded: what each SCHEDULED job with dependencies still
+        waits for (see the module docstring), or its cancellation, or its place in the delayed queue."""
+        s = self.s
+        stored = s.store.states({d for job in blocked for d in job.depends_on if d not in s.active})
+        now = s.clock.now()
+        cancelled: list[JobRecord] = []
+        for job in blocked:
+            left = {d for d in job.depends_on if d in s.active and not s.active[d].state.terminal}
+            broken = [d for d in job.depends_on if stored.get(d) in _BROKEN]
+            if broken:
+                message = f"job {broken[0]!r}, which it depends on, ended {stored[broken[0]].name}"
+                s.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))
+                cancelled.append(job)
+            elif left:
+                job.waiting_on = frozenset(left)
+                self.wait(job)
+            else:
+                s.delayed.push(job.id, job.ready_at)
+        if cancelled:
+            s.later(cancelled)
+
+
+def _field(batch: bool, n: int, i: int) -> str:
+    """The name of dependency ``i`` of submission ``n``, as errors give it."""
+    return f"jobs[{n}].depends_on[{i}]" if batch else f"depends_on[{i}]"
