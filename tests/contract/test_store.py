@@ -1,9 +1,10 @@
 """One conformance suite for every Store implementation (SQLite today; PostgreSQL joins the params)."""
 
 import asyncio
+import contextlib
 import os
 import sqlite3
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +34,22 @@ def record(seq: int, type_: str = "noop", state: JobState = JobState.PENDING) ->
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.new_event_loop().run_until_complete(coro)
+
+
+@contextlib.contextmanager
+def reopened(path: str, inserted: list[JobRecord], updated: Sequence[JobRecord] = ()) -> Iterator[SQLiteStore]:
+    """A store at ``path`` that committed ``inserted`` (then ``updated``) and was closed, open again."""
+    s = SQLiteStore(path)
+    s.insert(inserted)
+    if updated:
+        s.update(updated)
+    run(s.commit())
+    s.close()
+    s = SQLiteStore(path)
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 def test_insert_commit_get_roundtrip(store: Store) -> None:
@@ -91,79 +108,41 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
 
 
 def test_an_attempt_s_output_is_stored_and_updated(tmp_path: Path) -> None:
-    path = str(tmp_path / "output.db")
-    s = SQLiteStore(path)
     job = record(1)
-    s.insert([job])
     jobs.lease(job, "w1", 1, now=2.0, grace=1)
     jobs.succeed(job, 1, "{}", now=3.0, exec_seconds=1.0, output="hello\nü\n")
-    s.update([job])
-    run(s.commit())
-    s.close()
-    s = SQLiteStore(path)
-    try:
+    with reopened(str(tmp_path / "output.db"), [record(1)], [job]) as s:
         got = run(s.get("job-1"))
         assert got is not None and got.output == "hello\nü\n"
-    finally:
-        s.close()
 
 
 def test_dependencies_survive_reopen_and_states_are_read_by_id(tmp_path: Path) -> None:
-    path = str(tmp_path / "deps.db")
-    s = SQLiteStore(path)
     first, second = record(1), record(2)
     first.state = JobState.SUCCEEDED
     second.depends_on = ("job-1", "gone")
-    s.insert([first, second])
-    run(s.commit())
-    s.close()
-    s = SQLiteStore(path)
-    try:
+    with reopened(str(tmp_path / "deps.db"), [first, second]) as s:
         assert [j.depends_on for j in s.load_active()] == [("job-1", "gone")]
         assert s.states(["job-1", "job-2", "gone"]) == {"job-1": JobState.SUCCEEDED, "job-2": JobState.PENDING}
-    finally:
-        s.close()
 
 
 def test_worker_selectors_survive_reopen(tmp_path: Path) -> None:
-    path = str(tmp_path / "selectors.db")
-    s = SQLiteStore(path)
     picky, plain = record(1), record(2)
     picky.worker_selector = (("gpu", "a100"), ("zone", "ü"))
-    s.insert([picky, plain])
-    run(s.commit())
-    s.close()
-    s = SQLiteStore(path)
-    try:
+    with reopened(str(tmp_path / "selectors.db"), [picky, plain]) as s:
         assert {j.id: j.worker_selector for j in s.load_active()} == {"job-1": picky.worker_selector, "job-2": ()}
-    finally:
-        s.close()
 
 
 def test_list_by_owner_and_owners_survive_reopen(tmp_path: Path) -> None:
-    path = str(tmp_path / "owners.db")
-    s = SQLiteStore(path)
     jobs_ = [record(i) for i in range(1, 7)]
     for job in jobs_:
         job.owner = {1: "alice", 2: "bob", 4: "alice", 5: "bob"}.get(job.seq, "")
-    s.insert(jobs_)
-    run(s.commit())
-    s.close()
-    s = SQLiteStore(path)
-    try:
+    with reopened(str(tmp_path / "owners.db"), jobs_) as s:
         page = run(s.list_jobs([], "", 50, 0, owners=["alice"]))
         assert ([j.seq for j in page.jobs], page.total) == ([4, 1], 2)
-        assert {j.seq: j.owner for j in run(s.list_jobs([], "", 50, 0)).jobs} == {
-            6: "",
-            5: "bob",
-            4: "alice",
-            3: "",
-            2: "bob",
-            1: "alice",
-        }
+        owners = {j.seq: j.owner for j in run(s.list_jobs([], "", 50, 0)).jobs}
+        assert owners == {6: "", 5: "bob", 4: "alice", 3: "", 2: "bob", 1: "alice"}
+        assert run(s.list_jobs([], "", 50, 0, owners=["alice", "bob"])).total == 4
         assert run(s.list_jobs([], "", 50, 0, owners=["carol"])).total == 0
-    finally:
-        s.close()
 
 
 def test_a_page_stops_before_its_payloads_and_results_outgrow_an_answer(store: Store) -> None:
