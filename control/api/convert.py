@@ -150,13 +150,18 @@ def job(j: JobRecord) -> jobs_pb2.Job:
         total_seconds=j.total_seconds,
         worker_id=j.worker_id,
         idempotency_key=j.idempotency_key,
-        owner=j.owner,
         labels=j.labels,
-        worker_selector=dict(j.worker_selector) if j.worker_selector else None,
-        output=j.output,
-        depends_on=j.depends_on or None,
-        waiting_on=sorted(j.waiting_on) if j.waiting_on else None,
     )
+    # Set only when there is something to set: most jobs have none of these, and each keyword costs.
+    if j.owner:
+        out.owner = j.owner
+    if j.worker_selector:
+        out.worker_selector.update(j.worker_selector)
+    if j.output:
+        out.output = j.output
+    if j.depends_on:
+        out.depends_on.extend(j.depends_on)
+        out.waiting_on.extend(sorted(j.waiting_on))
     _set_struct(out.payload, j.payload_json)
     _set_struct(out.result, j.result_json)
     if j.error_code:
