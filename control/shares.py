@@ -121,10 +121,6 @@ class ShareRules:
         """The weight of a share: a group's, or an owner's that is in none."""
         return self.weights.get(share, 1.0)
 
-    def share_of(self, owner: str) -> str:
-        """Whose share ``owner``'s jobs count against: its group, else itself."""
-        return self.group_of.get(owner, owner)
-
     def cap(self, owner: str) -> int:
         """The most jobs ``owner`` may have running (0: no cap)."""
         return self.max_running_for.get(owner, self.max_running)
@@ -212,7 +208,7 @@ class OwnerQueues:
             if cap and usage.running_jobs[owner] >= cap:
                 continue
             if rules.fair:
-                group = rules.share_of(owner)
+                group = usage.share_of(owner)
                 share = usage.share_threads[group] / rules.weight(group)
             else:
                 share = 0.0
