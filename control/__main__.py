@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", help="bind address (CORRAL_HOST, default 127.0.0.1)")
     p.add_argument("--grpc-port", type=int, help="gRPC port, 0 = any free port (CORRAL_GRPC_PORT, default 50051)")
     p.add_argument("--http-port", type=int, help="HTTP port (CORRAL_HTTP_PORT, default 8080)")
-    p.add_argument("--db", help="SQLite file (CORRAL_DB, default corral.db)")
+    p.add_argument("--db", help="SQLite file or postgresql:// URL (CORRAL_DB, default corral.db)")
     p.add_argument("--port-file", type=Path, help="write the bound gRPC port here once serving")
     p.add_argument("--http-port-file", type=Path, help="write the bound HTTP port here once serving")
     p.add_argument("--worker-port", type=int, help="mutual-TLS worker port (CORRAL_WORKER_PORT, default 50052)")
@@ -54,19 +54,31 @@ async def serve(
     http_port_file: Path | None = None,
     worker_port_file: Path | None = None,
 ) -> int:
-    """Run a control plane until SIGTERM or SIGINT (exit status 0) or until its store fails (3)."""
+    """Run a control plane until SIGTERM or SIGINT (exit status 0) or until its store fails (3).
+
+    The signals are handled from the start: a standby (see :mod:`control.store.postgres`) can wait in
+    ``start`` for hours, and a stop must end that wait cleanly."""
     cp = ControlPlane(config)
-    await cp.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    starting = asyncio.ensure_future(cp.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await cp.stop()
+        return 0
+    stopping.cancel()
+    starting.result()  # StartFailed goes up to main()
     if http_port_file is not None:  # before the gRPC port file: that one says "serving" to waiters
         _write_port(http_port_file, cp.http_port)
     if worker_port_file is not None:
         _write_port(worker_port_file, cp.worker_port)
     if port_file is not None:
         _write_port(port_file, cp.grpc_port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, cp.reload_tokens)  # the usual "read your config again", not an exit
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(cp.failed.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -78,7 +90,7 @@ async def serve(
         print(
             f"corral control: the store cannot be written ({cp.store.failure}): stopped. What was committed is "
             "kept and running jobs keep running on their workers; start again once it can be written "
-            "(a full disk, a read-only file system, a lost volume).",
+            "(a full disk, a read-only file system, a lost volume, a PostgreSQL session that ended).",
             file=sys.stderr,
         )
         return EXIT_STORE_FAILED

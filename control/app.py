@@ -1,5 +1,8 @@
 """ControlPlane: the composition root. It builds the components, starts them in dependency order
-(store -> scheduler -> sessions/reaper -> gRPC server -> HTTP gateway) and stops them in reverse."""
+(store -> scheduler -> sessions/reaper -> gRPC server -> HTTP gateway) and stops them in reverse.
+
+On a shared store a standby control plane waits in :meth:`ControlPlane.start` until it leads the
+store (see :mod:`control.store.postgres`): until then it has opened no port."""
 
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from control.store import Store, open_store
 from control.tls import ServerTls
 from control.token_reload import TokenFileWatcher
 from corral import logs
+from corral.dburl import describe
 from corral.transport import host_port, loopback
 
 _T = TypeVar("_T")
@@ -98,6 +102,10 @@ class ControlPlane:
     async def _start(self) -> None:
         cfg = self.config
         self.store = _started(lambda: open_store(cfg.db, sync=cfg.db_sync), "CORRAL_DB, --db")
+        try:
+            await self.store.lead()  # a standby waits here, serving nothing, until the active one has gone
+        except OSError as exc:
+            raise StartFailed(f"{exc} (CORRAL_DB, --db)") from exc
         scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
         scheduler.metrics = self.metrics
         self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)
@@ -182,7 +190,7 @@ class ControlPlane:
                 "worker_grpc": host_port(cfg.host, self.worker_port) if self.worker_port else "",
                 "tls": tls is not None,
                 "auth": auth is not None,
-                "db": cfg.db,
+                "db": describe(cfg.db),
                 "recovered_jobs": len(scheduler.active),
             },
         )
@@ -229,7 +237,7 @@ class ControlPlane:
             self._update_readiness()
             store = self.store
             if store is not None and not store.healthy and not self.failed.is_set():
-                logger.critical(logs.STORE_FAILED, extra={"error": store.failure, "db": self.config.db})
+                logger.critical(logs.STORE_FAILED, extra={"error": store.failure, "db": describe(self.config.db)})
                 self.failed.set()
 
     async def wait(self) -> None:

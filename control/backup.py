@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from control.jobs import JobState
+from corral.dburl import describe, is_postgres_url
 
 __all__ = ["BackupError", "backup", "main"]
 
@@ -40,6 +41,11 @@ def backup(database: str, dest: str) -> dict[str, int]:
     Raises:
         BackupError: the database is missing or not a Corral store, ``dest`` exists, or the copy failed.
     """
+    if is_postgres_url(database):
+        raise BackupError(
+            f"{describe(database)} is a PostgreSQL database: back it up with PostgreSQL's own tools "
+            "(pg_dump, or the server's continuous archiving); this command copies a SQLite store"
+        )
     if not os.path.isfile(database):
         raise BackupError(f"there is no database {database} (CORRAL_DB, --db)")
     if os.path.lexists(dest):

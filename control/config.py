@@ -44,9 +44,11 @@ class ControlConfig:
     """CORRAL_GATEWAY_MODE: inprocess (the REST bridge calls the servicers directly) | loopback (over a
     gRPC channel to this process's own port, as grpc-gateway does)."""
     db: str = "corral.db"
-    """CORRAL_DB: SQLite file of the store."""
+    """CORRAL_DB: the store: a SQLite file, or a ``postgresql://`` URL (shared: one active control plane,
+    the others stand by; see control.store.postgres)."""
     db_sync: str = "normal"
-    """CORRAL_DB_SYNC: normal (survives a process crash) | full (also survives power loss)."""
+    """CORRAL_DB_SYNC: normal (survives a process crash) | full (also survives power loss); SQLite only
+    (PostgreSQL commits as its server is set to)."""
     heartbeat_interval_sec: float = 2.0
     """CORRAL_HEARTBEAT_INTERVAL_SEC: > 0; how often workers heartbeat."""
     heartbeat_timeout_sec: float = 10.0

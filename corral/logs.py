@@ -29,6 +29,8 @@ JOBS_PURGED = "jobs_purged"
 JOB_TIMED_OUT = "job_timed_out"
 LEASE_EXPIRED = "lease_expired"
 STORE_FAILED = "store_failed"
+STORE_STANDBY = "store_standby"
+STORE_LEADING = "store_leading"
 CLOCK_STEPPED = "clock_stepped"
 STALE_RESULT = "stale_result"
 # Workers

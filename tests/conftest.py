@@ -5,6 +5,8 @@
   with short heartbeat/backoff settings; ``make_control_plane(**env)`` for other settings.
 - ``spawn_worker``: starts ``python -m worker`` processes (importing the test job types) and waits
   until each is registered; every process is stopped in teardown.
+- ``postgres``: one throw-away PostgreSQL cluster for the session (``tests/support/postgres.py``);
+  ``ControlProc.db_url`` runs a control plane on one of its databases.
 - ``wait_until``: polls a condition with a deadline (tests never sleep to synchronise).
 """
 
@@ -27,6 +29,7 @@ import grpc
 import pytest
 
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+from tests.support.postgres import Cluster, running_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -79,6 +82,8 @@ class ControlProc:
     """Set when the control plane speaks TLS: the channel verifies it against this CA."""
     worker_port: int = 0
     """The mutual-TLS worker port (0 unless CORRAL_TLS_CLIENT_CA is set)."""
+    db_url: str = ""
+    """A ``postgresql://`` store instead of the SQLite file :attr:`db`."""
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -97,7 +102,8 @@ class ControlProc:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 20.0, wait: bool = True) -> None:
+        """Start the process; with ``wait`` (the default) return once it serves (see :meth:`wait_serving`)."""
         port_file = self.workdir / "control.port"
         http_port_file = self.workdir / "control.http.port"
         worker_port_file = self.workdir / "control.worker.port"
@@ -119,7 +125,7 @@ class ControlProc:
                     "--port-file",
                     str(port_file),
                     "--db",
-                    str(self.db),
+                    self.db_url or str(self.db),
                     "--http-port",
                     str(self.http_port),
                     "--http-port-file",
@@ -132,14 +138,24 @@ class ControlProc:
                 stdout=log,
                 stderr=log,
             )
+        if wait:
+            self.wait_serving(timeout)
+
+    def serving(self) -> bool:
+        """True once the process has written its port file (it serves); fails the test if it exited."""
         proc = self.proc
+        assert proc is not None
+        if proc.poll() is not None:
+            pytest.fail(f"control plane exited with {proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        port_file = self.workdir / "control.port"
+        return port_file.exists() and port_file.read_text() != ""
 
-        def ready() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"control plane exited with {proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            return port_file.exists() and port_file.read_text() != ""
-
-        wait_until(ready, timeout, what="control plane to serve")
+    def wait_serving(self, timeout: float = 20.0) -> None:
+        """Wait until the process serves (a standby: until it has taken over) and read its ports."""
+        port_file = self.workdir / "control.port"
+        http_port_file = self.workdir / "control.http.port"
+        worker_port_file = self.workdir / "control.worker.port"
+        wait_until(self.serving, timeout, what="control plane to serve")
         self.port = int(port_file.read_text())
         self.http_port = int(http_port_file.read_text())  # written before the gRPC port file
         self.worker_port = int(worker_port_file.read_text())
@@ -195,6 +211,13 @@ class ControlProc:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """One throw-away PostgreSQL cluster for the whole run (started on first use)."""
+    with running_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -1,16 +1,34 @@
 """Durable state: the Store protocol and its implementations.
 
-Modules: ``base`` (the protocol and its small value types), ``sqlite`` (SQLiteStore, the embedded
-default), ``schema.sql`` (the DDL).
+Modules: ``base`` (the protocol and its small value types), ``rows`` (a job's row, for every SQL
+store), ``sqlite`` (SQLiteStore, the embedded default) and ``schema.sql``, ``postgres``
+(PostgresStore, shared by an active control plane and its standbys) and ``schema_postgres.sql``.
 """
 
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, Store
 from control.store.sqlite import SQLiteStore
+from corral.dburl import is_postgres_url
 
-__all__ = ["IdempotencyEntry", "JobPage", "JobTypeEntry", "SQLiteStore", "Store", "open_store"]
+__all__ = [
+    "IdempotencyEntry",
+    "JobPage",
+    "JobTypeEntry",
+    "SQLiteStore",
+    "Store",
+    "open_store",
+]
 
 
 def open_store(url: str, *, sync: str = "normal") -> Store:
-    """Open the store named by ``url``: a SQLite file path (or ``sqlite:///path``)."""
+    """Open the store named by ``url``: a ``postgresql://`` URL, or a SQLite file path (or
+    ``sqlite:///path``). Call :meth:`Store.lead` before writing it.
+
+    Raises:
+        OSError: it cannot be opened; the message names it (without a password).
+    """
+    if is_postgres_url(url):
+        from control.store.postgres import PostgresStore  # the driver only for the store that needs it
+
+        return PostgresStore(url)
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
     return SQLiteStore(path, sync=sync)

@@ -65,6 +65,11 @@ class Store(Protocol):
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None: ...
 
+    async def lead(self) -> None:
+        """Return once this process may write the store: at once for a store that one process opens at
+        a time (SQLite); for a shared one, once no other control plane leads it (a standby waits here)."""
+        ...
+
     async def commit(self) -> None: ...
 
     def commit_now(self) -> bool:

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,17 +25,12 @@ from typing import Any, TypeVar
 from control.jobs import TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry
 from control.store.lock import DatabaseLock
+from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
 from corral.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 
-_COLUMNS = (
-    "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
-    "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
-    "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
-    "request_id, owner, worker_selector, output, depends_on"
-)
-_INSERT = f"INSERT INTO jobs ({_COLUMNS}) VALUES ({', '.join('?' * len(_COLUMNS.split(',')))})"
+_INSERT = f"INSERT INTO jobs ({COLUMNS}) VALUES ({', '.join('?' * len(COLUMNS.split(',')))})"
 # Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
 _UPDATE = (
     "UPDATE jobs SET threads_granted=?, state=?, attempts=?, charged_attempts=?, ready_at=?, started_at=?, "
@@ -58,75 +51,8 @@ _OWNER_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq) WH
 _Op = tuple[str, list[tuple[Any, ...]]]
 _T = TypeVar("_T")
 
-PAGE_TEXT_BYTES = 10 << 20
-"""A page of :meth:`SQLiteStore.list_jobs` stops before its payloads, results, errors and labels pass
-this many characters (it always holds one job): a page of 1,000 jobs with large results would not fit
-in memory, nor its ListJobs answer in a gRPC message (64 MiB, where JSON grows up to 5.5 times as a
-Struct). Callers page on with ``offset + len(jobs)``."""
-_LARGE_COLUMNS = tuple(
-    _COLUMNS.replace(" ", "").split(",").index(c) for c in ("payload", "result", "error_message", "labels", "output")
-)
-
 CHECKPOINT_SEC = 1.0
 """How often the write-ahead log is copied back into the database file."""
-
-
-def _insert_row(j: JobRecord) -> tuple[Any, ...]:
-    return (
-        j.seq, j.id, j.name, j.type, j.payload_json, j.priority, j.thread_demand, j.threads_granted, int(j.state),
-        j.attempts, j.charged_attempts, j.max_attempts, j.timeout_sec, j.scheduled_at, j.created_at, j.ready_at,
-        j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
-        j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
-        j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "", j.output,
-        " ".join(j.depends_on),
-    )  # fmt: skip
-
-
-def _update_row(j: JobRecord) -> tuple[Any, ...]:
-    return (
-        j.threads_granted, int(j.state), j.attempts, j.charged_attempts, j.ready_at, j.started_at, j.finished_at,
-        j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json, j.error_code,
-        j.error_message, j.output, j.updated_at, j.id, j.attempts,
-    )  # fmt: skip
-
-
-_EMPTY_OBJECT = "{}"
-
-
-def _record(row: sqlite3.Row | tuple[Any, ...]) -> JobRecord:
-    (
-        seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
-        max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
-        exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
-        request_id, owner, selector, output, depends_on,
-    ) = row  # fmt: skip
-    # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
-    # each, not one per job: a backlog of a million jobs holds them all.
-    if payload == _EMPTY_OBJECT:
-        payload = _EMPTY_OBJECT
-    j = JobRecord(
-        id=id_, type=sys.intern(type_), payload_json=payload, created_at=created_at, name=name, priority=priority,
-        thread_demand=thread_demand, timeout_sec=timeout_sec, max_attempts=max_attempts, scheduled_at=scheduled_at,
-        idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
-        ready_at=ready_at, request_id=request_id or None, owner=sys.intern(owner),
-        worker_selector=tuple(sorted(json.loads(selector).items())) if selector else (),
-        depends_on=tuple(depends_on.split()) if depends_on else (),
-    )  # fmt: skip
-    j.threads_granted = threads_granted
-    j.attempts = attempts
-    j.charged_attempts = charged
-    j.started_at = started_at
-    j.finished_at = finished_at
-    j.queue_seconds = queue_seconds
-    j.exec_seconds = exec_seconds
-    j.worker_id = sys.intern(worker_id)
-    j.lease_expires_at = lease_expires_at
-    j.result_json = result
-    j.error_code = sys.intern(error_code)
-    j.error_message = error_message
-    j.output = output
-    j.updated_at = updated_at
-    return j
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -208,10 +134,10 @@ class SQLiteStore:
 
     # ---- writes -------------------------------------------------------------------------------
     def insert(self, jobs: Iterable[JobRecord]) -> None:
-        self._pending.append(("jobs_insert", [_insert_row(j) for j in jobs]))
+        self._pending.append(("jobs_insert", [insert_row(j) for j in jobs]))
 
     def update(self, jobs: Iterable[JobRecord]) -> None:
-        self._pending.append(("jobs_update", [_update_row(j) for j in jobs]))
+        self._pending.append(("jobs_update", [update_row(j) for j in jobs]))
 
     def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None:
         self._pending.append(("idem_put", [(e.key, e.request_hash, e.job_id, e.expires_at) for e in entries]))
@@ -271,6 +197,9 @@ class SQLiteStore:
         except sqlite3.Error:  # not fatal: the keys are deleted by a later sweep
             logger.exception("idempotency_sweep_failed")
             return 0
+
+    async def lead(self) -> None:
+        """At once: the file lock was taken when the store was opened (see :mod:`control.store.lock`)."""
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
         self._pending.append(("type_put", [(entry.name, entry.schema_json, entry.description, now)]))
@@ -341,8 +270,8 @@ class SQLiteStore:
 
     async def get(self, job_id: str) -> JobRecord | None:
         def q(c: sqlite3.Connection) -> JobRecord | None:
-            row = c.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            return _record(row) if row else None
+            row = c.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            return record(row) if row else None
 
         result: JobRecord | None = await self._read(q)
         return result
@@ -365,18 +294,12 @@ class SQLiteStore:
 
         def q(c: sqlite3.Connection) -> JobPage:
             cursor = c.execute(
-                f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY seq DESC LIMIT ? OFFSET ?", (*args, limit, offset)
+                f"SELECT {COLUMNS} FROM jobs{clause} ORDER BY seq DESC LIMIT ? OFFSET ?", (*args, limit, offset)
             )
-            rows: list[tuple[Any, ...]] = []
-            size = 0
-            for row in cursor:
-                size += sum(len(row[i]) for i in _LARGE_COLUMNS)
-                if rows and size > PAGE_TEXT_BYTES:
-                    break
-                rows.append(row)
+            rows = first_page(cursor)
             cursor.close()
             total = c.execute(f"SELECT COUNT(*) FROM jobs{clause}", args).fetchone()[0]
-            return JobPage([_record(r) for r in rows], total)
+            return JobPage([record(r) for r in rows], total)
 
         page: JobPage = await self._read(q)
         return page
@@ -385,9 +308,9 @@ class SQLiteStore:
         # Row by row: all rows at once held a second copy of a large backlog while it was being loaded
         # (with 1,000,000 jobs queued, the control plane held 1.51 GB after start instead of 1.16 GB).
         done = ",".join(str(int(s)) for s in TERMINAL)
-        cursor = self._rconn.execute(f"SELECT {_COLUMNS} FROM jobs WHERE state NOT IN ({done}) ORDER BY seq")
+        cursor = self._rconn.execute(f"SELECT {COLUMNS} FROM jobs WHERE state NOT IN ({done}) ORDER BY seq")
         try:
-            yield from map(_record, cursor)
+            yield from map(record, cursor)
         finally:
             cursor.close()
 

@@ -21,6 +21,7 @@ from corral.cli import render
 from corral.cli.exitcode import ExitCode, fail
 from corral.cli.supervisor import ClusterConfig, Supervisor, SupervisorError
 from corral.client import Client
+from corral.dburl import describe, is_postgres_url
 from corral.errors import CorralError
 
 __all__ = ["stop_signals", "up"]
@@ -49,7 +50,7 @@ def up(args: argparse.Namespace) -> int:
     code = ExitCode.OK
     with stop_signals(supervisor.request_stop):
         try:
-            out.print(f"Starting the control plane ([dim]{config.host}, db {config.db}[/])...")
+            out.print(f"Starting the control plane ([dim]{config.host}, db {describe(config.db)}[/])...")
             supervisor.start()
             if supervisor.grpc_port:
                 if not supervisor.wait_for_workers():
@@ -104,7 +105,7 @@ def _where(supervisor: Supervisor) -> Table:
     table.add_row("gRPC", supervisor.grpc_address)
     table.add_row("HTTP", supervisor.http_address)
     table.add_row("web UI", f"{supervisor.http_address}/ui")
-    table.add_row("database", str(Path(config.db).resolve()))
+    table.add_row("database", describe(config.db) if is_postgres_url(config.db) else str(Path(config.db).resolve()))
     table.add_row("control", f"pid {supervisor.control.pid}")
     ids = _worker_ids(supervisor.grpc_address, config.token)
     workers = ", ".join(f"pid {pid}" + (f" ({ids[pid]})" if pid in ids else "") for pid in supervisor.worker_pids())

@@ -1,9 +1,12 @@
-"""One conformance suite for every Store implementation (SQLite today; PostgreSQL joins the params)."""
+"""One conformance suite for every Store implementation: each test taking ``location`` or ``store`` runs
+on SQLite and on PostgreSQL (the session's throw-away cluster); then what is particular to each."""
 
 import asyncio
 import contextlib
 import os
+import socket
 import sqlite3
+import time
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,15 +15,34 @@ import pytest
 
 from control import jobs
 from control.jobs import JobRecord, JobState
-from control.store import IdempotencyEntry, JobPage, JobTypeEntry, SQLiteStore, Store
+from control.store import IdempotencyEntry, JobPage, JobTypeEntry, SQLiteStore, Store, open_store
 from control.store.lock import DatabaseLock
+from control.store.postgres import LOCK_KEY
+from corral.errors import Unavailable
+from tests.support.postgres import Cluster
 
 T = TypeVar("T")
 
 
-@pytest.fixture(params=["sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    s = SQLiteStore(str(tmp_path / "store.db"))
+@pytest.fixture(params=["sqlite", "postgres"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a store lives: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    cluster: Cluster = request.getfixturevalue("postgres")
+    return cluster.new_database()
+
+
+def opened(location: str) -> Store:
+    """The store at ``location``, opened and leading (ready to be written)."""
+    s = open_store(location)
+    run(s.lead())
+    return s
+
+
+@pytest.fixture
+def store(location: str) -> Iterator[Store]:
+    s = opened(location)
     yield s
     s.close()
 
@@ -37,15 +59,15 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 @contextlib.contextmanager
-def reopened(path: str, inserted: list[JobRecord], updated: Sequence[JobRecord] = ()) -> Iterator[SQLiteStore]:
-    """A store at ``path`` that committed ``inserted`` (then ``updated``) and was closed, open again."""
-    s = SQLiteStore(path)
+def reopened(location: str, inserted: list[JobRecord], updated: Sequence[JobRecord] = ()) -> Iterator[Store]:
+    """A store at ``location`` that committed ``inserted`` (then ``updated``) and was closed, open again."""
+    s = opened(location)
     s.insert(inserted)
     if updated:
         s.update(updated)
     run(s.commit())
     s.close()
-    s = SQLiteStore(path)
+    s = opened(location)
     try:
         yield s
     finally:
@@ -107,36 +129,36 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
     assert [j.seq for j in page.jobs] == [7, 5]
 
 
-def test_an_attempt_s_output_is_stored_and_updated(tmp_path: Path) -> None:
+def test_an_attempt_s_output_is_stored_and_updated(location: str) -> None:
     job = record(1)
     jobs.lease(job, "w1", 1, now=2.0, grace=1)
     jobs.succeed(job, 1, "{}", now=3.0, exec_seconds=1.0, output="hello\nü\n")
-    with reopened(str(tmp_path / "output.db"), [record(1)], [job]) as s:
+    with reopened(location, [record(1)], [job]) as s:
         got = run(s.get("job-1"))
         assert got is not None and got.output == "hello\nü\n"
 
 
-def test_dependencies_survive_reopen_and_states_are_read_by_id(tmp_path: Path) -> None:
+def test_dependencies_survive_reopen_and_states_are_read_by_id(location: str) -> None:
     first, second = record(1), record(2)
     first.state = JobState.SUCCEEDED
     second.depends_on = ("job-1", "gone")
-    with reopened(str(tmp_path / "deps.db"), [first, second]) as s:
+    with reopened(location, [first, second]) as s:
         assert [j.depends_on for j in s.load_active()] == [("job-1", "gone")]
         assert s.states(["job-1", "job-2", "gone"]) == {"job-1": JobState.SUCCEEDED, "job-2": JobState.PENDING}
 
 
-def test_worker_selectors_survive_reopen(tmp_path: Path) -> None:
+def test_worker_selectors_survive_reopen(location: str) -> None:
     picky, plain = record(1), record(2)
     picky.worker_selector = (("gpu", "a100"), ("zone", "ü"))
-    with reopened(str(tmp_path / "selectors.db"), [picky, plain]) as s:
+    with reopened(location, [picky, plain]) as s:
         assert {j.id: j.worker_selector for j in s.load_active()} == {"job-1": picky.worker_selector, "job-2": ()}
 
 
-def test_list_by_owner_and_owners_survive_reopen(tmp_path: Path) -> None:
+def test_list_by_owner_and_owners_survive_reopen(location: str) -> None:
     jobs_ = [record(i) for i in range(1, 7)]
     for job in jobs_:
         job.owner = {1: "alice", 2: "bob", 4: "alice", 5: "bob"}.get(job.seq, "")
-    with reopened(str(tmp_path / "owners.db"), jobs_) as s:
+    with reopened(location, jobs_) as s:
         page = run(s.list_jobs([], "", 50, 0, owners=["alice"]))
         assert ([j.seq for j in page.jobs], page.total) == ([4, 1], 2)
         owners = {j.seq: j.owner for j in run(s.list_jobs([], "", 50, 0)).jobs}
@@ -190,15 +212,14 @@ def test_purge_deletes_finished_jobs_of_one_state_past_a_time(store: Store) -> N
     assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == []
 
 
-def test_active_counts_keys_and_types_survive_reopen(tmp_path: Path) -> None:
-    path = str(tmp_path / "s.db")
-    s = SQLiteStore(path)
+def test_active_counts_keys_and_types_survive_reopen(location: str) -> None:
+    s = opened(location)
     s.insert([record(1), record(2, state=JobState.SUCCEEDED)])
     s.put_idempotency([IdempotencyEntry("k", "h", "job-1", expires_at=100.0)])
     s.put_job_type(JobTypeEntry("custom", '{"type": "object"}', "d"), now=1.0)
     run(s.commit())
     s.close()
-    s = SQLiteStore(path)
+    s = opened(location)
     assert [j.id for j in s.load_active()] == ["job-1"]
     assert s.count_by_state() == {JobState.PENDING: 1, JobState.SUCCEEDED: 1}
     assert s.max_seq() == 2
@@ -261,3 +282,74 @@ def test_a_file_that_is_not_a_database_is_named_and_not_held(tmp_path: Path) -> 
     with pytest.raises(OSError, match="there is no directory"):
         SQLiteStore(str(tmp_path / "no" / "such" / "c.db"))
     SQLiteStore(str(tmp_path / "fine.db")).close()
+
+
+# ---- PostgreSQL: one active control plane per database, the others stand by ----------------------------
+
+
+def test_a_second_postgres_store_stands_by_until_the_first_lets_go(postgres: Cluster) -> None:
+    url = postgres.new_database()
+    first = opened(url)
+    second = open_store(url)
+
+    async def go() -> None:
+        waiting = asyncio.ensure_future(second.lead())
+        # While the first holds the database, the second does not lead (nor may it write)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(waiting), 1.0)
+        first.close()
+        # and once the first has gone, it takes over and sees what the first committed
+        await asyncio.wait_for(waiting, 10.0)
+
+    first.insert([record(1)])
+    run(first.commit())
+    run(go())
+    assert [j.id for j in second.load_active()] == ["job-1"]
+    second.insert([record(2)])
+    run(second.commit())
+    second.close()
+
+
+def test_a_postgres_store_whose_session_is_ended_stops_being_writable(postgres: Cluster) -> None:
+    # Given a leading store, idle (nothing queued)
+    url = postgres.new_database()
+    s = opened(url)
+    assert s.healthy
+    # When an operator ends its write session (which also drops its lock: another may lead now)
+    postgres.sql(
+        url,
+        f"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = {LOCK_KEY}",
+    )
+    # Then the store says it cannot be written, without a write to find out, and refuses commits
+    deadline = time.monotonic() + 10
+    while s.healthy:
+        assert time.monotonic() < deadline, "the store did not notice it lost its session"
+        time.sleep(0.05)
+    s.insert([record(1)])
+    with pytest.raises(Unavailable, match="store cannot be written"):
+        run(s.commit())
+    s.close()
+    # and nothing it queued after that was written
+    again = opened(url)
+    assert run(again.get("job-1")) is None
+    again.close()
+
+
+def test_nul_in_an_attempt_s_output_and_error_is_kept_as_a_replacement_character(postgres: Cluster) -> None:
+    url = postgres.new_database()
+    job = record(1)
+    jobs.lease(job, "w1", 1, now=2.0, grace=1)
+    jobs.fail_attempt(job, 1, jobs.ERROR, "bad\x00byte", now=3.0, delay=0)
+    job.output = "a\x00b"
+    with reopened(url, [record(1)], [job]) as s:
+        got = run(s.get("job-1"))
+        assert got is not None and (got.error_message, got.output) == ("bad\ufffdbyte", "a\ufffdb")
+
+
+def test_a_postgres_server_that_is_not_there_is_named_without_the_password() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(OSError, match=rf"cannot open the database postgresql://u:\*\*\*@127.0.0.1:{port}/db: ") as err:
+        open_store(f"postgresql://u:secret@127.0.0.1:{port}/db")
+    assert "secret" not in str(err.value)

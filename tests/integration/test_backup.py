@@ -73,7 +73,7 @@ def test_corral_backup_prints_what_it_copied(control_plane: ControlProc, tmp_pat
     assert (done.returncode, done.stdout) == (0, f"backed up {control_plane.db} to {dest}: 3 PENDING\n"), done.stderr
 
 
-@pytest.mark.parametrize("case", ["dest exists", "no database", "not a database"])
+@pytest.mark.parametrize("case", ["dest exists", "no database", "not a database", "postgres"])
 def test_a_backup_that_cannot_be_made_says_why_in_one_line_and_writes_nothing(
     control_plane: ControlProc, tmp_path: Path, case: str
 ) -> None:
@@ -82,15 +82,16 @@ def test_a_backup_that_cannot_be_made_says_why_in_one_line_and_writes_nothing(
         dest.write_text("keep me")
     elif case == "no database":
         db = tmp_path / "missing.db"
-    else:
+    elif case == "not a database":
         db = tmp_path / "notes.db"
         db.write_text("not sqlite at all " * 100)
-    done = backup(str(dest), "--db", str(db))
+    done = backup(str(dest), "--db", "postgresql://u:secret@127.0.0.1/corral" if case == "postgres" else str(db))
     assert done.returncode == 1
     expected = {
         "dest exists": f"{dest} exists: give the backup a new name",
         "no database": f"there is no database {db} (CORRAL_DB, --db)",
         "not a database": f"{db} is not a Corral database",
+        "postgres": "postgresql://u:***@127.0.0.1/corral is a PostgreSQL database: back it up with PostgreSQL's own",
     }[case]
     assert done.stderr.startswith(f"corral backup: {expected}") and done.stderr.count("\n") == 1, done.stderr
     assert not Path(f"{dest}.partial").exists()

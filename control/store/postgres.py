@@ -1,0 +1,432 @@
+"""PostgresStore: the shared store. Several control planes on one database, one active at a time.
+
+The active control plane holds a session-level advisory lock (:data:`LOCK_KEY`) on its write
+connection for as long as it runs. Another control plane started on the same database is a standby:
+:meth:`PostgresStore.lead` waits until the lock is free, so it opens no port and dispatches nothing
+until the active one has gone, and then takes over from what is committed (its workers reconnect to
+it and it re-adopts their running jobs, as after a restart). A job is never leased by two control
+planes at once.
+
+Every write goes through the connection that holds the lock, so writing and leading end together:
+when that session ends (the process dies, the server restarts, an operator terminates it), PostgreSQL
+drops the lock and no write of the old session can commit after it. The store then says it cannot be
+written and the old control plane stops (exit status 3); a probe each :data:`PROBE_SEC` checks the
+lock while nothing is written, so an idle control plane that lost it stops too.
+
+Writes are queued and committed in groups on one thread (one round trip to the server per group).
+What a commit survives is the server's to say: with PostgreSQL's defaults (``fsync`` and
+``synchronous_commit`` on) a committed transaction survives a crash of either process and a power
+loss. ``CORRAL_DB_SYNC`` applies to SQLite only.
+
+Text columns cannot hold NUL in PostgreSQL: a job's printed output and error message (the only free
+text not refused at admission) have NUL characters replaced by U+FFFD.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from typing import Any, TypeVar
+
+import psycopg
+
+from control.jobs import TERMINAL, JobState
+from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry
+from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
+from corral import logs
+from corral.dburl import describe
+from corral.errors import Unavailable
+
+logger = logging.getLogger(__name__)
+
+LOCK_KEY = 0x636F7272
+"""The advisory lock the active control plane holds (one per database; below 2^31, so that
+``pg_locks.objid`` shows it as it is)."""
+
+PROBE_SEC = 1.0
+"""How often the active control plane checks that it still holds the lock while it writes nothing."""
+
+STANDBY_POLL_SEC = 0.25
+"""How often a standby tries the lock: the longest a takeover waits after the active one has gone."""
+
+CONNECT_TIMEOUT_SEC = 10
+
+_N = len(COLUMNS.split(","))
+_INSERT = f"INSERT INTO jobs ({COLUMNS}) VALUES ({', '.join(['%s'] * _N)})"
+# Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
+_UPDATE = (
+    "UPDATE jobs SET threads_granted=%s, state=%s, attempts=%s, charged_attempts=%s, ready_at=%s, started_at=%s, "
+    "finished_at=%s, queue_seconds=%s, exec_seconds=%s, worker_id=%s, lease_expires_at=%s, result=%s, error_code=%s, "
+    "error_message=%s, output=%s, updated_at=%s WHERE id=%s AND attempts<=%s"
+)
+_SQL = {
+    "jobs_insert": _INSERT,
+    "jobs_update": _UPDATE,
+    "idem_put": (
+        "INSERT INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (%s,%s,%s,%s) "
+        "ON CONFLICT (key) DO UPDATE SET request_hash=EXCLUDED.request_hash, job_id=EXCLUDED.job_id, "
+        "expires_at=EXCLUDED.expires_at"
+    ),
+    "type_put": (
+        "INSERT INTO job_types (name, schema, description, updated_at) VALUES (%s,%s,%s,%s) "
+        "ON CONFLICT (name) DO UPDATE SET schema=EXCLUDED.schema, description=EXCLUDED.description, "
+        "updated_at=EXCLUDED.updated_at"
+    ),
+}
+_IDEM_EXPIRE = (
+    "DELETE FROM idempotency_keys WHERE key IN "
+    "(SELECT key FROM idempotency_keys WHERE expires_at <= %s ORDER BY expires_at LIMIT %s)"
+)
+_HOLDER = (
+    "SELECT a.application_name, a.client_addr::text FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objid = %s AND l.database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+_HOLDS = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 0 AND objid = %s "
+    "AND pid = pg_backend_pid()"
+)
+# Positions of the error message and the output in an update row and an insert row (see rows.py).
+_UPDATE_TEXT = (13, 14)
+_INSERT_TEXT = tuple(COLUMNS.replace(" ", "").split(",").index(c) for c in ("error_message", "output"))
+
+_Op = tuple[str, list[tuple[Any, ...]]]
+_T = TypeVar("_T")
+
+
+def _without_nul(row: tuple[Any, ...], columns: Sequence[int]) -> tuple[Any, ...]:
+    if not any("\x00" in row[i] for i in columns):
+        return row
+    values = list(row)
+    for i in columns:
+        values[i] = values[i].replace("\x00", "\ufffd")
+    return tuple(values)
+
+
+def _application_name() -> str:
+    # pg_stat_activity shows it: a standby names the active control plane by it. At most 63 bytes.
+    return f"corral-control {socket.gethostname()[:32]} pid {os.getpid()}"
+
+
+class PostgresStore:
+    """The shared store; see the module docstring for leading, standing by and what a commit survives."""
+
+    def __init__(self, url: str) -> None:
+        """Connect to the database at ``url``. The store is not written, nor its schema made, before
+        :meth:`lead` returns.
+
+        Raises:
+            OSError: the server cannot be reached or refuses the connection; the message names the
+                database (without its password).
+        """
+        self.url = url
+        self.where = describe(url)
+        self._connections: list[psycopg.Connection[Any]] = []
+        try:
+            self._wconn = self._connect()
+            self._rconn = self._connect()
+            self._kconn = self._connect()  # key lookups on the event loop's thread (see get_idempotency)
+        except psycopg.Error as exc:
+            self._close_connections()
+            raise OSError(f"cannot open the database {self.where}: {_reason(exc)}") from None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-write")
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
+        self._pending: list[_Op] = []
+        self._error: BaseException | None = None
+        self._leading = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._prober: threading.Thread | None = None
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SEC,
+            application_name=_application_name(),
+            # A server that went silent (no FIN, no RST) is noticed within about 25 s, not TCP's minutes.
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        )
+        self._connections.append(conn)
+        return conn
+
+    # ---- leading ------------------------------------------------------------------------------
+    async def lead(self) -> None:
+        """Return once this store holds the database's lock, its schema made: at once when no other
+        control plane holds it, else (a standby) when that one has gone."""
+        loop = asyncio.get_running_loop()
+        logged = False
+        while not await loop.run_in_executor(self._writer, self._try_lock):
+            if not logged:
+                logged = True
+                holder = await loop.run_in_executor(self._reader, self._holder)
+                logger.info(logs.STORE_STANDBY, extra={"db": self.where, "active": holder})
+            await asyncio.sleep(STANDBY_POLL_SEC)
+        await loop.run_in_executor(self._writer, self._make_schema)
+        self._leading = True
+        logger.info(logs.STORE_LEADING, extra={"db": self.where, "waited": logged})
+        self._prober = threading.Thread(target=self._probe_loop, name="store-probe", daemon=True)
+        self._prober.start()
+
+    def _try_lock(self) -> bool:
+        try:
+            row = self._wconn.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
+        except psycopg.Error as exc:
+            raise OSError(f"cannot lock the database {self.where}: {_reason(exc)}") from None
+        return bool(row and row[0])
+
+    def _holder(self) -> str:
+        with contextlib.suppress(psycopg.Error):
+            row = self._rconn.execute(_HOLDER, (LOCK_KEY,)).fetchone()
+            if row:
+                return f"{row[0]} from {row[1] or 'a local socket'}"
+        return "unknown"
+
+    def _make_schema(self) -> None:
+        ddl = resources.files("control.store").joinpath("schema_postgres.sql").read_text()
+        try:
+            with self._wconn.transaction():
+                self._wconn.execute(ddl)
+        except psycopg.Error as exc:
+            raise OSError(f"cannot create the tables in {self.where}: {_reason(exc)}") from None
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(PROBE_SEC):
+            with contextlib.suppress(RuntimeError):  # the writer was shut down: closing
+                self._writer.submit(self._probe).result()
+
+    def _probe(self) -> None:
+        if self._error is not None or self._closed:
+            return
+        try:
+            row = self._wconn.execute(_HOLDS, (LOCK_KEY,)).fetchone()
+        except psycopg.Error as exc:
+            self._fail(exc)
+            return
+        if not row or row[0] != 1:
+            self._fail(RuntimeError(f"this control plane no longer holds the lock of {self.where}"))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            logger.error("store_write_failed", extra={"db": self.where, "error": _reason(exc)})
+            self._error = exc
+
+    # ---- writes -------------------------------------------------------------------------------
+    def insert(self, jobs: Iterable[Any]) -> None:
+        self._pending.append(("jobs_insert", [_without_nul(insert_row(j), _INSERT_TEXT) for j in jobs]))
+
+    def update(self, jobs: Iterable[Any]) -> None:
+        self._pending.append(("jobs_update", [_without_nul(update_row(j), _UPDATE_TEXT) for j in jobs]))
+
+    def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None:
+        self._pending.append(("idem_put", [(e.key, e.request_hash, e.job_id, e.expires_at) for e in entries]))
+
+    def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
+        self._pending.append(("type_put", [(entry.name, entry.schema_json, entry.description, now)]))
+
+    async def commit(self) -> None:
+        """Return once every write queued before this call is committed: everything queued since the
+        last commit in one transaction, on the writer thread (in order)."""
+        ops, self._pending = self._pending, []
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._write, ops)
+        if self._error is not None:
+            raise Unavailable(f"store cannot be written: {_reason(self._error)}")
+
+    def commit_now(self) -> bool:
+        """Always False: a commit is a round trip to the server, made off the event loop."""
+        if self._error is not None:
+            raise Unavailable(f"store cannot be written: {_reason(self._error)}")
+        return False
+
+    def _write(self, ops: list[_Op]) -> None:
+        if self._error is not None or not ops:
+            return
+        if not self._leading:
+            self._fail(RuntimeError("written before it holds the database lock"))
+            return
+        conn = self._wconn
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                for kind, rows in ops:
+                    if rows:
+                        cur.executemany(_SQL[kind], rows)
+        except Exception as exc:  # the server went away, the session was ended, a full disk there
+            self._fail(exc)
+
+    async def _after_queued(self, step: Callable[[], _T]) -> _T:
+        ops, self._pending = self._pending, []
+
+        def run() -> _T:
+            self._write(ops)
+            return step()
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+
+    async def delete_expired_idempotency(self, now: float, limit: int) -> int:
+        """Delete at most ``limit`` keys expired by ``now``, in a transaction of its own after the
+        queued writes."""
+
+        def step() -> int:
+            if self._error is not None:
+                return 0
+            try:
+                return self._wconn.execute(_IDEM_EXPIRE, (now, limit)).rowcount
+            except psycopg.Error as exc:
+                self._fail(exc)
+                return 0
+
+        return await self._after_queued(step)
+
+    async def purge_finished(self, state: JobState, before: float, limit: int) -> list[str]:
+        """Delete finished jobs past their retention among the ``limit`` oldest of ``state`` (as
+        :class:`control.store.sqlite.SQLiteStore` does), after the queued writes."""
+
+        def step() -> list[str]:
+            if self._error is not None:
+                return []
+            conn = self._wconn
+            try:
+                with conn.transaction():
+                    rows = conn.execute(
+                        "SELECT seq, id, finished_at FROM jobs WHERE state = %s ORDER BY seq LIMIT %s",
+                        (int(state), limit),
+                    ).fetchall()
+                    doomed = [(seq, id_) for seq, id_, finished in rows if finished is not None and finished <= before]
+                    if doomed:
+                        conn.execute("DELETE FROM jobs WHERE seq = ANY(%s)", ([seq for seq, _ in doomed],))
+            except psycopg.Error as exc:
+                self._fail(exc)
+                return []
+            return [id_ for _, id_ in doomed]
+
+        return await self._after_queued(step)
+
+    @property
+    def healthy(self) -> bool:
+        return self._error is None
+
+    @property
+    def failure(self) -> str:
+        return "" if self._error is None else _reason(self._error)
+
+    # ---- reads --------------------------------------------------------------------------------
+    async def _read(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        def run() -> _T:
+            try:
+                return fn(self._rconn)
+            except psycopg.Error as exc:
+                raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._reader, run)
+
+    async def get(self, job_id: str) -> Any:
+        def q(c: psycopg.Connection[Any]) -> Any:
+            row = c.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = %s", (job_id,)).fetchone()
+            return record(row) if row else None
+
+        return await self._read(q)
+
+    async def list_jobs(
+        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
+    ) -> JobPage:
+        where: list[str] = []
+        args: list[Any] = []
+        if owners:
+            where.append("owner = ANY(%s) AND owner != ''")
+            args.append(list(owners))
+        if states:
+            where.append("state = ANY(%s)")
+            args.append([int(s) for s in states])
+        if job_type:
+            where.append("type = %s")
+            args.append(job_type)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+
+        def q(c: psycopg.Connection[Any]) -> JobPage:
+            with c.cursor() as cur:
+                cur.execute(
+                    f"SELECT {COLUMNS} FROM jobs{clause} ORDER BY seq DESC LIMIT %s OFFSET %s", (*args, limit, offset)
+                )
+                rows = first_page(cur)
+            total_row = c.execute(f"SELECT COUNT(*) FROM jobs{clause}", args).fetchone()
+            return JobPage([record(r) for r in rows], int(total_row[0]) if total_row else 0)
+
+        return await self._read(q)
+
+    def load_active(self) -> Iterator[Any]:
+        # A server-side cursor, a batch at a time: a backlog can be millions of rows.
+        done = [int(s) for s in TERMINAL]
+        with self._rconn.transaction(), self._rconn.cursor(name="corral_active") as cur:
+            cur.itersize = 2000
+            cur.execute(f"SELECT {COLUMNS} FROM jobs WHERE NOT (state = ANY(%s)) ORDER BY seq", (done,))
+            yield from map(record, cur)
+
+    def count_by_state(self) -> dict[JobState, int]:
+        rows = self._rconn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        return {JobState(s): int(n) for s, n in rows}
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The states of those of ``job_ids`` that are stored (at start-up, before the event loop's work)."""
+        rows = self._rconn.execute("SELECT id, state FROM jobs WHERE id = ANY(%s)", (list(job_ids),)).fetchall()
+        return {job_id: JobState(state) for job_id, state in rows}
+
+    def max_seq(self) -> int:
+        row = self._rconn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()
+        return int(row[0]) if row else 0
+
+    def load_idempotency(self, now: float, limit: int | None = None) -> list[IdempotencyEntry]:
+        rows = self._rconn.execute(
+            "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE expires_at > %s "
+            "ORDER BY expires_at DESC LIMIT %s",
+            (now, limit),
+        ).fetchall()
+        return [IdempotencyEntry(*r) for r in reversed(rows)]
+
+    def get_idempotency(self, key: str) -> IdempotencyEntry | None:
+        try:
+            row = self._kconn.execute(
+                "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE key = %s", (key,)
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
+        return IdempotencyEntry(*row) if row else None
+
+    def load_job_types(self) -> list[JobTypeEntry]:
+        rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
+        return [JobTypeEntry(*r) for r in rows]
+
+    def close(self) -> None:
+        """Write what is still queued, then close the connections (which lets the lock go). Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._prober is not None:
+            self._prober.join()
+        ops, self._pending = self._pending, []
+        with contextlib.suppress(RuntimeError):
+            self._writer.submit(self._write, ops).result()
+        self._closed = True
+        self._writer.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
+        self._close_connections()
+
+    def _close_connections(self) -> None:
+        for conn in self._connections:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+
+def _reason(exc: BaseException) -> str:
+    """One line from a driver error (psycopg's messages can run over several)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

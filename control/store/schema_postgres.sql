@@ -1,0 +1,57 @@
+-- Durable state of the control plane on PostgreSQL: the same tables as schema.sql, in PostgreSQL's types
+-- (REAL there is 8 bytes; here it is DOUBLE PRECISION). Run by the control plane that holds the lock.
+CREATE TABLE IF NOT EXISTS jobs (
+    seq              BIGINT           PRIMARY KEY,  -- submission order
+    id               TEXT             NOT NULL UNIQUE,
+    name             TEXT             NOT NULL,
+    type             TEXT             NOT NULL,
+    payload          TEXT             NOT NULL,     -- JSON object
+    priority         INTEGER          NOT NULL,
+    thread_demand    INTEGER          NOT NULL,
+    threads_granted  INTEGER          NOT NULL,
+    state            SMALLINT         NOT NULL,     -- JobState
+    attempts         BIGINT           NOT NULL,     -- leases granted: the fencing token of the latest
+    charged_attempts BIGINT           NOT NULL,     -- attempts counted against max_attempts
+    max_attempts     BIGINT           NOT NULL,
+    timeout_sec      DOUBLE PRECISION NOT NULL,
+    scheduled_at     DOUBLE PRECISION,
+    created_at       DOUBLE PRECISION NOT NULL,
+    ready_at         DOUBLE PRECISION NOT NULL,
+    started_at       DOUBLE PRECISION,
+    finished_at      DOUBLE PRECISION,
+    queue_seconds    DOUBLE PRECISION NOT NULL,
+    exec_seconds     DOUBLE PRECISION NOT NULL,
+    worker_id        TEXT             NOT NULL,
+    lease_expires_at DOUBLE PRECISION,
+    result           TEXT             NOT NULL,     -- JSON object, '' until SUCCEEDED
+    error_code       TEXT             NOT NULL,
+    error_message    TEXT             NOT NULL,
+    idempotency_key  TEXT             NOT NULL,
+    labels           TEXT             NOT NULL,     -- JSON object
+    updated_at       DOUBLE PRECISION NOT NULL,
+    request_id       TEXT             NOT NULL DEFAULT '',
+    owner            TEXT             NOT NULL DEFAULT '',
+    worker_selector  TEXT             NOT NULL DEFAULT '',
+    output           TEXT             NOT NULL DEFAULT '',
+    depends_on       TEXT             NOT NULL DEFAULT ''
+);
+
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_type ON jobs (type, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq) WHERE owner != '';
+
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key          TEXT             PRIMARY KEY,
+    request_hash TEXT             NOT NULL,
+    job_id       TEXT             NOT NULL,
+    expires_at   DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at);
+
+CREATE TABLE IF NOT EXISTS job_types (
+    name        TEXT             PRIMARY KEY,
+    schema      TEXT             NOT NULL,          -- JSON Schema of the payload
+    description TEXT             NOT NULL,
+    updated_at  DOUBLE PRECISION NOT NULL
+);
