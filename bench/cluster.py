@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 
@@ -34,6 +35,7 @@ class Cluster:
         imports: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         token: str | None = None,
+        postgres: str = "",
     ) -> None:
         self.n_workers = workers
         self.threads = threads
@@ -45,12 +47,17 @@ class Cluster:
         self.tmp = tempfile.TemporaryDirectory(prefix="corral-bench-")
         self.procs: list[subprocess.Popen[bytes]] = []
         self.port = 0
+        self.postgres = postgres
+        self.db = ""
+        """The store: a SQLite file in a temporary folder, or a new PostgreSQL database on the server at
+        ``postgres`` (a URL whose user may create databases), dropped at exit."""
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def __enter__(self) -> Cluster:
+        self.db = self._new_postgres_database() if self.postgres else str(Path(self.tmp.name) / "bench.db")
         self._start_control()
         self.channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", 64 << 20)])
         self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
@@ -67,7 +74,7 @@ class Cluster:
         port_file.unlink(missing_ok=True)
         self.control = subprocess.Popen(
             [sys.executable, "-m", "control", "--grpc-port", str(self.port), "--port-file", str(port_file),
-             "--http-port", "0", "--http-port-file", str(tmp / "http.port"), "--db", str(tmp / "bench.db")],
+             "--http-port", "0", "--http-port-file", str(tmp / "http.port"), "--db", self.db],
             cwd=ROOT, env=self.env,
         )  # fmt: skip
         self.procs.insert(0, self.control)
@@ -78,6 +85,21 @@ class Cluster:
             time.sleep(0.02)
         self.port = int(port_file.read_text())
         self.http_port = int((tmp / "http.port").read_text())
+
+    def _new_postgres_database(self) -> str:
+        import psycopg  # only for a PostgreSQL run
+
+        self._pg_name = f"corral_bench_{secrets.token_hex(6)}"
+        with psycopg.connect(self.postgres, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {self._pg_name}")
+        parts = urlsplit(self.postgres)
+        return urlunsplit(parts._replace(path=f"/{self._pg_name}"))
+
+    def _drop_postgres_database(self) -> None:
+        import psycopg  # only for a PostgreSQL run
+
+        with psycopg.connect(self.postgres, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {self._pg_name} WITH (FORCE)")
 
     def restart_control(self) -> float:
         """Stop the control plane (SIGTERM) and start it again on the same store; returns the seconds
@@ -150,3 +172,5 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
         self.tmp.cleanup()
+        if self.postgres:
+            self._drop_postgres_database()

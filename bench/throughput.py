@@ -18,8 +18,8 @@ from bench.report import table
 from corral.v1 import jobs_pb2
 
 
-def run_once(n: int, workers: int, threads: int, batch: int) -> dict[str, float]:
-    with Cluster(workers=workers, threads=threads) as c:
+def run_once(n: int, workers: int, threads: int, batch: int, postgres: str = "") -> dict[str, float]:
+    with Cluster(workers=workers, threads=threads, postgres=postgres) as c:
         reqs = [jobs_pb2.SubmitJobRequest(type="noop") for _ in range(batch)]
         ids: list[str] = []
         cpu0 = c.cpu_seconds()
@@ -70,9 +70,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--batch", type=int, default=1000)
+    p.add_argument(
+        "--postgres",
+        default="",
+        metavar="URL",
+        help="run on PostgreSQL: a server URL whose user may create databases (each run gets a new one)",
+    )
     a = p.parse_args(argv)
-    rows = [run_once(a.jobs, a.workers, a.threads, a.batch) for _ in range(a.runs)]
-    table(f"throughput: {a.jobs} noop jobs, {a.workers} workers x {a.threads} threads, batches of {a.batch}", rows)
+    rows = [run_once(a.jobs, a.workers, a.threads, a.batch, a.postgres) for _ in range(a.runs)]
+    store = "PostgreSQL" if a.postgres else "SQLite"
+    title = f"throughput: {a.jobs} noop jobs, {a.workers} workers x {a.threads} threads, batches of {a.batch}, {store}"
+    table(title, rows)
 
 
 if __name__ == "__main__":

@@ -58,17 +58,15 @@ STANDBY_POLL_SEC = 0.25
 
 CONNECT_TIMEOUT_SEC = 10
 
-_N = len(COLUMNS.split(","))
-_INSERT = f"INSERT INTO jobs ({COLUMNS}) VALUES ({', '.join(['%s'] * _N)})"
-# Compare-and-set on the fencing token: never let an older attempt overwrite a newer one.
+# A group's new jobs go in by one COPY (a statement each cost the control plane more CPU per job), and
+# each changed job by one compare-and-set UPDATE, pipelined: never let an older attempt overwrite a newer one.
+_COPY_JOBS = f"COPY jobs ({COLUMNS}) FROM STDIN"
 _UPDATE = (
     "UPDATE jobs SET threads_granted=%s, state=%s, attempts=%s, charged_attempts=%s, ready_at=%s, started_at=%s, "
     "finished_at=%s, queue_seconds=%s, exec_seconds=%s, worker_id=%s, lease_expires_at=%s, result=%s, error_code=%s, "
     "error_message=%s, output=%s, updated_at=%s WHERE id=%s AND attempts<=%s"
 )
 _SQL = {
-    "jobs_insert": _INSERT,
-    "jobs_update": _UPDATE,
     "idem_put": (
         "INSERT INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (%s,%s,%s,%s) "
         "ON CONFLICT (key) DO UPDATE SET request_hash=EXCLUDED.request_hash, job_id=EXCLUDED.job_id, "
@@ -257,8 +255,25 @@ class PostgresStore:
         conn = self._wconn
         try:
             with conn.transaction(), conn.cursor() as cur:
+                # All of a group's new jobs first (a job is changed only once stored), then for each job
+                # the change the writes one by one, in order, would leave: the last of those with the
+                # newest attempt (the compare-and-set refuses an older one after it).
+                fresh = [row for kind, rows in ops if kind == "jobs_insert" for row in rows]
+                changed: dict[str, tuple[Any, ...]] = {}
                 for kind, rows in ops:
-                    if rows:
+                    if kind == "jobs_update":
+                        for row in rows:
+                            seen = changed.get(row[16])
+                            if seen is None or row[2] >= seen[2]:
+                                changed[row[16]] = row
+                if fresh:
+                    with cur.copy(_COPY_JOBS) as copy:
+                        for row in fresh:
+                            copy.write_row(row)
+                if changed:
+                    cur.executemany(_UPDATE, list(changed.values()))
+                for kind, rows in ops:
+                    if rows and kind in _SQL:
                         cur.executemany(_SQL[kind], rows)
         except Exception as exc:  # the server went away, the session was ended, a full disk there
             self._fail(exc)
