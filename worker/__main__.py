@@ -2,9 +2,9 @@
 
 Usage::
 
-    python -m worker [--control HOST:PORT] [--threads N] [--slots N] [--worker-id ID] [--label k=v]...
-                     [--import MODULE]... [--drain-timeout SEC] [--log-level info] [--log-format json|logfmt]
-                     [--token TOKEN] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
+    python -m worker [--control HOST:PORT[,HOST:PORT...]] [--threads N] [--slots N] [--worker-id ID]
+                     [--label k=v]... [--import MODULE]... [--drain-timeout SEC] [--log-level info]
+                     [--log-format json|logfmt] [--token TOKEN] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 
 Flags override the environment (see :mod:`worker.config` for every variable, default and rule);
 a setting without a flag listed here has ``--SETTING-NAME`` (``--kill-grace-sec 0.1``).
@@ -42,7 +42,11 @@ EXIT_BAD_CONFIG = 2
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m worker", description="Run a Corral worker agent.")
-    p.add_argument("--control", metavar="HOST:PORT", help="control plane address (CORRAL_CONTROL_ADDR)")
+    p.add_argument(
+        "--control",
+        metavar="HOST:PORT[,...]",
+        help="control plane address, or a comma-separated list: a control plane and its standbys (CORRAL_CONTROL_ADDR)",
+    )
     p.add_argument("--threads", metavar="N", help="threads for jobs in total (CORRAL_WORKER_THREADS)")
     p.add_argument("--slots", metavar="N", help="runner processes (CORRAL_WORKER_SLOTS, default = threads)")
     p.add_argument("--worker-id", metavar="ID", help="worker id (CORRAL_WORKER_ID)")

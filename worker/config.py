@@ -7,7 +7,9 @@ and a bad value is reported under the variable's name.
 ==========================  =====================================  ======================================
 variable                    default                                rule
 ==========================  =====================================  ======================================
-CORRAL_CONTROL_ADDR         127.0.0.1:50051                        HOST:PORT, port 1..65535
+CORRAL_CONTROL_ADDR         127.0.0.1:50051                        HOST:PORT, port 1..65535; or a comma-
+                                                                   separated list of up to 16 distinct
+                                                                   ones (the worker fails over between them)
 CORRAL_WORKER_THREADS       os.cpu_count() (at most 1024)          integer 1..1024
 CORRAL_WORKER_SLOTS         = threads                              integer 1..1024
 CORRAL_WORKER_ID            <hostname>-<pid>-<random>              [A-Za-z0-9._:-]{1,128}
@@ -29,6 +31,11 @@ CORRAL_WORKER_TLS_CERT      (none)                                 readable PEM 
                                                                    certificate (mutual TLS); with the key
 CORRAL_WORKER_TLS_KEY       (none)                                 readable PEM file: its private key
 ==========================  =====================================  ======================================
+
+Several control-plane addresses (``a:50051,b:50051``) are for a standby control plane on the same
+database: the worker uses one at a time and, when a session cannot be made or ends, tries the next
+(see :mod:`worker.connection`). Each entry follows the single-address rule; an empty entry or an address
+listed twice is refused, since either is a typo that would silently weaken the failover.
 
 TLS is on when CORRAL_TLS_CA or a client certificate is set (without CORRAL_TLS_CA the system's CAs
 verify the control plane). With mutual TLS the worker connects to the control plane's worker port
@@ -59,6 +66,8 @@ from corral.logs import FORMATS, LEVELS
 __all__ = ["ConfigError", "WorkerConfig"]
 
 _WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_CONTROL_ADDRS = 16
+"""Most entries in CORRAL_CONTROL_ADDR: a control plane and its standbys, not a fleet to scan."""
 MAX_RECYCLE = 1 << 31
 """Upper bound of CORRAL_RUNNER_MAX_JOBS and CORRAL_RUNNER_MAX_RSS_MB (beyond it, say 0: never)."""
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -79,7 +88,8 @@ class WorkerConfig:
     """The settings of one worker agent."""
 
     control_addr: str = "127.0.0.1:50051"
-    """CORRAL_CONTROL_ADDR: the control plane's gRPC address, HOST:PORT."""
+    """CORRAL_CONTROL_ADDR: the control plane's gRPC address, HOST:PORT, or a comma-separated list of
+    them (a control plane and its standbys; kept as ``a:1,b:2``, see :attr:`control_addrs`)."""
     threads: int = field(default_factory=lambda: min(os.cpu_count() or 1, MAX_THREADS))
     """CORRAL_WORKER_THREADS: threads this worker gives to jobs in total (>= 1)."""
     slots: int = 0
@@ -120,6 +130,11 @@ class WorkerConfig:
     """CORRAL_WORKER_TLS_KEY: the PEM private key of CORRAL_WORKER_TLS_CERT."""
 
     @property
+    def control_addrs(self) -> tuple[str, ...]:
+        """The addresses of CORRAL_CONTROL_ADDR in order (one for a single address)."""
+        return tuple(self.control_addr.split(","))
+
+    @property
     def tls(self) -> bool:
         """Whether the worker speaks TLS to the control plane."""
         return bool(self.tls_ca or self.tls_cert)
@@ -128,11 +143,8 @@ class WorkerConfig:
         """Apply the derived default (slots = threads) and check every rule."""
         if self.slots == 0:
             object.__setattr__(self, "slots", self.threads)
-        host, sep, port = self.control_addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ConfigError(
-                f"CORRAL_CONTROL_ADDR must be HOST:PORT with a port in 1..65535, got {self.control_addr!r}"
-            )
+        # Normalised ("a:1, b:2" -> "a:1,b:2") so that control_addrs can split it back.
+        object.__setattr__(self, "control_addr", ",".join(parse_control_addrs(self.control_addr)))
         if not 1 <= self.threads <= MAX_THREADS:
             raise ConfigError(f"CORRAL_WORKER_THREADS must be 1..{MAX_THREADS}, got {self.threads}")
         if not 1 <= self.slots <= MAX_THREADS:
@@ -270,6 +282,35 @@ def parse_labels(items: list[str], name: str = "CORRAL_WORKER_LABELS") -> dict[s
             raise ConfigError(f"{name} repeats the key {key!r}")
         labels[key] = value.strip()
     return labels
+
+
+def parse_control_addrs(raw: str, name: str = "CORRAL_CONTROL_ADDR") -> tuple[str, ...]:
+    """``"a:1, b:2"`` -> ``("a:1", "b:2")``: each entry HOST:PORT with a port in 1..65535.
+
+    Raises:
+        ConfigError: an entry breaks the rule or is empty, an address is listed twice, or there are
+            more than MAX_CONTROL_ADDRS entries.
+    """
+    entries = [entry.strip() for entry in raw.split(",")]
+    if len(entries) > MAX_CONTROL_ADDRS:
+        raise ConfigError(f"{name} may list at most {MAX_CONTROL_ADDRS} addresses, got {len(entries)}")
+    seen: dict[tuple[str, int], str] = {}
+    for entry in entries:
+        where = f" (in {raw!r})" if len(entries) > 1 else ""
+        if not entry and where:  # (a lone empty address falls to the HOST:PORT rule below)
+            raise ConfigError(f"{name} must be comma-separated HOST:PORT entries without an empty one, got {raw!r}")
+        host, sep, port = entry.rpartition(":")
+        # isascii: "²".isdigit() holds, yet int("²") raises
+        if not sep or not host or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+            rule = "HOST:PORT entries with ports" if where else "HOST:PORT with a port"
+            raise ConfigError(f"{name} must be {rule} in 1..65535, got {entry!r}{where}")
+        # Host names are case-insensitive and "050051" is port 50051: the same control plane twice.
+        key = (host.lower(), int(port))
+        if key in seen:
+            twice = f"{entry!r} twice" if seen[key] == entry else f"{seen[key]!r} and {entry!r}"
+            raise ConfigError(f"{name} must list each address once, got {twice}{where}")
+        seen[key] = entry
+    return tuple(entries)
 
 
 def _int(name: str, raw: str) -> int:

@@ -21,6 +21,14 @@ running, their results are kept, and the connection retries with exponential bac
 under the same worker_id listing what still runs (``running``) and what finished unacknowledged
 (``finished``), then resends those results. Every result is kept until an Ack names its attempt.
 
+Failover: CORRAL_CONTROL_ADDR may list several control planes (one serving, standbys on the same
+database). A session uses one address; :class:`AddressRotation` picks the next. An attempt that does
+not register moves on to the next address (round the list), and n counts whole rounds, not attempts,
+so a dead first address costs one short wait before the live one is tried, not a growing backoff.
+After a session registered, the next attempt goes to the same address first (after a network blip it
+is most likely still the one serving), then on round the list. With one address this is the schedule
+above, unchanged.
+
 With a worker token the stream carries ``authorization: Bearer <token>``; with TLS settings the channel
 is TLS (mutual TLS with a client certificate). The files are read once, when the connection is made.
 A control plane that refuses the credentials (UNAUTHENTICATED) is retried like any broken stream, and
@@ -54,14 +62,15 @@ from worker.attempt import Completion, JobSpec, Outcome
 from worker.config import WorkerConfig
 from worker.pool import RunnerPool, RunnerType
 
-__all__ = ["Connection", "channel_credentials", "reconnect_delay"]
+__all__ = ["AddressRotation", "Connection", "channel_credentials", "reconnect_delay"]
 
 logger = logging.getLogger(__name__)
 
 RECONNECT_BASE_SEC = 0.05
 """First reconnect delay (before jitter)."""
 REGISTER_TIMEOUT_SEC = 10.0
-"""How long to wait for Registered after sending Register before trying again."""
+"""How long to wait for Registered (connecting, sending Register, reading the answer) before trying
+again: with several addresses, one that swallows packets must not hold the worker away from the others."""
 RESULTS_LINGER_SEC = 0.001
 """Longest a finished job's result waits for others still running on this worker, so that their
 results share one Results message (the stream's per-message cost dominates short jobs). A result
@@ -100,6 +109,40 @@ def reconnect_delay(retry: int, cap: float, rng: random.Random) -> float:
     """Seconds to wait before reconnect attempt ``retry`` (0-based): uniform(d/2, d), d = min(cap, 0.05*2**n)."""
     ceiling = min(cap, RECONNECT_BASE_SEC * 2 ** min(retry, 30))
     return rng.uniform(ceiling / 2, ceiling)
+
+
+class AddressRotation:
+    """Which control-plane address the next session tries, and the wait before it (module docstring).
+
+    ``retry`` counts the attempts since the last registered session (or the start); the wait grows
+    with the rounds, ``retry // len(addresses)``, so it grows only once every address was tried.
+    """
+
+    def __init__(self, addresses: Sequence[str]) -> None:
+        """Start with the first address."""
+        if not addresses:
+            raise ValueError("AddressRotation needs at least one address")
+        self.addresses = tuple(addresses)
+        self._index = 0
+        self.retry = 0
+        """Attempts that did not register since the last one that did."""
+
+    @property
+    def current(self) -> str:
+        """The address the next attempt goes to."""
+        return self.addresses[self._index]
+
+    def ended(self, registered: bool) -> None:
+        """Record how the attempt on :attr:`current` went: ``registered`` stays there, else move on."""
+        if registered:
+            self.retry = 0
+        else:
+            self.retry += 1
+            self._index = (self._index + 1) % len(self.addresses)
+
+    def delay(self, cap: float, rng: random.Random) -> float:
+        """Seconds to wait before the next attempt: :func:`reconnect_delay` of the rounds done."""
+        return reconnect_delay(self.retry // len(self.addresses), cap, rng)
 
 
 def _version() -> str:
@@ -148,6 +191,8 @@ class Connection:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
+        self.rotation = AddressRotation(config.control_addrs)
+        """Which address the next session tries (the same TLS credentials and token go to each)."""
         self._credentials = channel_credentials(config)
         self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else None
 
@@ -222,14 +267,15 @@ class Connection:
     # -- sessions ----------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        retry = 0
+        rotation = self.rotation
         while not self._closing:
-            logger.info(WORKER_CONNECTING, extra={"control_addr": self._config.control_addr, "retry": retry})
+            address = rotation.current
+            logger.info(WORKER_CONNECTING, extra={"control_addr": address, "retry": rotation.retry})
             sessions = self.sessions
             self.connect_attempts += 1
             event = WORKER_DISCONNECTED
             try:
-                await self._session()
+                await self._session(address)
                 reason = "stream ended"
             except grpc.aio.AioRpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
@@ -243,13 +289,12 @@ class Connection:
                 self._call = None
             if self._closing:
                 return
-            retry = 0 if self.sessions > sessions else retry + 1
+            rotation.ended(registered=self.sessions > sessions)
             level = logging.ERROR if event is WORKER_REFUSED else logging.INFO
-            logger.log(level, event, extra={"reason": reason, "retry": retry})
-            await asyncio.sleep(reconnect_delay(retry, self._config.reconnect_max_sec, self._rng))
+            logger.log(level, event, extra={"control_addr": address, "reason": reason, "retry": rotation.retry})
+            await asyncio.sleep(rotation.delay(self._config.reconnect_max_sec, self._rng))
 
-    async def _session(self) -> None:
-        address = self._config.control_addr
+    async def _session(self, address: str) -> None:
         if self._credentials is None:
             channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         else:
@@ -258,12 +303,12 @@ class Connection:
             call = pb_grpc.WorkerServiceStub(channel).Connect(metadata=self._metadata)
             self._call = call
             try:
-                await call.write(self._register_message())
                 async with asyncio.timeout(REGISTER_TIMEOUT_SEC):
+                    await call.write(self._register_message())
                     first = await call.read()
                 if first is grpc.aio.EOF or first.WhichOneof("msg") != "registered":
                     raise ProtocolError(f"expected Registered first, got {_kind(first)}")
-                self._on_registered(first.registered)
+                self._on_registered(first.registered, address)
                 tasks = [
                     asyncio.create_task(self._reader(call)),
                     asyncio.create_task(self._writer(call)),
@@ -300,7 +345,7 @@ class Connection:
             )
         )
 
-    def _on_registered(self, registered: pb.Registered) -> None:
+    def _on_registered(self, registered: pb.Registered, address: str) -> None:
         for ref in registered.rejected:
             self._pool.kill(ref.job_id, ref.attempt, None)
         self.heartbeat_interval_sec = registered.heartbeat_interval_sec
@@ -315,6 +360,7 @@ class Connection:
             WORKER_REGISTERED,
             extra={
                 "worker_id": self._config.worker_id,
+                "control_addr": address,
                 "session": self.sessions,
                 "heartbeat_interval_sec": registered.heartbeat_interval_sec,
                 "adopted": len(registered.adopted),

@@ -121,3 +121,53 @@ def test_a_bad_flag_is_reported_under_its_variable():
         config_from(_parser().parse_args(["--slots", "0"]), {})
     with pytest.raises(ConfigError, match="--label"):
         config_from(_parser().parse_args(["--label", "oops"]), {})
+
+
+def test_a_single_control_address_is_a_list_of_one():
+    config = WorkerConfig.from_env({"CORRAL_CONTROL_ADDR": "[::1]:6000"})
+    assert (config.control_addr, config.control_addrs) == ("[::1]:6000", ("[::1]:6000",))
+
+
+def test_a_list_of_control_addresses_keeps_its_order_without_the_spaces():
+    config = WorkerConfig.from_env({"CORRAL_CONTROL_ADDR": "cp-b.example:50051 , [::1]:6001,127.0.0.1:6000"})
+    assert config.control_addrs == ("cp-b.example:50051", "[::1]:6001", "127.0.0.1:6000")
+    # control_addr stays one HOST:PORT text (what the agent logs), the list written plainly
+    assert config.control_addr == "cp-b.example:50051,[::1]:6001,127.0.0.1:6000"
+    assert WorkerConfig(control_addr=config.control_addr).control_addrs == config.control_addrs
+    sixteen = ",".join(f"127.0.0.1:{6000 + i}" for i in range(16))
+    assert len(WorkerConfig.from_env({"CORRAL_CONTROL_ADDR": sixteen}).control_addrs) == 16
+
+
+def test_the_control_flag_takes_a_list_too():
+    config = config_from(_parser().parse_args(["--control", "127.0.0.1:7000,127.0.0.1:7001"]), {})
+    assert config.control_addrs == ("127.0.0.1:7000", "127.0.0.1:7001")
+
+
+@pytest.mark.parametrize(
+    ("value", "named", "rule"),
+    [
+        ("127.0.0.1:6000,localhost", "'localhost'", "HOST:PORT"),
+        ("127.0.0.1:6000, 127.0.0.1:0", "'127.0.0.1:0'", "1..65535"),
+        ("127.0.0.1:6000,:6001", "':6001'", "HOST:PORT"),
+        ("127.0.0.1:6000,127.0.0.1:²", "'127.0.0.1:²'", "1..65535"),  # a digit to isdigit(), not to int()
+        ("127.0.0.1:6000,,127.0.0.1:6001", "'127.0.0.1:6000,,127.0.0.1:6001'", "without an empty one"),
+        ("127.0.0.1:6000,", "'127.0.0.1:6000,'", "without an empty one"),
+        (",127.0.0.1:6000", "',127.0.0.1:6000'", "without an empty one"),
+        ("127.0.0.1:6000,127.0.0.1:6000", "'127.0.0.1:6000' twice", "each address once"),
+        ("cp.example:6000, CP.example:6000", "'cp.example:6000' and 'CP.example:6000'", "each address once"),
+        ("127.0.0.1:6000,127.0.0.1:06000", "'127.0.0.1:6000' and '127.0.0.1:06000'", "each address once"),
+        (",".join(f"127.0.0.1:{6000 + i}" for i in range(17)), "got 17", "at most 16 addresses"),
+    ],
+)
+def test_a_bad_control_address_list_names_the_variable_the_entry_and_the_rule(value: str, named: str, rule: str):
+    with pytest.raises(ConfigError) as error:
+        WorkerConfig.from_env({"CORRAL_CONTROL_ADDR": value})
+    message = str(error.value)
+    assert message.startswith("CORRAL_CONTROL_ADDR ")
+    assert named in message
+    assert rule in message
+
+
+def test_a_bad_control_flag_list_is_reported_under_its_variable():
+    with pytest.raises(ConfigError, match="CORRAL_CONTROL_ADDR must list each address once"):
+        config_from(_parser().parse_args(["--control", "127.0.0.1:1,127.0.0.1:1"]), {})
