@@ -37,6 +37,7 @@ from control.reaper import Reaper
 from control.retention import RetentionSweeper
 from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
+from control.standby import StandbyFront
 from control.store import Store, open_store
 from control.tls import ServerTls
 from control.token_reload import TokenFileWatcher
@@ -85,6 +86,8 @@ class ControlPlane:
         """Set when the store could not be written: the process should stop (see _refresh_readiness)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+        self._standby: StandbyFront | None = None
+        """What a standby serves while it waits to lead (see control.standby)."""
 
     async def start(self) -> None:
         """Open the store, serve gRPC and HTTP, start the background loops.
@@ -102,10 +105,16 @@ class ControlPlane:
     async def _start(self) -> None:
         cfg = self.config
         self.store = _started(lambda: open_store(cfg.db, sync=cfg.db_sync), "CORRAL_DB, --db")
+        tls = ServerTls.load(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca) if cfg.tls_cert else None
         try:
-            await self.store.lead()  # a standby waits here, serving nothing, until the active one has gone
+            # A standby waits here, answering health checks only (control.standby), until the leader has gone.
+            await self.store.lead(lambda leader: self._stand_by(leader, tls))
         except OSError as exc:
             raise StartFailed(f"{exc} (CORRAL_DB, --db)") from exc
+        finally:
+            if self._standby is not None:
+                await self._standby.stop()
+                self._standby = None
         scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
         scheduler.metrics = self.metrics
         self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)
@@ -126,7 +135,6 @@ class ControlPlane:
             auth.on_refused = lambda role: self.metrics.auth_refused.labels(role.value).inc()
             if cfg.auth_token_file:
                 self.token_watcher = TokenFileWatcher(auth, cfg.auth_tokens, cfg.auth_token_file, self.metrics)
-        tls = ServerTls.load(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca) if cfg.tls_cert else None
         server = self._server = create_server(*servicers, self.health, auth=auth)
         credentials = server_credentials(tls) if tls else None
         self.grpc_port = _started(
@@ -194,6 +202,24 @@ class ControlPlane:
                 "recovered_jobs": len(scheduler.active),
             },
         )
+
+    async def _stand_by(self, leader: str, tls: ServerTls | None) -> None:
+        cfg = self.config
+        self._standby = StandbyFront(
+            host=cfg.host,
+            grpc_port=cfg.grpc_port,
+            http_port=cfg.http_port,
+            worker_port=cfg.worker_port if tls is not None and tls.client_ca is not None else None,
+            tls=tls,
+            services=list(SERVICES),
+            metrics=self.metrics,
+            leader=leader,
+            http_max_body_bytes=cfg.http_max_body_bytes,
+        )
+        try:
+            await self._standby.start()
+        except OSError as exc:
+            raise StartFailed(f"{exc} (a standby serves health on the control plane's ports)") from exc
 
     def reload_tokens(self) -> None:
         """Read CORRAL_AUTH_TOKEN_FILE again now (SIGHUP); see :mod:`control.token_reload`."""

@@ -9,11 +9,14 @@ Updates are compare-and-set on the fencing token: a row is never overwritten by 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from control.jobs import JobRecord, JobState
+
+StandingBy = Callable[[str], Awaitable[None]]
+"""Called by :meth:`Store.lead`, once, when it has to wait: with the name of the control plane that leads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +68,10 @@ class Store(Protocol):
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None: ...
 
-    async def lead(self) -> None:
+    async def lead(self, standing_by: StandingBy | None = None) -> None:
         """Return once this process may write the store: at once for a store that one process opens at
-        a time (SQLite); for a shared one, once no other control plane leads it (a standby waits here)."""
+        a time (SQLite); for a shared one, once no other control plane leads it (a standby waits here,
+        after calling ``standing_by`` once with the name of the one that leads)."""
         ...
 
     async def commit(self) -> None: ...

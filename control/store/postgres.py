@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from control.jobs import TERMINAL, JobState
-from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry
+from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
 from corral import logs
 from corral.dburl import describe
@@ -159,7 +159,7 @@ class PostgresStore:
         return conn
 
     # ---- leading ------------------------------------------------------------------------------
-    async def lead(self) -> None:
+    async def lead(self, standing_by: StandingBy | None = None) -> None:
         """Return once this store holds the database's lock, its schema made: at once when no other
         control plane holds it, else (a standby) when that one has gone."""
         loop = asyncio.get_running_loop()
@@ -169,6 +169,8 @@ class PostgresStore:
                 logged = True
                 holder = await loop.run_in_executor(self._reader, self._holder)
                 logger.info(logs.STORE_STANDBY, extra={"db": self.where, "active": holder})
+                if standing_by is not None:
+                    await standing_by(holder)
             await asyncio.sleep(STANDBY_POLL_SEC)
         await loop.run_in_executor(self._writer, self._make_schema)
         self._leading = True

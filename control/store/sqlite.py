@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from control.jobs import TERMINAL, JobRecord, JobState
-from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry
+from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.lock import DatabaseLock
 from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
 from corral.errors import Unavailable
@@ -198,7 +198,7 @@ class SQLiteStore:
             logger.exception("idempotency_sweep_failed")
             return 0
 
-    async def lead(self) -> None:
+    async def lead(self, standing_by: StandingBy | None = None) -> None:
         """At once: the file lock was taken when the store was opened (see :mod:`control.store.lock`)."""
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
