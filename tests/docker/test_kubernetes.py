@@ -19,7 +19,7 @@ from tests.docker.conftest import ROOT
 from worker.drain import ACK_WAIT_SEC
 
 K8S = ROOT / "deploy" / "k8s"
-KUSTOMIZATIONS = ("base", "keda", "hpa", "http-probes", "client-auth")
+KUSTOMIZATIONS = ("base", "keda", "hpa", "http-probes", "client-auth", "postgres")
 NOT_RESOURCES = {"kustomization.yaml", "prometheus-adapter-values.yaml"}
 """YAML files under deploy/k8s that are not Kubernetes resources."""
 
@@ -155,6 +155,30 @@ def test_client_auth_mounts_the_token_file_so_that_a_secret_update_reaches_it() 
     # The other containers' mounts are the base's, untouched.
     base = resource(kustomize(K8S / "base"), "Deployment", "corral-control")["spec"]["template"]["spec"]
     assert container["volumeMounts"][:-1] == base["containers"][0]["volumeMounts"]
+
+
+def test_the_postgres_variant_runs_an_active_control_plane_and_a_standby_without_a_volume() -> None:
+    docs = kustomize(K8S / "postgres")
+    control = resource(docs, "Deployment", "corral-control")
+    pod = control["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # Two replicas, replaced one at a time with a surge: the standby leads while the other restarts
+    assert control["spec"]["replicas"] == 2
+    assert control["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    # The store is the database named by the Secret, not a ReadWriteOnce volume two pods could not share
+    env = {e["name"]: e for e in container["env"]}
+    assert env["CORRAL_DB"]["valueFrom"]["secretKeyRef"] == {"name": "corral-postgres", "key": "url"}
+    assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+    assert {m["name"] for m in container["volumeMounts"]} == {v["name"] for v in pod["volumes"]} == {"tmp"}
+    # Probes as in the base: the standby is alive and not ready, so clients reach the active one only
+    base = resource(kustomize(K8S / "base"), "Deployment", "corral-control")["spec"]["template"]["spec"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe] == base["containers"][0][probe]
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["labelSelector"]["matchLabels"].items() <= control["spec"]["template"]["metadata"]["labels"].items()
 
 
 def test_workers_reach_a_control_plane_that_is_not_ready_yet() -> None:
