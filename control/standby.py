@@ -28,7 +28,7 @@ from control.gateway.rules import Route
 from control.gateway.status import RpcFailure
 from control.metrics import Metrics
 from control.tls import ServerTls
-from corral.errors import Unavailable
+from corral.errors import STANDBY_PREFIX, Unavailable
 from corral.transport import host_port
 
 __all__ = ["StandbyFront"]
@@ -95,7 +95,9 @@ class StandbyFront:
         leader: str,
         http_max_body_bytes: int,
     ) -> None:
-        self.reason = f"standby: another control plane leads the database ({leader}); this one takes over when it stops"
+        self.reason = (
+            f"{STANDBY_PREFIX}another control plane leads the database ({leader}); this one takes over when it stops"
+        )
         error = Unavailable(self.reason)
         self._host = host
         self._grpc_port = grpc_port

@@ -96,9 +96,14 @@ class PermissionDenied(CorralError):
 
 
 class Unavailable(CorralError):
-    """Raised when the service cannot take the call now (shutting down, store not writable)."""
+    """Raised when the service cannot take the call now (shutting down, store not writable, a standby)."""
 
     code = "UNAVAILABLE"
+
+
+STANDBY_PREFIX = "standby: "
+"""How the message of a standby control plane's UNAVAILABLE begins: it did nothing with the call, so a
+client may send it to another control plane at once (see control.standby)."""
 
 
 class DeadlineExceeded(CorralError):
