@@ -115,6 +115,7 @@ class ControlPlane:
             if self._standby is not None:
                 await self._standby.stop()
                 self._standby = None
+        self.metrics.active.set(1)
         scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
         scheduler.metrics = self.metrics
         self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)

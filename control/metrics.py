@@ -141,6 +141,11 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.active = Gauge(
+            "corral_control_plane_active",
+            "1 while this control plane leads its store, 0 while it stands by (another one leads it).",
+            registry=r,
+        )
         self._by_type: dict[tuple[str, str], Callable[..., None]] = {}
         self._reasons: set[str] = set()  # labelled failure reasons other than the control plane's own
 

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from control.store.postgres import LOCK_KEY
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.conftest import FAST_ENV, ControlProc, wait_until
+from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 from tests.support.calls import executions, request, submit_many, wait_all_done
 from tests.support.postgres import Cluster
@@ -96,6 +97,9 @@ def test_a_standby_answers_health_checks_only_and_stops_cleanly_on_sigterm(
     assert rest.get("/healthz").status == 200
     ready = rest.get("/readyz")
     assert ready.status == 503 and leader in ready.json()["reason"] and "standby" in ready.json()["reason"]
+    # and says which it is on /metrics, for an alert on "no control plane leads"
+    assert scrape(rest)["corral_control_plane_active"] == 0
+    assert scrape(Rest(first.http_port))["corral_control_plane_active"] == 1
     # and every call is UNAVAILABLE naming the leader, over gRPC and REST, with nothing done
     with pytest.raises(grpc.RpcError) as err:
         jobs_pb2_grpc.JobServiceStub(channel).SubmitJob(jobs_pb2.SubmitJobRequest(type="noop"), timeout=5)
