@@ -31,6 +31,7 @@ LEASE_EXPIRED = "lease_expired"
 STORE_FAILED = "store_failed"
 STORE_STANDBY = "store_standby"
 STORE_LEADING = "store_leading"
+STORE_UNREACHABLE = "store_unreachable"
 CLOCK_STEPPED = "clock_stepped"
 STALE_RESULT = "stale_result"
 # Workers

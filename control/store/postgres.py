@@ -58,6 +58,9 @@ STANDBY_POLL_SEC = 0.25
 
 CONNECT_TIMEOUT_SEC = 10
 
+RECONNECT_SEC = 1.0
+"""How often a standby that lost its connection to the server tries again."""
+
 # A group's new jobs go in by one COPY (a statement each cost the control plane more CPU per job), and
 # each changed job by one compare-and-set UPDATE, pipelined: never let an older attempt overwrite a newer one.
 _COPY_JOBS = f"COPY jobs ({COLUMNS}) FROM STDIN"
@@ -164,7 +167,20 @@ class PostgresStore:
         control plane holds it, else (a standby) when that one has gone."""
         loop = asyncio.get_running_loop()
         logged = False
-        while not await loop.run_in_executor(self._writer, self._try_lock):
+        while True:
+            try:
+                if await loop.run_in_executor(self._writer, self._try_lock):
+                    break
+            except OSError as exc:
+                if not logged:  # at start-up: the database cannot be used, say so now
+                    raise
+                # A standby outlives an outage of the server (a restart, a failover of its own): it
+                # connects again, and waits on as long as another control plane holds the lock.
+                logger.warning(logs.STORE_UNREACHABLE, extra={"db": self.where, "error": str(exc)})
+                await asyncio.sleep(RECONNECT_SEC)
+                with contextlib.suppress(psycopg.Error):
+                    self._wconn = await loop.run_in_executor(self._writer, self._replace, self._wconn)
+                continue
             if not logged:
                 logged = True
                 holder = await loop.run_in_executor(self._reader, self._holder)
@@ -172,11 +188,37 @@ class PostgresStore:
                 if standing_by is not None:
                     await standing_by(holder)
             await asyncio.sleep(STANDBY_POLL_SEC)
+        if logged:  # connections idle for as long as it stood by may have been ended meanwhile
+            self._rconn = await loop.run_in_executor(self._reader, self._alive, self._rconn)
+            self._kconn = await loop.run_in_executor(self._reader, self._alive, self._kconn)
         await loop.run_in_executor(self._writer, self._make_schema)
         self._leading = True
         logger.info(logs.STORE_LEADING, extra={"db": self.where, "waited": logged})
         self._prober = threading.Thread(target=self._probe_loop, name="store-probe", daemon=True)
         self._prober.start()
+
+    def _replace(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        """A new connection in place of ``conn`` (closed)."""
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+        self._connections.remove(conn)
+        return self._connect()
+
+    def _alive(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        """``conn`` if it still answers, else a new connection.
+
+        Raises:
+            OSError: no new connection can be made either.
+        """
+        try:
+            conn.execute("SELECT 1")
+            return conn
+        except psycopg.Error:
+            pass
+        try:
+            return self._replace(conn)
+        except psycopg.Error as exc:
+            raise OSError(f"cannot open the database {self.where}: {_reason(exc)}") from None
 
     def _try_lock(self) -> bool:
         try:

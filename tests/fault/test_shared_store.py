@@ -183,3 +183,31 @@ def test_an_active_control_plane_that_loses_its_database_session_stops_and_the_s
     jobs = submit_many(second, [request("record", {"path": str(log), "seconds": 0}) for _ in range(10)])
     done = wait_all_done(second, [j.id for j in jobs], timeout=60)
     assert Counter(j.state for j in done) == {S.SUCCEEDED: 10}
+
+
+def test_a_standby_whose_database_sessions_were_ended_reconnects_and_still_takes_over(
+    pair: tuple[ControlProc, ControlProc, str], postgres: Cluster, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given a standby whose every session to the database is ended (a server restart, a proxy that
+    # dropped idle connections), while it waits
+    first, second, url = pair
+    second.start(wait=False)
+    wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
+    assert second.proc is not None
+    ended = postgres.sql(
+        url,
+        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE '% pid {second.proc.pid}'",
+    )
+    assert len(ended) == 3  # its writer (the one that tries the lock), its reader and its key lookups
+    # Then it says so and goes on standing by, not serving
+    wait_until(lambda: second.events("store_unreachable"), 10, what="the standby to notice")
+    assert not second.serving()
+    # and when the active one is killed, it takes over with fresh sessions and runs jobs
+    spawn_worker(first, threads=2, address=f"{first.address},{second.address}")
+    first.kill()
+    second.wait_serving(30)
+    log = tmp_path / "runs.log"
+    jobs = submit_many(second, [request("record", {"path": str(log), "seconds": 0}) for _ in range(10)])
+    done = wait_all_done(second, [j.id for j in jobs], timeout=60)
+    assert Counter(j.state for j in done) == {S.SUCCEEDED: 10}
+    assert [j.id for j in second.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=5), timeout=10).jobs]
