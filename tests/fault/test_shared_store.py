@@ -137,8 +137,9 @@ def test_kill_9_of_the_active_control_plane_hands_over_to_the_standby_losing_not
     later = timestamp_pb2.Timestamp()
     later.FromNanoseconds(int((time.time() + 2) * 1e9))
     reqs = [request("record", {"path": str(log), "seconds": 0.02}) for _ in range(500)]
-    reqs += [request("record", {"path": str(log), "seconds": 0.02}, scheduled_at=later) for _ in range(100)]
-    jobs = submit_many(first, reqs)
+    reqs += [request("record", {"path": str(log), "seconds": 0.02}, scheduled_at=later) for _ in range(99)]
+    keyed = request("record", {"path": str(log), "seconds": 0.02}, idempotency_key="order-17")
+    jobs = submit_many(first, [*reqs, keyed])
     wait_until(lambda: len(executions(log)) >= 50, what="some jobs to run")
     # When the active one is killed with SIGKILL
     first.kill()
@@ -151,6 +152,9 @@ def test_kill_9_of_the_active_control_plane_hands_over_to_the_standby_losing_not
     assert leading["waited"] is True
     done = wait_all_done(second, [j.id for j in jobs], timeout=180)
     assert Counter(j.state for j in done) == {S.SUCCEEDED: 600}
+    # A client that retries its keyed submission on the new one gets the same job, not a second
+    (again,) = submit_many(second, [keyed])
+    assert again.id == jobs[-1].id
     runs = Counter(job_id for job_id, _ in executions(log))
     assert set(runs) == {j.id for j in jobs}
     # and a job ran twice only if it had started before the kill
@@ -211,3 +215,26 @@ def test_a_standby_whose_database_sessions_were_ended_reconnects_and_still_takes
     done = wait_all_done(second, [j.id for j in jobs], timeout=60)
     assert Counter(j.state for j in done) == {S.SUCCEEDED: 10}
     assert [j.id for j in second.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=5), timeout=10).jobs]
+
+
+@pytest.mark.slow
+def test_a_sigterm_of_the_active_control_plane_hands_over_with_nothing_run_twice(
+    pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given long jobs running on workers that know both control planes, and a standby
+    first, second, _ = pair
+    second.start(wait=False)
+    wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
+    log = tmp_path / "runs.log"
+    for _ in range(2):
+        spawn_worker(first, threads=10, address=f"{first.address},{second.address}")
+    jobs = submit_many(first, [request("record", {"path": str(log), "seconds": 1.0}) for _ in range(60)])
+    wait_until(lambda: len(executions(log)) >= 20, what="20 jobs to be running")
+    # When the active one is stopped (a rolling update)
+    assert first.stop(signal.SIGTERM) == 0
+    # Then the standby leads, re-adopts the running jobs, and every job ran once, on its first attempt
+    second.wait_serving(30)
+    done = wait_all_done(second, [j.id for j in jobs], timeout=120)
+    assert {(j.state, j.attempts) for j in done} == {(S.SUCCEEDED, 1)}
+    runs = Counter(job_id for job_id, _ in executions(log))
+    assert len(runs) == 60 and set(runs.values()) == {1}
