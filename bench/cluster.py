@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import secrets
@@ -19,6 +20,21 @@ import grpc
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def add_postgres_flag(parser: argparse.ArgumentParser) -> None:
+    """``--postgres URL``: run on PostgreSQL instead of SQLite (see :class:`Cluster`)."""
+    parser.add_argument(
+        "--postgres",
+        default="",
+        metavar="URL",
+        help="run on PostgreSQL: a server URL whose user may create databases (each run gets a new one)",
+    )
+
+
+def store_name(postgres: str) -> str:
+    """The store a run used, for a table's title."""
+    return "PostgreSQL" if postgres else "SQLite"
 
 
 class Cluster:

@@ -16,14 +16,14 @@ import statistics
 import time
 
 from bench import grpc_floor
-from bench.cluster import Cluster
+from bench.cluster import Cluster, add_postgres_flag, store_name
 from bench.report import table
 from corral.v1 import jobs_pb2
 
 
-def run_once(n: int) -> dict[str, float]:
+def run_once(n: int, postgres: str = "") -> dict[str, float]:
     floor = grpc_floor.measure(n)
-    with Cluster(workers=1, threads=1) as c:
+    with Cluster(workers=1, threads=1, postgres=postgres) as c:
         req = jobs_pb2.SubmitJobRequest(type="noop")
         for _ in range(20):  # warm up connections and code paths
             job = c.jobs.SubmitJob(req).job
@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--jobs", type=int, default=300)
     p.add_argument("--runs", type=int, default=3)
+    add_postgres_flag(p)
     a = p.parse_args(argv)
     table(
-        f"latency: {a.jobs} sequential submit -> SUCCEEDED round trips, 1 idle worker",
-        [run_once(a.jobs) for _ in range(a.runs)],
+        f"latency: {a.jobs} sequential submit -> SUCCEEDED round trips, 1 idle worker, {store_name(a.postgres)}",
+        [run_once(a.jobs, a.postgres) for _ in range(a.runs)],
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from bench.cluster import Cluster
+from bench.cluster import Cluster, add_postgres_flag, store_name
 from bench.report import table
 from corral.v1 import jobs_pb2
 
@@ -70,15 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--batch", type=int, default=1000)
-    p.add_argument(
-        "--postgres",
-        default="",
-        metavar="URL",
-        help="run on PostgreSQL: a server URL whose user may create databases (each run gets a new one)",
-    )
+    add_postgres_flag(p)
     a = p.parse_args(argv)
     rows = [run_once(a.jobs, a.workers, a.threads, a.batch, a.postgres) for _ in range(a.runs)]
-    store = "PostgreSQL" if a.postgres else "SQLite"
+    store = store_name(a.postgres)
     title = f"throughput: {a.jobs} noop jobs, {a.workers} workers x {a.threads} threads, batches of {a.batch}, {store}"
     table(title, rows)
 
