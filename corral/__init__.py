@@ -5,6 +5,8 @@ Modules:
 - ``client``   :class:`Client`, the blocking gRPC client (submit, get, list, cancel, retry, watch, wait, ...).
 - ``aio``      :class:`AsyncClient`, the same methods over ``grpc.aio``.
 - ``status``   the one translation from ``grpc.RpcError`` to :mod:`corral.errors` that both clients use.
+- ``failover`` how both clients move between a list of addresses (a control plane and its standbys).
+- ``addresses`` the rule of an address list, shared by the clients, the CLI and the worker.
 - ``job``      :class:`Job`, :class:`JobState`, :class:`JobError`, :class:`JobPage`: jobs as Python values.
 - ``spec``     :class:`JobSpec`: what a client submits.
 - ``cluster``  :class:`Stats`, :class:`WorkerInfo`, :class:`WorkerState`, :class:`AutoscalerStatus`.

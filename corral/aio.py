@@ -1,8 +1,10 @@
 """The asyncio Python client, :class:`AsyncClient`: :class:`corral.Client`'s methods over ``grpc.aio``.
 
 Errors are translated by the same :func:`corral.status.translate_errors` as the blocking client, so both
-raise the same :mod:`corral.errors` classes. The channel is created on the first call, inside the event
-loop that makes it (a ``grpc.aio`` channel belongs to one loop), so an ``AsyncClient`` may be built anywhere.
+raise the same :mod:`corral.errors` classes, and a list of addresses fails over by the same rules
+(:mod:`corral.failover`). An address's channel is created on the first call that goes there, inside the
+event loop that makes it (a ``grpc.aio`` channel belongs to one loop), so an ``AsyncClient`` may be
+built anywhere, and a standby that is never needed costs nothing.
 
 Example::
 
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -35,6 +38,7 @@ from corral.client import (
 )
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
+from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When, batch_request, by_id
@@ -44,16 +48,30 @@ from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 __all__ = ["AsyncClient"]
 
 
+@dataclass(frozen=True)
+class _Connection:
+    """One address's ``grpc.aio`` channel and the stubs over it."""
+
+    channel: grpc.aio.Channel
+    jobs: jobs_pb2_grpc.JobServiceAsyncStub
+    admin: admin_pb2_grpc.AdminServiceAsyncStub
+
+
 class AsyncClient:
-    """A ``grpc.aio`` client of one control plane; use it from one event loop and ``await close()`` it.
+    """A ``grpc.aio`` client of a control plane; use it from one event loop and ``await close()`` it.
 
     Args:
-        address: ``host:port`` of the control plane's gRPC server.
+        address: ``host:port`` of the control plane's gRPC server, or a comma-separated list of up
+            to 16 (a control plane and its standbys), which the client fails over between, as
+            :class:`corral.Client` does (:mod:`corral.failover`).
         timeout: Deadline in seconds of each unary call (``None``: no deadline). Streams have none.
         metadata: Sent with every call.
         options: Extra gRPC channel options.
         token: A client token, sent as ``authorization: Bearer <token>`` with every call.
         tls_ca: Speak TLS and verify the control plane against this CA (PEM file path or bytes).
+
+    Raises:
+        InvalidArgument: a bad address list or ``timeout``, as :class:`corral.Client`.
     """
 
     def __init__(
@@ -67,33 +85,45 @@ class AsyncClient:
         tls_ca: TlsCa | None = None,
     ) -> None:
         self.address = address
+        """The ``address`` argument as given: one address, or the whole list (see :attr:`addresses`)."""
+        self.addresses = client_addresses(address)
+        """The addresses, in order (one for a single address)."""
         self.timeout = call_timeout(timeout)
         self.metadata = auth_metadata(token, metadata)
-        self._options = [*DEFAULT_CHANNEL_OPTIONS, *options]
+        reconnect = RECONNECT_OPTIONS if len(self.addresses) > 1 else ()
+        self._options = [*DEFAULT_CHANNEL_OPTIONS, *reconnect, *options]
         self._credentials = None if tls_ca is None else ssl_credentials(tls_ca)
-        self._channel: Any = None
-        self._jobs_stub: Any = None
-        self._admin_stub: Any = None
+        self._failover = Failover(self.addresses, self._connect)
 
     @property
-    def _jobs(self) -> jobs_pb2_grpc.JobServiceAsyncStub:
-        if self._jobs_stub is None:
-            self._open()
-        return self._jobs_stub  # type: ignore[no-any-return]
+    def current_address(self) -> str:
+        """The address the next call goes to first: the one that took the last call (the first at the start)."""
+        return self._failover.current
 
-    @property
-    def _admin(self) -> admin_pb2_grpc.AdminServiceAsyncStub:
-        if self._admin_stub is None:
-            self._open()
-        return self._admin_stub  # type: ignore[no-any-return]
-
-    def _open(self) -> None:
+    def _connect(self, target: str) -> _Connection:
         if self._credentials is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
+            channel = grpc.aio.insecure_channel(target, options=self._options)
         else:
-            self._channel = grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
-        self._jobs_stub = jobs_pb2_grpc.JobServiceStub(self._channel)
-        self._admin_stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+            channel = grpc.aio.secure_channel(target, self._credentials, options=self._options)
+        # The stubs' overloads pick the async ones for a grpc.aio channel, which mypy cannot see (grpc is untyped).
+        jobs = cast("jobs_pb2_grpc.JobServiceAsyncStub", jobs_pb2_grpc.JobServiceStub(channel))
+        admin = cast("admin_pb2_grpc.AdminServiceAsyncStub", admin_pb2_grpc.AdminServiceStub(channel))
+        return _Connection(channel, jobs, admin)
+
+    async def _unary(self, rpc: Callable[[_Connection], Any], request: Any) -> Any:
+        """The answer of ``rpc(connection)(request)``, sent to the current address and on round the
+        list while the failure allows (corral.failover)."""
+        attempts = self._failover.attempts()
+        for address, conn in attempts:
+            try:
+                with translate_errors():
+                    response = await rpc(conn)(request, timeout=self.timeout, metadata=self.metadata)
+            except CorralError as exc:
+                attempts.failed(address, exc)
+                continue
+            attempts.took(address)
+            return response
+        raise attempts.exhausted()
 
     # -- jobs -----------------------------------------------------------------------------------------
 
@@ -128,23 +158,18 @@ class AsyncClient:
             worker_selector=worker_selector,
             depends_on=depends_on,
         ).to_proto()
-        with translate_errors():
-            response = await self._jobs.SubmitJob(request, timeout=self.timeout, metadata=self.metadata)
+        response = await self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)
 
     async def submit_many(self, specs: Sequence[JobSpec]) -> builtins.list[Job]:
         """Submit a batch in one ``SubmitJobs`` call; all are accepted or none is."""
         request = batch_request(specs)
-        with translate_errors():
-            response = await self._jobs.SubmitJobs(request, timeout=self.timeout, metadata=self.metadata)
+        response = await self._unary(lambda c: c.jobs.SubmitJobs, request)
         return [Job.from_proto(pb) for pb in response.jobs]
 
     async def get(self, id: str) -> Job:
         """Return the job ``id``; :class:`~corral.errors.NotFound` when there is none."""
-        with translate_errors():
-            pb = await self._jobs.GetJob(
-                by_id(jobs_pb2.GetJobRequest, id), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = await self._unary(lambda c: c.jobs.GetJob, by_id(jobs_pb2.GetJobRequest, id))
         return Job.from_proto(pb)
 
     async def list(
@@ -158,26 +183,17 @@ class AsyncClient:
     ) -> JobPage:
         """Return a page of jobs, newest first, filtered by state(s), type and owner, with the total that
         match. (A control plane that keeps clients apart lists only the caller's jobs to all but its admins.)"""
-        with translate_errors():
-            response = await self._jobs.ListJobs(
-                list_request(status, type, limit, offset, owner), timeout=self.timeout, metadata=self.metadata
-            )
+        response = await self._unary(lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner))
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
     async def cancel(self, id: str) -> Job:
         """Cancel a job that has not finished (a running one is killed) and return it."""
-        with translate_errors():
-            pb = await self._jobs.CancelJob(
-                by_id(jobs_pb2.CancelJobRequest, id), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = await self._unary(lambda c: c.jobs.CancelJob, by_id(jobs_pb2.CancelJobRequest, id))
         return Job.from_proto(pb)
 
     async def retry(self, id: str) -> Job:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""
-        with translate_errors():
-            pb = await self._jobs.RetryJob(
-                by_id(jobs_pb2.RetryJobRequest, id), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = await self._unary(lambda c: c.jobs.RetryJob, by_id(jobs_pb2.RetryJobRequest, id))
         return Job.from_proto(pb)
 
     def watch(self, id: str) -> AsyncGenerator[Job, None]:
@@ -215,53 +231,58 @@ class AsyncClient:
             await asyncio.sleep(follow.pause(error))
 
     async def _watch(self, id: str, time_limit: float | None) -> AsyncGenerator[Job, None]:
-        call = self._jobs.WatchJob(by_id(jobs_pb2.WatchJobRequest, id), timeout=time_limit, metadata=self.metadata)
-        try:
-            with translate_errors():
-                async for event in call:
-                    yield Job.from_proto(event.job)
-        finally:
-            call.cancel()
+        # Moves on like a unary call, but only before the first event (see corral.Client._watch).
+        request = by_id(jobs_pb2.WatchJobRequest, id)
+        attempts = self._failover.attempts()
+        for address, conn in attempts:
+            call = conn.jobs.WatchJob(request, timeout=time_limit, metadata=self.metadata)
+            served = False
+            try:
+                with translate_errors():
+                    async for event in call:
+                        if not served:
+                            served = True
+                            attempts.took(address)
+                        yield Job.from_proto(event.job)
+            except CorralError as exc:
+                if served:
+                    raise
+                attempts.failed(address, exc)
+                continue
+            finally:
+                call.cancel()
+            attempts.took(address)
+            return
+        raise attempts.exhausted()
 
     # -- cluster --------------------------------------------------------------------------------------
 
     async def stats(self) -> Stats:
         """Return queue depth, workers, jobs by status, success rate and uptime."""
-        with translate_errors():
-            pb = await self._jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=self.timeout, metadata=self.metadata)
+        pb = await self._unary(lambda c: c.jobs.GetStats, jobs_pb2.GetStatsRequest())
         return Stats.from_proto(pb)
 
     async def workers(self) -> builtins.list[WorkerInfo]:
         """Return the registered workers."""
-        with translate_errors():
-            response = await self._admin.ListWorkers(
-                admin_pb2.ListWorkersRequest(), timeout=self.timeout, metadata=self.metadata
-            )
+        response = await self._unary(lambda c: c.admin.ListWorkers, admin_pb2.ListWorkersRequest())
         return [WorkerInfo.from_proto(pb) for pb in response.workers]
 
     async def drain_worker(self, id: str) -> WorkerInfo:
         """Stop giving the worker jobs and ask it to finish what it runs and leave."""
-        with translate_errors():
-            pb = await self._admin.DrainWorker(
-                by_id(admin_pb2.DrainWorkerRequest, id), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = await self._unary(lambda c: c.admin.DrainWorker, by_id(admin_pb2.DrainWorkerRequest, id))
         return WorkerInfo.from_proto(pb)
 
     async def autoscaler(self) -> AutoscalerStatus:
         """Return what the autoscaler is doing."""
-        with translate_errors():
-            pb = await self._admin.GetAutoscaler(
-                admin_pb2.GetAutoscalerRequest(), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = await self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the channel; calls in flight are cancelled. Idempotent."""
-        channel, self._channel, self._jobs_stub, self._admin_stub = self._channel, None, None, None
-        if channel is not None:
-            await channel.close()
+        """Close the channels; calls in flight are cancelled. Idempotent (a later call opens new ones)."""
+        for conn in self._failover.take_connections():
+            await conn.channel.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -5,6 +5,11 @@ Every call goes through :func:`corral.status.translate_errors`, so a failure is 
 :class:`corral.aio.AsyncClient`. Both build requests the same way
 (:meth:`JobSpec.to_proto`, :func:`list_request`).
 
+Given a comma-separated list of addresses (a control plane and its standbys on one database), a client
+sends each call to the address that took the last one and moves on round the list when a standby refuses
+the call or it cannot be sent there; a call that may have reached a control plane is never sent twice
+(:mod:`corral.failover`).
+
 Example::
 
     with corral.Client("127.0.0.1:50051") as client:
@@ -18,8 +23,9 @@ import builtins
 import math
 import os
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +33,7 @@ import grpc
 
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
+from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When, batch_request, by_id, put
@@ -78,16 +85,31 @@ def ssl_credentials(tls_ca: TlsCa) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(f.read())
 
 
+@dataclass(frozen=True)
+class _Connection:
+    """One address's channel and the stubs over it."""
+
+    channel: grpc.Channel
+    jobs: jobs_pb2_grpc.JobServiceStub
+    admin: admin_pb2_grpc.AdminServiceStub
+
+
 class Client:
-    """A blocking client of one control plane; thread-safe, one channel, close it when done.
+    """A blocking client of a control plane; thread-safe, one channel per address, close it when done.
 
     Args:
-        address: ``host:port`` of the control plane's gRPC server.
+        address: ``host:port`` of the control plane's gRPC server, or a comma-separated list of up
+            to 16 (a control plane and its standbys: ``"cp-a:50051,cp-b:50051"``), which the client
+            fails over between (:mod:`corral.failover`).
         timeout: Deadline in seconds of each unary call (``None``: no deadline). Streams have none.
         metadata: Sent with every call.
         options: Extra gRPC channel options.
         token: A client token, sent as ``authorization: Bearer <token>`` with every call.
         tls_ca: Speak TLS and verify the control plane against this CA (PEM file path or bytes).
+
+    Raises:
+        InvalidArgument: a list with an empty entry, an address twice, more than 16 entries or an entry
+            that is not HOST:PORT (``field`` is ``address``; the message names the entry), or a bad ``timeout``.
     """
 
     def __init__(
@@ -101,15 +123,33 @@ class Client:
         tls_ca: TlsCa | None = None,
     ) -> None:
         self.address = address
+        """The ``address`` argument as given: one address, or the whole list (see :attr:`addresses`)."""
+        self.addresses = client_addresses(address)
+        """The addresses, in order (one for a single address)."""
         self.timeout = call_timeout(timeout)
         self.metadata = auth_metadata(token, metadata)
-        channel_options = [*DEFAULT_CHANNEL_OPTIONS, *options]
-        if tls_ca is None:
-            self._channel = grpc.insecure_channel(address, options=channel_options)
-        else:
-            self._channel = grpc.secure_channel(address, ssl_credentials(tls_ca), options=channel_options)
-        self._jobs = jobs_pb2_grpc.JobServiceStub(self._channel)
-        self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        reconnect = RECONNECT_OPTIONS if len(self.addresses) > 1 else ()
+        channel_options = [*DEFAULT_CHANNEL_OPTIONS, *reconnect, *options]
+        credentials = None if tls_ca is None else ssl_credentials(tls_ca)
+
+        def connect(target: str) -> _Connection:
+            if credentials is None:
+                channel = grpc.insecure_channel(target, options=channel_options)
+            else:
+                channel = grpc.secure_channel(target, credentials, options=channel_options)
+            return _Connection(channel, jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel))
+
+        self._failover = Failover(self.addresses, connect)
+        # Every channel is made now rather than on first use: a thread-safe client then needs no lock
+        # around making one, and a gRPC channel opens no connection before its first call, so an
+        # address that is never needed costs an object, not a socket.
+        for target in self.addresses:
+            self._failover.connection(target)
+
+    @property
+    def current_address(self) -> str:
+        """The address the next call goes to first: the one that took the last call (the first at the start)."""
+        return self._failover.current
 
     # -- jobs -----------------------------------------------------------------------------------------
 
@@ -144,21 +184,18 @@ class Client:
             worker_selector=worker_selector,
             depends_on=depends_on,
         ).to_proto()
-        with translate_errors():
-            response = self._jobs.SubmitJob(request, timeout=self.timeout, metadata=self.metadata)
+        response = self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)
 
     def submit_many(self, specs: Sequence[JobSpec]) -> builtins.list[Job]:
         """Submit a batch in one ``SubmitJobs`` call; all are accepted or none is."""
         request = batch_request(specs)
-        with translate_errors():
-            response = self._jobs.SubmitJobs(request, timeout=self.timeout, metadata=self.metadata)
+        response = self._unary(lambda c: c.jobs.SubmitJobs, request)
         return [Job.from_proto(pb) for pb in response.jobs]
 
     def get(self, id: str) -> Job:
         """Return the job ``id``; :class:`~corral.errors.NotFound` when there is none."""
-        with translate_errors():
-            pb = self._jobs.GetJob(by_id(jobs_pb2.GetJobRequest, id), timeout=self.timeout, metadata=self.metadata)
+        pb = self._unary(lambda c: c.jobs.GetJob, by_id(jobs_pb2.GetJobRequest, id))
         return Job.from_proto(pb)
 
     def list(
@@ -172,24 +209,17 @@ class Client:
     ) -> JobPage:
         """Return a page of jobs, newest first, filtered by state(s), type and owner, with the total that
         match. (A control plane that keeps clients apart lists only the caller's jobs to all but its admins.)"""
-        with translate_errors():
-            response = self._jobs.ListJobs(
-                list_request(status, type, limit, offset, owner), timeout=self.timeout, metadata=self.metadata
-            )
+        response = self._unary(lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner))
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
     def cancel(self, id: str) -> Job:
         """Cancel a job that has not finished (a running one is killed) and return it."""
-        with translate_errors():
-            pb = self._jobs.CancelJob(
-                by_id(jobs_pb2.CancelJobRequest, id), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = self._unary(lambda c: c.jobs.CancelJob, by_id(jobs_pb2.CancelJobRequest, id))
         return Job.from_proto(pb)
 
     def retry(self, id: str) -> Job:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""
-        with translate_errors():
-            pb = self._jobs.RetryJob(by_id(jobs_pb2.RetryJobRequest, id), timeout=self.timeout, metadata=self.metadata)
+        pb = self._unary(lambda c: c.jobs.RetryJob, by_id(jobs_pb2.RetryJobRequest, id))
         return Job.from_proto(pb)
 
     def watch(self, id: str) -> Generator[Job, None, None]:
@@ -228,51 +258,74 @@ class Client:
             time.sleep(follow.pause(error))
 
     def _watch(self, id: str, timeout: float | None) -> Generator[Job, None, None]:
-        call = self._jobs.WatchJob(by_id(jobs_pb2.WatchJobRequest, id), timeout=timeout, metadata=self.metadata)
-        try:
-            with translate_errors():
-                for event in call:
-                    yield Job.from_proto(event.job)
-        finally:
-            call.cancel()
+        # A stream moves on like a unary call, but only before its first event: after that the break
+        # is raised, and corral.follow watches again, from the address that served it.
+        request = by_id(jobs_pb2.WatchJobRequest, id)
+        attempts = self._failover.attempts()
+        for address, conn in attempts:
+            call = conn.jobs.WatchJob(request, timeout=timeout, metadata=self.metadata)
+            served = False
+            try:
+                with translate_errors():
+                    for event in call:
+                        if not served:
+                            served = True
+                            attempts.took(address)
+                        yield Job.from_proto(event.job)
+            except CorralError as exc:
+                if served:
+                    raise
+                attempts.failed(address, exc)
+                continue
+            finally:
+                call.cancel()
+            attempts.took(address)
+            return
+        raise attempts.exhausted()
+
+    def _unary(self, rpc: Callable[[_Connection], Any], request: Any) -> Any:
+        """The answer of ``rpc(connection)(request)``, sent to the current address and on round the
+        list while the failure allows (corral.failover)."""
+        attempts = self._failover.attempts()
+        for address, conn in attempts:
+            try:
+                with translate_errors():
+                    response = rpc(conn)(request, timeout=self.timeout, metadata=self.metadata)
+            except CorralError as exc:
+                attempts.failed(address, exc)
+                continue
+            attempts.took(address)
+            return response
+        raise attempts.exhausted()
 
     # -- cluster --------------------------------------------------------------------------------------
 
     def stats(self) -> Stats:
         """Return queue depth, workers, jobs by status, success rate and uptime."""
-        with translate_errors():
-            pb = self._jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=self.timeout, metadata=self.metadata)
+        pb = self._unary(lambda c: c.jobs.GetStats, jobs_pb2.GetStatsRequest())
         return Stats.from_proto(pb)
 
     def workers(self) -> builtins.list[WorkerInfo]:
         """Return the registered workers."""
-        with translate_errors():
-            response = self._admin.ListWorkers(
-                admin_pb2.ListWorkersRequest(), timeout=self.timeout, metadata=self.metadata
-            )
+        response = self._unary(lambda c: c.admin.ListWorkers, admin_pb2.ListWorkersRequest())
         return [WorkerInfo.from_proto(pb) for pb in response.workers]
 
     def drain_worker(self, id: str) -> WorkerInfo:
         """Stop giving the worker jobs and ask it to finish what it runs and leave."""
-        with translate_errors():
-            pb = self._admin.DrainWorker(
-                by_id(admin_pb2.DrainWorkerRequest, id), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = self._unary(lambda c: c.admin.DrainWorker, by_id(admin_pb2.DrainWorkerRequest, id))
         return WorkerInfo.from_proto(pb)
 
     def autoscaler(self) -> AutoscalerStatus:
         """Return what the autoscaler is doing."""
-        with translate_errors():
-            pb = self._admin.GetAutoscaler(
-                admin_pb2.GetAutoscalerRequest(), timeout=self.timeout, metadata=self.metadata
-            )
+        pb = self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled. Idempotent."""
-        self._channel.close()
+        """Close the channels; calls in flight are cancelled. Idempotent."""
+        for conn in self._failover.connections():
+            conn.channel.close()
 
     def __enter__(self) -> Client:
         return self

@@ -52,6 +52,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from corral.addresses import MAX_ADDRESSES, AddressError, parse_addresses
 from corral.event_loop import LOOPS
 from corral.limits import (
     DEFAULT_OUTPUT_BYTES,
@@ -66,7 +67,7 @@ from corral.logs import FORMATS, LEVELS
 __all__ = ["ConfigError", "WorkerConfig"]
 
 _WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-MAX_CONTROL_ADDRS = 16
+MAX_CONTROL_ADDRS = MAX_ADDRESSES
 """Most entries in CORRAL_CONTROL_ADDR: a control plane and its standbys, not a fleet to scan."""
 MAX_RECYCLE = 1 << 31
 """Upper bound of CORRAL_RUNNER_MAX_JOBS and CORRAL_RUNNER_MAX_RSS_MB (beyond it, say 0: never)."""
@@ -287,30 +288,16 @@ def parse_labels(items: list[str], name: str = "CORRAL_WORKER_LABELS") -> dict[s
 def parse_control_addrs(raw: str, name: str = "CORRAL_CONTROL_ADDR") -> tuple[str, ...]:
     """``"a:1, b:2"`` -> ``("a:1", "b:2")``: each entry HOST:PORT with a port in 1..65535.
 
+    The rule is :func:`corral.addresses.parse_addresses`, shared with the client and the CLI.
+
     Raises:
         ConfigError: an entry breaks the rule or is empty, an address is listed twice, or there are
             more than MAX_CONTROL_ADDRS entries.
     """
-    entries = [entry.strip() for entry in raw.split(",")]
-    if len(entries) > MAX_CONTROL_ADDRS:
-        raise ConfigError(f"{name} may list at most {MAX_CONTROL_ADDRS} addresses, got {len(entries)}")
-    seen: dict[tuple[str, int], str] = {}
-    for entry in entries:
-        where = f" (in {raw!r})" if len(entries) > 1 else ""
-        if not entry and where:  # (a lone empty address falls to the HOST:PORT rule below)
-            raise ConfigError(f"{name} must be comma-separated HOST:PORT entries without an empty one, got {raw!r}")
-        host, sep, port = entry.rpartition(":")
-        # isascii: "²".isdigit() holds, yet int("²") raises
-        if not sep or not host or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-            rule = "HOST:PORT entries with ports" if where else "HOST:PORT with a port"
-            raise ConfigError(f"{name} must be {rule} in 1..65535, got {entry!r}{where}")
-        # Host names are case-insensitive and "050051" is port 50051: the same control plane twice.
-        key = (host.lower(), int(port))
-        if key in seen:
-            twice = f"{entry!r} twice" if seen[key] == entry else f"{seen[key]!r} and {entry!r}"
-            raise ConfigError(f"{name} must list each address once, got {twice}{where}")
-        seen[key] = entry
-    return tuple(entries)
+    try:
+        return parse_addresses(raw, name)
+    except AddressError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _int(name: str, raw: str) -> int:

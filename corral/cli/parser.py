@@ -99,7 +99,12 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Submit a mix of every built-in job type, show them finish, print a results table. "
         "Without --control, starts an embedded Corral (2 workers x 2 threads) and stops it at the end.",
     )
-    p.add_argument("--control", type=values.address, help="use this control plane instead of an embedded one")
+    p.add_argument(
+        "--control",
+        type=values.addresses,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="use this control plane (or a list of one and its standbys) instead of an embedded one",
+    )
     p.add_argument("--jobs", type=values.positive_int, default=48, help="jobs to submit (default %(default)s)")
     p.add_argument(
         "--timeout", type=values.positive_seconds, default=120.0, help="give up after this many seconds (default 120)"
@@ -111,10 +116,11 @@ def _client_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--control",
-        type=values.address,
+        type=values.addresses,
         default=os.environ.get(CONTROL_ADDR_ENV) or DEFAULT_ADDRESS,
-        metavar="HOST:PORT",
-        help=f"control plane gRPC address (default ${CONTROL_ADDR_ENV} or {DEFAULT_ADDRESS})",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="control plane gRPC address, or a comma-separated list of a control plane and its standbys, "
+        f"tried in turn (default ${CONTROL_ADDR_ENV} or {DEFAULT_ADDRESS})",
     )
     parent.add_argument(
         "--token",

@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from corral.addresses import AddressError, parse_addresses
 from corral.job import JobState
 
-__all__ = ["address", "job_state", "label", "payload", "port", "positive_int", "readable_file", "when"]
+__all__ = ["address", "addresses", "job_state", "label", "payload", "port", "positive_int", "readable_file", "when"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RELATIVE_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
@@ -96,6 +97,20 @@ def address(text: str) -> str:
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise argparse.ArgumentTypeError(f"invalid address {text!r}: use HOST:PORT, e.g. 127.0.0.1:50051")
     return text
+
+
+def addresses(text: str) -> str:
+    """A ``host:port`` gRPC address, or a comma-separated list of them (a control plane and its standbys).
+
+    One address follows :func:`address`; a list follows :func:`corral.addresses.parse_addresses` (no empty
+    entry, no address twice, at most 16) and comes back without the spaces around its entries.
+    """
+    if "," not in text:
+        return address(text)
+    try:
+        return ",".join(parse_addresses(text, "--control"))
+    except AddressError as exc:
+        raise argparse.ArgumentTypeError(f"invalid address list: {exc.rule}") from None
 
 
 def port(text: str) -> int:

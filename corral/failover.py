@@ -1,0 +1,205 @@
+"""Failover of a client between control-plane addresses: which address a call goes to, and when a failed
+call may go on to the next one.
+
+A client given several addresses (``"cp-a:50051,cp-b:50051"``: an active control plane and its
+standbys on one database, see ``control.standby``) keeps one connection per address and a *current*
+address. A call goes to the current address; it goes on to the next one, round the list and to each
+address at most once per call, only when its failure proves that no control plane acted on it
+(:func:`moves_on`):
+
+- a standby answered: ``UNAVAILABLE`` whose message begins with
+  :data:`corral.errors.STANDBY_PREFIX` (a standby does nothing with any call);
+- the call never left this process: ``UNAVAILABLE`` made by gRPC's own channel because it had no
+  connection to give the call (the address refused the connection or dropped it before the HTTP/2
+  handshake ended, did not resolve, failed the TLS handshake). grpcio 1.85 words these
+  ``failed to connect to all addresses; last error: ...`` (the load balancer found no connection
+  to pick) and ``errors resolving ...`` (the resolver; older releases ``DNS resolution failed ...``),
+  and they carry no trailing metadata, whereas every error a control plane sends carries its
+  ``google.rpc.Status`` trailer (``CorralError.answered``), so a server's message that merely looks
+  like one does not count. ``tests/unit/corral/test_failover.py`` pins the wording against a real
+  socket: a grpcio that words it otherwise makes a client stop at the first address and raise, as a
+  client of one address does, never resend.
+
+Any other failure is raised, and the address where it happened becomes current: an answer, even an
+error, and ``UNAVAILABLE`` after the request may have reached a server (``Stream removed (Socket
+closed)``: a connection reset mid-call, or a control plane killed between calls before this process
+noticed), because a submission must never be sent twice (with an idempotency key or without: the
+caller decides whether to submit again). The address that took a call becomes current, so later calls
+go straight to the active control plane. When every address passed the call on, :meth:`Attempts.exhausted`
+is an :class:`~corral.errors.Unavailable` naming each address and its reason.
+
+A client of one address never fails over: its errors are raised as they come (exactly as before
+lists), and its channel keeps gRPC's reconnect schedule; a list's channels use :data:`RECONNECT_OPTIONS`.
+
+During a takeover (about a second) no control plane takes calls: the old one is gone and the standby
+still refuses, so calls fail :class:`~corral.errors.Unavailable` (following a job with
+``wait``/``watch`` rides through it, :mod:`corral.follow`); after it, a client that called meanwhile
+may need up to a second more to connect to the new active one (:data:`RECONNECT_OPTIONS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar
+
+from corral.addresses import AddressError, parse_addresses
+from corral.errors import STANDBY_PREFIX, CorralError, InvalidArgument, Unavailable
+
+__all__ = ["NEVER_SENT", "RECONNECT_OPTIONS", "Attempts", "Failover", "client_addresses", "moves_on"]
+
+C = TypeVar("C")
+
+NEVER_SENT = ("failed to connect to all addresses", "errors resolving ", "DNS resolution failed")
+"""How grpcio begins the message of an ``UNAVAILABLE`` it made itself because the call got no
+connection (see the module docstring): the request was never sent."""
+
+RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+"""Channel options of a client given a list. While a channel waits out gRPC's reconnect backoff
+(1 s at first, growing to 120 s) every call on it fails at once with ``failed to connect``, and a
+standby's port is closed for a moment while it takes over (between its standby front and its real
+servers): a client that called during that moment kept skipping the control plane that had just
+become active for as long as its backoff had grown. With these the wait is 1 s at most, so a client
+reaches the new active control plane within about a second of its serving (measured on grpcio 1.85
+after 3 s of refused calls: a port that came up was used 0.7 s later with these, 2-3 s later with
+gRPC's schedule, which keeps growing with the outage). The cost: gRPC keeps trying an address that
+failed in the background until the channel idles (30 minutes after its last call), and that is then
+about one connection attempt a second instead of fewer."""
+
+
+def client_addresses(address: str) -> tuple[str, ...]:
+    """The addresses of a client's ``address`` argument, in order.
+
+    One address (no comma) is kept as it is and left to gRPC, as before lists (``localhost``,
+    ``unix:/path`` ...); a comma-separated list follows :func:`corral.addresses.parse_addresses`.
+
+    Raises:
+        InvalidArgument: field ``address``, when a list breaks the rule (the rule and the entry are named).
+    """
+    if "," not in address:
+        return (address,)
+    try:
+        return parse_addresses(address, "address")
+    except AddressError as exc:
+        raise InvalidArgument("address", exc.rule) from None
+
+
+def moves_on(error: CorralError) -> bool:
+    """Whether a call that failed with ``error`` may be sent to the next address: a standby refused
+    it, or gRPC never sent it (see the module docstring)."""
+    if not isinstance(error, Unavailable):
+        return False
+    if error.message.startswith(STANDBY_PREFIX):
+        return True
+    return not error.answered and error.message.startswith(NEVER_SENT)
+
+
+class Failover(Generic[C]):
+    """A client's addresses, one connection of type ``C`` each (made by ``connect`` on first use),
+    and the current address.
+
+    Calls from several threads may share it (two that settle at once only race over which address
+    is current), but a connection is made without a lock: :class:`corral.Client` makes them all up
+    front, and :class:`corral.AsyncClient` from its one event loop.
+    """
+
+    def __init__(self, addresses: Sequence[str], connect: Callable[[str], C]) -> None:
+        """Start with the first address current; no connection is made yet.
+
+        Raises:
+            ValueError: ``addresses`` is empty.
+        """
+        if not addresses:
+            raise ValueError("Failover needs at least one address")
+        self.addresses = tuple(addresses)
+        self._connect = connect
+        self._connections: dict[str, C] = {}
+        self._index = 0
+
+    @property
+    def current(self) -> str:
+        """The address the next call goes to first: the one that took the last call."""
+        return self.addresses[self._index]
+
+    def connection(self, address: str) -> C:
+        """The connection to ``address``, made now if it was not yet."""
+        made = self._connections.get(address)
+        if made is None:
+            made = self._connections[address] = self._connect(address)
+        return made
+
+    def connections(self) -> list[C]:
+        """The connections made so far."""
+        return list(self._connections.values())
+
+    def take_connections(self) -> list[C]:
+        """The connections made so far, forgotten here (to close them; later calls make new ones)."""
+        made, self._connections = list(self._connections.values()), {}
+        return made
+
+    def attempts(self) -> Attempts[C]:
+        """The way of one call round the list, from the current address."""
+        return Attempts(self)
+
+    def _settle(self, address: str) -> None:
+        self._index = self.addresses.index(address)
+
+
+class Attempts(Generic[C]):
+    """One call's way round the addresses: iterate ``(address, connection)``, and for each try say
+    :meth:`took` or :meth:`failed`; after the loop, raise :meth:`exhausted`.
+
+    Example::
+
+        attempts = failover.attempts()
+        for address, conn in attempts:
+            try:
+                with translate_errors():
+                    response = conn.jobs.GetJob(request)
+            except CorralError as exc:
+                attempts.failed(address, exc)  # raises it unless the next address may have the call
+                continue
+            attempts.took(address)
+            return response
+        raise attempts.exhausted()
+    """
+
+    def __init__(self, failover: Failover[C]) -> None:
+        """Start at ``failover``'s current address."""
+        self._failover = failover
+        self._start = failover._index
+        self._refusals: list[tuple[str, CorralError]] = []
+
+    def __iter__(self) -> Iterator[tuple[str, C]]:
+        addresses = self._failover.addresses
+        for step in range(len(addresses)):
+            address = addresses[(self._start + step) % len(addresses)]
+            yield address, self._failover.connection(address)
+
+    def took(self, address: str) -> None:
+        """The call reached a control plane at ``address`` that acted on it: later calls go there first."""
+        self._failover._settle(address)
+
+    def failed(self, address: str, error: CorralError) -> None:
+        """Record that the call failed at ``address`` with ``error``, which passes it on to the next
+        address when :func:`moves_on` allows (and there is a list).
+
+        Raises:
+            CorralError: ``error``, when the call must not go on; ``address`` becomes current.
+        """
+        if len(self._failover.addresses) == 1 or not moves_on(error):
+            self.took(address)
+            raise error
+        self._refusals.append((address, error))
+
+    def exhausted(self) -> Unavailable:
+        """The error when every address passed the call on: each address and its reason, ``answered``
+        when a control plane (a standby) answered, caused by the last one."""
+        reasons = "; ".join(f"{address}: {error.message}" for address, error in self._refusals)
+        error = Unavailable(f"none of the {len(self._refusals)} control-plane addresses took the call: {reasons}")
+        error.answered = any(refusal.answered for _, refusal in self._refusals)
+        if self._refusals:
+            error.__cause__ = self._refusals[-1][1]
+        return error
