@@ -37,6 +37,9 @@ MAX_ERROR_MESSAGE_BYTES = 64 << 10
 """An attempt's error message, as UTF-8; a longer one is cut, and its end says so."""
 MAX_ERROR_CODE = 64
 """Characters of an attempt's error code; a longer one is cut."""
+MAX_WORKER_ID = 128
+"""Characters of a worker id (the worker's rule is ``[A-Za-z0-9._:-]{1,128}``; the control plane checks
+the length and that there is no NUL, since the id is stored with every job it runs)."""
 MAX_OUTPUT_BYTES = 1 << 20
 """The most of what a job prints that a worker may keep per attempt (CORRAL_JOB_OUTPUT_BYTES)."""
 DEFAULT_OUTPUT_BYTES = 64 << 10

@@ -10,6 +10,7 @@ from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
 from control.admission import Submission, check_labels
+from control.admission.validation import MAX_TYPE, check_text
 from control.autoscale import AutoscalerState
 from control.jobs import JobRecord
 from control.registry import Assignment, WorkerEntry
@@ -17,7 +18,7 @@ from control.sessions import Hello, Outcome, Report
 from control.store import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import MAX_EXACT_INTEGER
-from corral.limits import MAX_OUTPUT_BYTES, MAX_THREADS
+from corral.limits import MAX_OUTPUT_BYTES, MAX_THREADS, MAX_WORKER_ID
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
 
 _EXACT = float(MAX_EXACT_INTEGER)
@@ -198,6 +199,11 @@ def worker(w: WorkerEntry) -> admin_pb2.Worker:
 def hello(reg: workers_pb2.Register) -> Hello:
     if not reg.worker_id:
         raise InvalidArgument("register.worker_id", "is required")
+    # Stored with every job it runs and shown everywhere: the worker's own rule's length, and no NUL
+    # (which no store keeps as it is).
+    check_text("register.worker_id", reg.worker_id, MAX_WORKER_ID)
+    for i, t in enumerate(reg.job_types):
+        check_text(f"register.job_types[{i}].name", t.name, MAX_TYPE)
     for name, value in (("threads", reg.threads), ("slots", reg.slots)):
         if not 1 <= value <= MAX_THREADS:
             raise InvalidArgument(f"register.{name}", f"must be between 1 and {MAX_THREADS}, got {value}")

@@ -18,8 +18,10 @@ What a commit survives is the server's to say: with PostgreSQL's defaults (``fsy
 ``synchronous_commit`` on) a committed transaction survives a crash of either process and a power
 loss. ``CORRAL_DB_SYNC`` applies to SQLite only.
 
-Text columns cannot hold NUL in PostgreSQL: a job's printed output and error message (the only free
-text not refused at admission) have NUL characters replaced by U+FFFD.
+Text columns cannot hold NUL in PostgreSQL, and one such value would fail its whole group commit
+(and so stop the control plane, again after each restart). What comes from job code rather than
+through admission (a job's printed output, error code and message and result, a job type's
+description) has NUL characters replaced by U+FFFD; what admission checked has none.
 """
 
 from __future__ import annotations
@@ -64,11 +66,12 @@ RECONNECT_SEC = 1.0
 # A group's new jobs go in by one COPY (a statement each cost the control plane more CPU per job), and
 # each changed job by one compare-and-set UPDATE, pipelined: never let an older attempt overwrite a newer one.
 _COPY_JOBS = f"COPY jobs ({COLUMNS}) FROM STDIN"
-_UPDATE = (
-    "UPDATE jobs SET threads_granted=%s, state=%s, attempts=%s, charged_attempts=%s, ready_at=%s, started_at=%s, "
-    "finished_at=%s, queue_seconds=%s, exec_seconds=%s, worker_id=%s, lease_expires_at=%s, result=%s, error_code=%s, "
-    "error_message=%s, output=%s, updated_at=%s WHERE id=%s AND attempts<=%s"
+_CHANGED = (
+    "threads_granted, state, attempts, charged_attempts, ready_at, started_at, finished_at, queue_seconds, "
+    "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, output, updated_at"
 )
+"""The columns an update writes, in the order of :func:`control.store.rows.update_row`."""
+_UPDATE = f"UPDATE jobs SET {', '.join(f'{c}=%s' for c in _CHANGED.split(', '))} WHERE id=%s AND attempts<=%s"
 _SQL = {
     "idem_put": (
         "INSERT INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (%s,%s,%s,%s) "
@@ -95,8 +98,10 @@ _HOLDS = (
     "AND pid = pg_backend_pid()"
 )
 # Positions of the error message and the output in an update row and an insert row (see rows.py).
-_UPDATE_TEXT = (13, 14)
-_INSERT_TEXT = tuple(COLUMNS.replace(" ", "").split(",").index(c) for c in ("error_message", "output"))
+_JOB_TEXT = ("worker_id", "result", "error_code", "error_message", "output")
+"""The text a job's attempts write (from the worker and job code, not checked at admission)."""
+_UPDATE_TEXT = tuple(i for i, c in enumerate(_CHANGED.replace(" ", "").split(",")) if c in _JOB_TEXT)
+_INSERT_TEXT = tuple(COLUMNS.replace(" ", "").split(",").index(c) for c in _JOB_TEXT)
 
 _Op = tuple[str, list[tuple[Any, ...]]]
 _T = TypeVar("_T")
@@ -274,7 +279,8 @@ class PostgresStore:
         self._pending.append(("idem_put", [(e.key, e.request_hash, e.job_id, e.expires_at) for e in entries]))
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
-        self._pending.append(("type_put", [(entry.name, entry.schema_json, entry.description, now)]))
+        row = (entry.name, entry.schema_json, entry.description, now)
+        self._pending.append(("type_put", [_without_nul(row, (1, 2))]))
 
     async def commit(self) -> None:
         """Return once every write queued before this call is committed: everything queued since the

@@ -335,15 +335,23 @@ def test_a_postgres_store_whose_session_is_ended_stops_being_writable(postgres: 
     again.close()
 
 
-def test_nul_in_an_attempt_s_output_and_error_is_kept_as_a_replacement_character(postgres: Cluster) -> None:
+def test_nul_from_job_code_is_kept_as_a_replacement_character_not_a_failed_commit(postgres: Cluster) -> None:
+    # Given what job code wrote with NUL in it: an error code and message, printed output, a type's text
     url = postgres.new_database()
     job = record(1)
     jobs.lease(job, "w1", 1, now=2.0, grace=1)
-    jobs.fail_attempt(job, 1, jobs.ERROR, "bad\x00byte", now=3.0, delay=0)
+    jobs.fail_attempt(job, 1, "OOPS\x00", "bad\x00byte", now=3.0, delay=0)
     job.output = "a\x00b"
+    s = opened(url)
+    s.put_job_type(JobTypeEntry("plugin", '{"type": "object"}', "made \x00 here"), now=1.0)  # names: checked
+    run(s.commit())
+    s.close()
+    # Then it is stored (the commit did not fail) with U+FFFD in place of each NUL
     with reopened(url, [record(1)], [job]) as s:
         got = run(s.get("job-1"))
-        assert got is not None and (got.error_message, got.output) == ("bad\ufffdbyte", "a\ufffdb")
+        assert got is not None
+        assert (got.error_code, got.error_message, got.output) == ("OOPS\ufffd", "bad\ufffdbyte", "a\ufffdb")
+        assert s.load_job_types() == [JobTypeEntry("plugin", '{"type": "object"}', "made \ufffd here")]
 
 
 def test_a_postgres_server_that_is_not_there_is_named_without_the_password() -> None:

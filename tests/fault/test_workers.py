@@ -203,6 +203,29 @@ def test_a_register_with_labels_past_the_limits_is_refused(control_plane: Contro
     assert not control_plane.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10).workers
 
 
+@pytest.mark.parametrize(
+    ("worker_id", "type_name", "expected"),
+    [
+        ("w\x00x", "noop", "register.worker_id: must not contain NUL characters"),
+        ("w" * 129, "noop", "register.worker_id: must be at most 128 characters"),
+        ("fine", "no\x00op", "register.job_types[0].name: must not contain NUL characters"),
+    ],
+)
+def test_a_register_with_an_id_or_type_name_no_store_could_keep_is_refused(
+    control_plane: ControlProc, worker_id: str, type_name: str, expected: str
+) -> None:
+    # Both are stored (with each job the worker runs, in the catalog): a NUL there failed a PostgreSQL
+    # group commit, which stops the control plane, and again after each restart
+    stub = workers_pb2_grpc.WorkerServiceStub(control_plane.channel())
+    hello = workers_pb2.Register(worker_id=worker_id, threads=1, slots=1)
+    hello.job_types.add(name=type_name, payload_schema_json="{}")
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Connect(iter([workers_pb2.WorkerMessage(register=hello)]), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert expected in (info.value.details() or "")  # type: ignore[attr-defined]
+    assert not control_plane.admin.ListWorkers(admin_pb2.ListWorkersRequest(), timeout=10).workers
+
+
 def test_a_hung_worker_loses_its_lease_at_deadline_plus_grace(control_plane: ControlProc, spawn_worker: Any) -> None:
     # Given a worker that takes a job with a 0.5 s timeout, keeps heartbeating, and never reports
     fake = FakeWorker(control_plane, "hung-1")
