@@ -174,7 +174,7 @@ def test_an_active_control_plane_that_loses_its_database_session_stops_and_the_s
     first, second, url = pair
     second.start(wait=False)
     wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
-    spawn_worker(first, threads=2, address=f"{first.address},{second.address}")
+    worker = spawn_worker(first, threads=2, address=f"{first.address},{second.address}")
     # When the active one's database session is ended (its lock goes with it) while it is idle
     postgres.sql(
         url, f"SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = {LOCK_KEY}"
@@ -183,6 +183,7 @@ def test_an_active_control_plane_that_loses_its_database_session_stops_and_the_s
     assert first.proc is not None
     assert first.proc.wait(20) == 3
     second.wait_serving(30)
+    wait_until(lambda: any(w.id == worker.worker_id for w in second.workers()), 20, what="the worker on the standby")
     log = tmp_path / "runs.log"
     jobs = submit_many(second, [request("record", {"path": str(log), "seconds": 0}) for _ in range(10)])
     done = wait_all_done(second, [j.id for j in jobs], timeout=60)
@@ -207,9 +208,11 @@ def test_a_standby_whose_database_sessions_were_ended_reconnects_and_still_takes
     wait_until(lambda: second.events("store_unreachable"), 10, what="the standby to notice")
     assert not second.serving()
     # and when the active one is killed, it takes over with fresh sessions and runs jobs
-    spawn_worker(first, threads=2, address=f"{first.address},{second.address}")
+    worker = spawn_worker(first, threads=2, address=f"{first.address},{second.address}")
     first.kill()
     second.wait_serving(30)
+    # (the job type is a plug-in's: known once the worker has registered there, as after any restart)
+    wait_until(lambda: any(w.id == worker.worker_id for w in second.workers()), 20, what="the worker on the standby")
     log = tmp_path / "runs.log"
     jobs = submit_many(second, [request("record", {"path": str(log), "seconds": 0}) for _ in range(10)])
     done = wait_all_done(second, [j.id for j in jobs], timeout=60)
