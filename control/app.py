@@ -2,7 +2,8 @@
 (store -> scheduler -> sessions/reaper -> gRPC server -> HTTP gateway) and stops them in reverse.
 
 On a shared store a standby control plane waits in :meth:`ControlPlane.start` until it leads the
-store (see :mod:`control.store.postgres`): until then it has opened no port."""
+store (see :mod:`control.store.postgres`), meanwhile answering health checks only on its ports
+(:mod:`control.standby`); the parts above start once it leads."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ Modules:
     config      WorkerConfig (every CORRAL_* setting, its default and rule) + ConfigError
     agent       Agent: the composition root; owns the pool and the connection; start/stop/drain
     connection  Connection: the Connect stream (register, heartbeats, assignments, results, acks, reconnect)
+    reconnect   AddressRotation, reconnect_delay: which control-plane address next, and the wait before it
     attempt     JobSpec (what to run), Completion and Outcome (how it ended)
     pool        RunnerPool: pre-started runner processes, deadlines, kills, replacements
     process     RunnerProcess: one runner process and its two pipes

@@ -22,7 +22,7 @@ under the same worker_id listing what still runs (``running``) and what finished
 (``finished``), then resends those results. Every result is kept until an Ack names its attempt.
 
 Failover: CORRAL_CONTROL_ADDR may list several control planes (one serving, standbys on the same
-database). A session uses one address; :class:`AddressRotation` picks the next. An attempt that does
+database). A session uses one address; :class:`worker.reconnect.AddressRotation` picks the next. An attempt that does
 not register moves on to the next address (round the list), and n counts whole rounds, not attempts,
 so a dead first address costs one short wait before the live one is tried, not a growing backoff.
 After a session registered, the next attempt goes to the same address first (after a network blip it
@@ -61,13 +61,12 @@ from corral.v1 import workers_pb2_grpc as pb_grpc
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.config import WorkerConfig
 from worker.pool import RunnerPool, RunnerType
+from worker.reconnect import AddressRotation
 
-__all__ = ["AddressRotation", "Connection", "channel_credentials", "reconnect_delay"]
+__all__ = ["Connection", "channel_credentials"]
 
 logger = logging.getLogger(__name__)
 
-RECONNECT_BASE_SEC = 0.05
-"""First reconnect delay (before jitter)."""
 REGISTER_TIMEOUT_SEC = 10.0
 """How long to wait for Registered (connecting, sending Register, reading the answer) before trying
 again: with several addresses, one that swallows packets must not hold the worker away from the others."""
@@ -103,46 +102,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 50),
     *keepalive(KEEPALIVE_SEC, KEEPALIVE_TIMEOUT_SEC),
 ]
-
-
-def reconnect_delay(retry: int, cap: float, rng: random.Random) -> float:
-    """Seconds to wait before reconnect attempt ``retry`` (0-based): uniform(d/2, d), d = min(cap, 0.05*2**n)."""
-    ceiling = min(cap, RECONNECT_BASE_SEC * 2 ** min(retry, 30))
-    return rng.uniform(ceiling / 2, ceiling)
-
-
-class AddressRotation:
-    """Which control-plane address the next session tries, and the wait before it (module docstring).
-
-    ``retry`` counts the attempts since the last registered session (or the start); the wait grows
-    with the rounds, ``retry // len(addresses)``, so it grows only once every address was tried.
-    """
-
-    def __init__(self, addresses: Sequence[str]) -> None:
-        """Start with the first address."""
-        if not addresses:
-            raise ValueError("AddressRotation needs at least one address")
-        self.addresses = tuple(addresses)
-        self._index = 0
-        self.retry = 0
-        """Attempts that did not register since the last one that did."""
-
-    @property
-    def current(self) -> str:
-        """The address the next attempt goes to."""
-        return self.addresses[self._index]
-
-    def ended(self, registered: bool) -> None:
-        """Record how the attempt on :attr:`current` went: ``registered`` stays there, else move on."""
-        if registered:
-            self.retry = 0
-        else:
-            self.retry += 1
-            self._index = (self._index + 1) % len(self.addresses)
-
-    def delay(self, cap: float, rng: random.Random) -> float:
-        """Seconds to wait before the next attempt: :func:`reconnect_delay` of the rounds done."""
-        return reconnect_delay(self.retry // len(self.addresses), cap, rng)
 
 
 def _version() -> str:

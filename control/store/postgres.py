@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from control.jobs import TERMINAL, JobState
+from control.jobs import TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
 from corral import logs
@@ -269,10 +269,10 @@ class PostgresStore:
             self._error = exc
 
     # ---- writes -------------------------------------------------------------------------------
-    def insert(self, jobs: Iterable[Any]) -> None:
+    def insert(self, jobs: Iterable[JobRecord]) -> None:
         self._pending.append(("jobs_insert", [_without_nul(insert_row(j), _INSERT_TEXT) for j in jobs]))
 
-    def update(self, jobs: Iterable[Any]) -> None:
+    def update(self, jobs: Iterable[JobRecord]) -> None:
         self._pending.append(("jobs_update", [_without_nul(update_row(j), _UPDATE_TEXT) for j in jobs]))
 
     def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None:
@@ -394,8 +394,8 @@ class PostgresStore:
 
         return await asyncio.get_running_loop().run_in_executor(self._reader, run)
 
-    async def get(self, job_id: str) -> Any:
-        def q(c: psycopg.Connection[Any]) -> Any:
+    async def get(self, job_id: str) -> JobRecord | None:
+        def q(c: psycopg.Connection[Any]) -> JobRecord | None:
             row = c.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = %s", (job_id,)).fetchone()
             return record(row) if row else None
 
@@ -428,7 +428,7 @@ class PostgresStore:
 
         return await self._read(q)
 
-    def load_active(self) -> Iterator[Any]:
+    def load_active(self) -> Iterator[JobRecord]:
         # A server-side cursor, a batch at a time: a backlog can be millions of rows.
         done = [int(s) for s in TERMINAL]
         with self._rconn.transaction(), self._rconn.cursor(name="corral_active") as cur:

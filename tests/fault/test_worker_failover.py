@@ -3,7 +3,7 @@
 CORRAL_CONTROL_ADDR (``--control``) may list a control plane and its standbys. A session uses one
 address; an attempt that fails moves on round the list, and the backoff grows only once per round,
 so a dead address costs one quick attempt and a takeover is found quickly
-(:class:`worker.connection.AddressRotation`).
+(:class:`worker.reconnect.AddressRotation`).
 
 - The schedule itself, without processes: where each attempt goes and how long it waits.
 - Real processes on 127.0.0.1: a dead first address (a port nothing listens on) is passed over and
@@ -29,7 +29,7 @@ from tests.integration.test_auth import token
 from tests.integration.test_tls import tls_env, worker_env
 from tests.support.calls import result, submit, wait_done
 from tests.support.certs import make_pki
-from worker.connection import AddressRotation
+from worker.reconnect import AddressRotation
 
 S = jobs_pb2.Job
 
