@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -150,6 +151,12 @@ class ControlProc:
         port_file = self.workdir / "control.port"
         return port_file.exists() and port_file.read_text() != ""
 
+    def start_standby(self, timeout: float = 20.0) -> None:
+        """Start the process on a database another control plane leads, and wait until it stands by
+        (its ``store_standby`` log line, and not serving as the leader)."""
+        self.start(wait=False)
+        wait_until(lambda: self.events("store_standby") and not self.serving(), timeout, what="a standby")
+
     def wait_serving(self, timeout: float = 20.0) -> None:
         """Wait until the process serves (a standby: until it has taken over) and read its ports."""
         port_file = self.workdir / "control.port"
@@ -218,6 +225,33 @@ def postgres() -> Iterator[Cluster]:
     """One throw-away PostgreSQL cluster for the whole run (started on first use)."""
     with running_cluster() as cluster:
         yield cluster
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def shared_pair(postgres: Cluster, tmp_path: Path) -> Iterator[tuple[ControlProc, ControlProc, str]]:
+    """Two control planes on one new PostgreSQL database, and its URL. Each has fixed ports, so that
+    workers and clients can list both before the second leads. The first is started and leads; the
+    second is not started (``start_standby()`` makes it a standby)."""
+    url = postgres.new_database()
+    made = []
+    for name in ("a", "b"):
+        workdir = tmp_path / f"control-{name}"
+        workdir.mkdir()
+        made.append(ControlProc(workdir, dict(FAST_ENV), port=free_port(), http_port=free_port(), db_url=url))
+    first, second = made
+    try:
+        first.start()
+        yield first, second, url
+    finally:
+        for cp in made:
+            cp.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -23,43 +22,24 @@ import corral
 from corral import JobState
 from corral.errors import Unavailable
 from corral.failover import moves_on
-from tests.conftest import FAST_ENV, ROOT, ControlProc, base_env, wait_until
+from tests.conftest import ROOT, ControlProc, base_env, free_port, wait_until
 from tests.support.cli import corral as run_corral
-from tests.support.postgres import Cluster
 
 T = TypeVar("T")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _dead_address() -> str:
     """An address nobody listens on (the port was free a moment ago)."""
-    return f"127.0.0.1:{_free_port()}"
+    return f"127.0.0.1:{free_port()}"
 
 
 @pytest.fixture
-def planes(postgres: Cluster, tmp_path: Path) -> Iterator[tuple[ControlProc, ControlProc]]:
-    """An active control plane and a standby on one new database, each on fixed ports (so that a
-    client can list both before the standby leads)."""
-    url = postgres.new_database()
-    made = []
-    for name in ("active", "standby"):
-        workdir = tmp_path / f"control-{name}"
-        workdir.mkdir()
-        made.append(ControlProc(workdir, dict(FAST_ENV), port=_free_port(), http_port=_free_port(), db_url=url))
-    active, standby = made
-    try:
-        active.start()
-        standby.start(wait=False)
-        wait_until(lambda: standby.events("store_standby") and not standby.serving(), 20, what="the standby")
-        yield active, standby
-    finally:
-        for cp in made:
-            cp.close()
+def planes(shared_pair: tuple[ControlProc, ControlProc, str]) -> tuple[ControlProc, ControlProc]:
+    """An active control plane and a standby on one new database, on fixed ports (so that a client can
+    list both before the standby leads)."""
+    active, standby, _ = shared_pair
+    standby.start_standby()
+    return active, standby
 
 
 class Api:

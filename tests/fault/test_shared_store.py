@@ -5,10 +5,8 @@ session's throw-away cluster, ``tests/support/postgres.py``)."""
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from control.store.postgres import LOCK_KEY
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
-from tests.conftest import FAST_ENV, ControlProc, wait_until
+from tests.conftest import ControlProc, wait_until
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 from tests.support.calls import executions, request, submit_many, wait_all_done
@@ -31,39 +29,10 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 S = jobs_pb2.Job
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def pair(postgres: Cluster, tmp_path: Path) -> Iterator[tuple[ControlProc, ControlProc, str]]:
-    """Two control planes on one new database, each with fixed ports (so that workers can list both
-    before the second leads): the first started and leading, the second not started yet."""
-    url = postgres.new_database()
-    made = []
-    for name in ("a", "b"):
-        workdir = tmp_path / f"control-{name}"
-        workdir.mkdir()
-        made.append(ControlProc(workdir, dict(FAST_ENV), port=_free_port(), http_port=_free_port(), db_url=url))
-    first, second = made
-    first.start()
-    try:
-        yield first, second, url
-    finally:
-        for cp in made:
-            cp.close()
-
-
-def _standing_by(cp: ControlProc) -> bool:
-    return bool(cp.events("store_standby")) and not cp.serving()
-
-
 def test_a_control_plane_on_postgres_runs_jobs_and_keeps_them_across_a_restart(
-    pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any, tmp_path: Path
+    shared_pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any, tmp_path: Path
 ) -> None:
-    first, _, _ = pair
+    first, _, _ = shared_pair
     log = tmp_path / "runs.log"
     spawn_worker(first, threads=2)
     jobs = submit_many(first, [request("record", {"path": str(log), "seconds": 0}) for _ in range(50)])
@@ -78,11 +47,10 @@ def test_a_control_plane_on_postgres_runs_jobs_and_keeps_them_across_a_restart(
 
 
 def test_a_standby_answers_health_checks_only_and_stops_cleanly_on_sigterm(
-    pair: tuple[ControlProc, ControlProc, str],
+    shared_pair: tuple[ControlProc, ControlProc, str],
 ) -> None:
-    first, second, _ = pair
-    second.start(wait=False)
-    wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
+    first, second, _ = shared_pair
+    second.start_standby()
     assert first.proc is not None
     leader = f"pid {first.proc.pid}"
     (event,) = second.events("store_standby")
@@ -123,12 +91,11 @@ def _answers(health: health_pb2_grpc.HealthStub) -> bool:
 
 @pytest.mark.slow
 def test_kill_9_of_the_active_control_plane_hands_over_to_the_standby_losing_nothing(
-    pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any, tmp_path: Path
+    shared_pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any, tmp_path: Path
 ) -> None:
     # Given an active control plane, a standby, and workers that know both addresses
-    first, second, _ = pair
-    second.start(wait=False)
-    wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
+    first, second, _ = shared_pair
+    second.start_standby()
     both = f"{first.address},{second.address}"
     for _ in range(2):
         spawn_worker(first, threads=4, address=both)
@@ -168,12 +135,11 @@ def test_kill_9_of_the_active_control_plane_hands_over_to_the_standby_losing_not
 
 
 def test_an_active_control_plane_that_loses_its_database_session_stops_and_the_standby_takes_over(
-    pair: tuple[ControlProc, ControlProc, str], postgres: Cluster, spawn_worker: Any, tmp_path: Path
+    shared_pair: tuple[ControlProc, ControlProc, str], postgres: Cluster, spawn_worker: Any, tmp_path: Path
 ) -> None:
     # Given an active control plane with a worker, and a standby
-    first, second, url = pair
-    second.start(wait=False)
-    wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
+    first, second, url = shared_pair
+    second.start_standby()
     worker = spawn_worker(first, threads=2, address=f"{first.address},{second.address}")
     # When the active one's database session is ended (its lock goes with it) while it is idle
     postgres.sql(
@@ -191,13 +157,12 @@ def test_an_active_control_plane_that_loses_its_database_session_stops_and_the_s
 
 
 def test_a_standby_whose_database_sessions_were_ended_reconnects_and_still_takes_over(
-    pair: tuple[ControlProc, ControlProc, str], postgres: Cluster, spawn_worker: Any, tmp_path: Path
+    shared_pair: tuple[ControlProc, ControlProc, str], postgres: Cluster, spawn_worker: Any, tmp_path: Path
 ) -> None:
     # Given a standby whose every session to the database is ended (a server restart, a proxy that
     # dropped idle connections), while it waits
-    first, second, url = pair
-    second.start(wait=False)
-    wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
+    first, second, url = shared_pair
+    second.start_standby()
     assert second.proc is not None
     ended = postgres.sql(
         url,
@@ -222,12 +187,11 @@ def test_a_standby_whose_database_sessions_were_ended_reconnects_and_still_takes
 
 @pytest.mark.slow
 def test_a_sigterm_of_the_active_control_plane_hands_over_with_nothing_run_twice(
-    pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any, tmp_path: Path
+    shared_pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any, tmp_path: Path
 ) -> None:
     # Given long jobs running on workers that know both control planes, and a standby
-    first, second, _ = pair
-    second.start(wait=False)
-    wait_until(lambda: _standing_by(second), 20, what="the second control plane to stand by")
+    first, second, _ = shared_pair
+    second.start_standby()
     log = tmp_path / "runs.log"
     for _ in range(2):
         spawn_worker(first, threads=10, address=f"{first.address},{second.address}")
