@@ -368,3 +368,18 @@ def test_a_control_plane_that_stood_still_reaps_no_worker_and_expires_no_lease(
     assert cp.events("worker_stale") == [] and cp.events("lease_expired") == []
     (paused,) = cp.events("control_paused")
     assert 5.0 <= paused["seconds"] <= 7.0 and paused["workers"] == 2 and paused["leases"] == 2
+
+
+def test_a_job_type_a_worker_registered_survives_a_kill_9_right_after(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    # Given a worker that registered a plug-in's job type, and then went away with the control plane,
+    # both killed right after (nothing else was committed in between)
+    worker = spawn_worker(control_plane)
+    worker.kill()
+    control_plane.kill()
+    # When the control plane starts again, with no worker at all
+    control_plane.start()
+    # Then it still knows the type: a job of it is accepted and waits for a worker that runs it
+    job = submit(control_plane, "record", {"path": "/dev/null", "seconds": 0})
+    assert job.state == S.PENDING
