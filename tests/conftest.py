@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import grpc
 import pytest
 
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+from tests.support.ports import free_port
 from tests.support.postgres import Cluster, running_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,13 +227,6 @@ def postgres() -> Iterator[Cluster]:
         yield cluster
 
 
-def free_port() -> int:
-    """A port of 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def shared_pair(postgres: Cluster, tmp_path: Path) -> Iterator[tuple[ControlProc, ControlProc, str]]:
     """Two control planes on one new PostgreSQL database, and its URL. Each has fixed ports, so that
@@ -297,6 +290,11 @@ class WorkerProc:
         return self.proc.wait(timeout)
 
 
+def registered_on(cp: ControlProc, worker: WorkerProc) -> bool:
+    """Whether ``worker`` is registered (and not unavailable) on ``cp``."""
+    return any(w.id == worker.worker_id and w.state != admin_pb2.Worker.UNAVAILABLE for w in cp.workers())
+
+
 @pytest.fixture
 def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
     started: list[WorkerProc] = []
@@ -328,7 +326,7 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
             def registered() -> bool:
                 if proc.poll() is not None:
                     pytest.fail(f"worker exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-                return any(x.id == wid and x.state != admin_pb2.Worker.UNAVAILABLE for x in cp.workers())
+                return registered_on(cp, w)
 
             wait_until(registered, 20, what=f"worker {wid} to register")
         return w

@@ -31,7 +31,7 @@ from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from tests.conftest import ControlProc, wait_until
 from tests.docker.conftest import ROOT, TEST_LABEL, remove_containers, unavailable
 from tests.support.calls import request, result, submit_many, wait_all_done
-from tests.unit.runner.local_servers import free_port
+from tests.support.ports import free_port
 
 FAST_HEALTHCHECK = {"interval": 500_000_000, "timeout": 5_000_000_000, "retries": 3, "start_period": 30_000_000_000}
 """Docker's HealthConfig in nanoseconds, without ``test``: the image's check command is kept."""

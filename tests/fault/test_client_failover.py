@@ -22,15 +22,12 @@ import corral
 from corral import JobState
 from corral.errors import Unavailable
 from corral.failover import moves_on
-from tests.conftest import ROOT, ControlProc, base_env, free_port, wait_until
+from tests.conftest import ROOT, ControlProc, base_env, wait_until
 from tests.support.cli import corral as run_corral
+from tests.support.ports import dead_address
+from tests.support.waiting import in_thread
 
 T = TypeVar("T")
-
-
-def _dead_address() -> str:
-    """An address nobody listens on (the port was free a moment ago)."""
-    return f"127.0.0.1:{free_port()}"
 
 
 @pytest.fixture
@@ -107,20 +104,6 @@ def make_api(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Api]]:
         api.close()
 
 
-def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except Exception as exc:  # handed to the test, which asserts on it
-            out["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
-
-
 def test_a_client_listing_the_standby_first_goes_past_it_to_the_active_one(
     planes: tuple[ControlProc, ControlProc], spawn_worker: Any, make_api: Callable[[str], Api]
 ) -> None:
@@ -181,7 +164,7 @@ def test_a_dead_address_first_is_passed_over(
     control_plane: ControlProc, spawn_worker: Any, make_api: Callable[[str], Api]
 ) -> None:
     spawn_worker(control_plane, threads=2)
-    api = make_api(f"{_dead_address()},{control_plane.address}")
+    api = make_api(f"{dead_address()},{control_plane.address}")
     job = api.submit("add_numbers", {"a": 20, "b": 22})
     assert api.wait(job.id).result == {"sum": 42}
     assert api.current_address == control_plane.address
@@ -189,7 +172,7 @@ def test_a_dead_address_first_is_passed_over(
 
 def test_the_cli_submits_and_waits_past_a_dead_address(control_plane: ControlProc, spawn_worker: Any) -> None:
     spawn_worker(control_plane, threads=2)
-    done = run_corral("submit", "noop", "--control", f"{_dead_address()},{control_plane.address}", "--wait", "--json")
+    done = run_corral("submit", "noop", "--control", f"{dead_address()},{control_plane.address}", "--wait", "--json")
     assert done.returncode == 0, done.stderr
     assert '"SUCCEEDED"' in done.stdout
 

@@ -19,26 +19,13 @@ from corral import JobState, follow
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.support.partition import PartitionableRelay
+from tests.support.waiting import in_thread
 
 
 @pytest.fixture
 def served(control_plane: ControlProc, spawn_worker: Any) -> ControlProc:
     spawn_worker(control_plane, threads=2, imports=())
     return control_plane
-
-
-def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except Exception as exc:  # handed to the test, which asserts on it
-            out["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
 
 
 def restart(cp: ControlProc, down_sec: float) -> None:

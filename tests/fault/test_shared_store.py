@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from control.store.postgres import LOCK_KEY
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
-from tests.conftest import ControlProc, wait_until
+from tests.conftest import ControlProc, registered_on, wait_until
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 from tests.support.calls import executions, request, submit_many, wait_all_done
@@ -149,7 +149,7 @@ def test_an_active_control_plane_that_loses_its_database_session_stops_and_the_s
     assert first.proc is not None
     assert first.proc.wait(20) == 3
     second.wait_serving(30)
-    wait_until(lambda: any(w.id == worker.worker_id for w in second.workers()), 20, what="the worker on the standby")
+    wait_until(lambda: registered_on(second, worker), 20, what="the worker on the standby")
     log = tmp_path / "runs.log"
     jobs = submit_many(second, [request("record", {"path": str(log), "seconds": 0}) for _ in range(10)])
     done = wait_all_done(second, [j.id for j in jobs], timeout=60)
@@ -177,7 +177,7 @@ def test_a_standby_whose_database_sessions_were_ended_reconnects_and_still_takes
     first.kill()
     second.wait_serving(30)
     # (the job type is a plug-in's: known once the worker has registered there, as after any restart)
-    wait_until(lambda: any(w.id == worker.worker_id for w in second.workers()), 20, what="the worker on the standby")
+    wait_until(lambda: registered_on(second, worker), 20, what="the worker on the standby")
     log = tmp_path / "runs.log"
     jobs = submit_many(second, [request("record", {"path": str(log), "seconds": 0}) for _ in range(10)])
     done = wait_all_done(second, [j.id for j in jobs], timeout=60)

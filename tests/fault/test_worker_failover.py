@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 from pathlib import Path
 from typing import Any
 
-from corral.v1 import admin_pb2, jobs_pb2
-from tests.conftest import ControlProc, WorkerProc, wait_until
+from corral.v1 import jobs_pb2
+from tests.conftest import ControlProc, WorkerProc, registered_on, wait_until
 from tests.integration.test_auth import token
 from tests.integration.test_tls import tls_env, worker_env
 from tests.support.calls import result, submit, wait_done
 from tests.support.certs import make_pki
+from tests.support.ports import dead_address
 from worker.reconnect import AddressRotation
 
 S = jobs_pb2.Job
@@ -37,18 +37,6 @@ FAILOVER_DEADLINE_SEC = 5.0
 """How soon after kill -9 the worker must be registered on the next control plane: well under the
 heartbeat timeout of a real deployment (10 s), so that the control plane taking over finds its workers
 back before it would count them lost. Expected: a few tens of milliseconds (one refused attempt)."""
-
-
-def dead_address() -> str:
-    """A 127.0.0.1 port nothing listens on: bound by the OS, then let go, so connecting is refused."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{sock.getsockname()[1]}"
-
-
-def registered_on(cp: ControlProc, worker: WorkerProc) -> bool:
-    """Whether ``worker`` is registered (and not unavailable) on ``cp``."""
-    return any(w.id == worker.worker_id and w.state != admin_pb2.Worker.UNAVAILABLE for w in cp.workers())
 
 
 def worker_events(worker: WorkerProc, event: str) -> list[dict[str, Any]]:

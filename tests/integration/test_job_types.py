@@ -28,8 +28,9 @@ from runner import JobContext, execute
 from runner.arrays import encode_npy
 from tests.conftest import ROOT, ControlProc, wait_until
 from tests.support.calls import request, result, rpc_error, submit, wait_done
+from tests.support.ports import free_port
 from tests.support.processes import alive, children
-from tests.unit.runner.local_servers import free_port, local_http, local_smtp
+from tests.unit.runner.local_servers import local_http, local_smtp
 from tests.unit.runner.plugin_dist import make_plugin_distribution
 
 S = jobs_pb2.Job

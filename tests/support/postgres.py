@@ -15,7 +15,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
+from tests.support.ports import free_port
 
 USER = "corral"
 
@@ -38,12 +39,6 @@ def _bin_dir() -> Path:
             pytest.fail(f"{reason}; CI=true: the shared-store tests must run")
         pytest.skip(reason)
     return Path(found[-1]).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -92,7 +87,7 @@ def running_cluster() -> Iterator[Cluster]:
              "-E", "UTF8", "--no-sync"],
             check=True, capture_output=True,
         )  # fmt: skip
-        port = _free_port()
+        port = free_port()
         log = open(datadir / "server.log", "ab")  # noqa: SIM115 (closed below, after the server stops)
         proc = subprocess.Popen(
             [*_as_postgres(), str(bindir / "postgres"), "-D", str(datadir / "data"), "-p", str(port),

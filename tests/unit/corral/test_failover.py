@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -27,6 +26,7 @@ from corral.cli.parser import CONTROL_ADDR_ENV, build_parser
 from corral.errors import STANDBY_PREFIX, CorralError, InvalidArgument, NotFound, Unavailable
 from corral.failover import Failover, client_addresses, moves_on
 from corral.v1 import jobs_pb2
+from tests.support.ports import dead_address
 
 REFUSED = (
     "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: "
@@ -266,15 +266,9 @@ def planes() -> Iterator[Callable[[str, str], FakePlane]]:
         plane.server.stop(None)
 
 
-def _closed_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
 def test_grpc_words_a_refused_connection_as_a_call_never_sent() -> None:
     # The pin: what grpcio says when the address refuses the connection is what moves_on knows
-    with corral.Client(_closed_port(), timeout=5) as client, pytest.raises(Unavailable) as error:
+    with corral.Client(dead_address(), timeout=5) as client, pytest.raises(Unavailable) as error:
         client.get("j1")
     assert moves_on(error.value), error.value.message
     assert error.value.message.startswith("failed to connect to all addresses")
@@ -285,7 +279,7 @@ def test_past_a_standby_and_a_closed_port_to_the_one_that_answers(
     planes: Callable[[str, str], FakePlane], flavour: str
 ) -> None:
     standby, active = planes("standby", "standby"), planes("active", "answer")
-    listed = f"{standby.address},{_closed_port()},{active.address}"
+    listed = f"{standby.address},{dead_address()},{active.address}"
     if flavour == "sync":
         with corral.Client(listed, timeout=5) as client:
             first, second = client.get("j1"), client.get("j1")

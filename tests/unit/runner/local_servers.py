@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +25,8 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.ports import free_port
 
 __all__ = ["HttpRequestSeen", "LocalHttp", "LocalSmtp", "local_http", "local_smtp"]
 
@@ -121,13 +122,6 @@ class LocalSmtp:
     port: int
     messages: list[tuple[str, list[str], Message]] = field(default_factory=list)
     refuse: set[str] = field(default_factory=set)
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

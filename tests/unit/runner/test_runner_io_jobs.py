@@ -19,7 +19,8 @@ from runner import JobContext, JobFailed, execute
 from runner.jobs.email import SmtpSettings
 from runner.jobs.io_intensive import content_block
 from runner.jobs.webhook import MAX_BODY_BYTES
-from tests.unit.runner.local_servers import free_port, local_http, local_smtp
+from tests.support.ports import free_port
+from tests.unit.runner.local_servers import local_http, local_smtp
 
 
 def ctx() -> JobContext:
