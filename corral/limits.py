@@ -44,3 +44,11 @@ MAX_OUTPUT_BYTES = 1 << 20
 """The most of what a job prints that a worker may keep per attempt (CORRAL_JOB_OUTPUT_BYTES)."""
 DEFAULT_OUTPUT_BYTES = 64 << 10
 """What a worker keeps of a job's printed output when CORRAL_JOB_OUTPUT_BYTES is not set: its end."""
+MAX_GPUS = 64
+"""The most GPUs a job may ask for (``gpu_count``), and the most devices one worker may give to jobs
+(CORRAL_WORKER_GPUS); the control plane refuses a worker that registers more."""
+MAX_GPU_ID = 64
+"""Characters of one GPU device id a worker hands out (an index such as ``3``, or a ``GPU-…`` UUID)."""
+MAX_MEMORY_MB = 1 << 30
+"""The most memory, in MiB, a job may ask for (``memory_mb``) and a worker may give to jobs
+(CORRAL_WORKER_MEMORY_MB): a pebibyte, within a proto int32 and within what ``setrlimit`` takes."""

@@ -26,7 +26,7 @@ from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/admin.proto\x12\tcorral.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x88\x04\n\x06Worker\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.corral.v1.Worker.State\x12\x0f\n\x07threads\x18\x03 \x01(\x05\x12\r\n\x05slots\x18\x04 \x01(\x05\x12\x14\n\x0c\x66ree_threads\x18\x05 \x01(\x05\x12\x12\n\nfree_slots\x18\x06 \x01(\x05\x12\x14\n\x0crunning_jobs\x18\x07 \x03(\t\x12-\n\x06labels\x18\x08 \x03(\x0b\x32\x1d.corral.v1.Worker.LabelsEntry\x12\x10\n\x08hostname\x18\t \x01(\t\x12\x0b\n\x03pid\x18\n \x01(\x05\x12\x31\n\rregistered_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11last_heartbeat_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0ejobs_completed\x18\r \x01(\x03\x12\x13\n\x0bjobs_failed\x18\x0e \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\r\n\tAVAILABLE\x10\x01\x12\x08\n\x04\x42USY\x10\x02\x12\x0c\n\x08\x44RAINING\x10\x03\x12\x0f\n\x0bUNAVAILABLE\x10\x04\"\x14\n\x12ListWorkersRequest\"9\n\x13ListWorkersResponse\x12\"\n\x07workers\x18\x01 \x03(\x0b\x32\x11.corral.v1.Worker\" \n\x12\x44rainWorkerRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x16\n\x14GetAutoscalerRequest\"\xea\x04\n\x10\x41utoscalerStatus\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x17\n\x0f\x63urrent_workers\x18\x02 \x01(\x05\x12\x17\n\x0f\x64\x65sired_workers\x18\x03 \x01(\x05\x12\x13\n\x0bmin_workers\x18\x04 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x05 \x01(\x05\x12\x15\n\rlast_decision\x18\x06 \x01(\t\x12\x34\n\x10last_decision_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\x08 \x01(\t\x12\x31\n\rlast_error_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_action\x18\n \x01(\t\x12\x18\n\x10last_action_step\x18\x0b \x01(\x05\x12\x1a\n\x12last_action_reason\x18\x0c \x01(\t\x12\x32\n\x0elast_action_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nready_jobs\x18\x0e \x01(\x05\x12\x15\n\rready_threads\x18\x0f \x01(\x05\x12\x1c\n\x14oldest_ready_age_sec\x18\x10 \x01(\x01\x12\x14\n\x0c\x66ree_threads\x18\x11 \x01(\x05\x12\x18\n\x10starting_workers\x18\x12 \x01(\x05\x12\x18\n\x10\x64raining_workers\x18\x13 \x01(\x05\x12\x11\n\tscale_ups\x18\x14 \x01(\x05\x12\x13\n\x0bscale_downs\x18\x15 \x01(\x05\x12\x1e\n\x16\x63ooldown_remaining_sec\x18\x16 \x01(\x01\x32\xbc\x02\n\x0c\x41\x64minService\x12\x61\n\x0bListWorkers\x12\x1d.corral.v1.ListWorkersRequest\x1a\x1e.corral.v1.ListWorkersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\x0b/v1/workers\x12\x62\n\x0b\x44rainWorker\x12\x1d.corral.v1.DrainWorkerRequest\x1a\x11.corral.v1.Worker\"!\x82\xd3\xe4\x93\x02\x1b\"\x16/v1/workers/{id}:drain:\x01*\x12\x65\n\rGetAutoscaler\x12\x1f.corral.v1.GetAutoscalerRequest\x1a\x1b.corral.v1.AutoscalerStatus\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/autoscalerB\x14Z\x12\x63orral/v1;corralv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/admin.proto\x12\tcorral.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x04\n\x06Worker\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.corral.v1.Worker.State\x12\x0f\n\x07threads\x18\x03 \x01(\x05\x12\r\n\x05slots\x18\x04 \x01(\x05\x12\x14\n\x0c\x66ree_threads\x18\x05 \x01(\x05\x12\x12\n\nfree_slots\x18\x06 \x01(\x05\x12\x14\n\x0crunning_jobs\x18\x07 \x03(\t\x12-\n\x06labels\x18\x08 \x03(\x0b\x32\x1d.corral.v1.Worker.LabelsEntry\x12\x10\n\x08hostname\x18\t \x01(\t\x12\x0b\n\x03pid\x18\n \x01(\x05\x12\x31\n\rregistered_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11last_heartbeat_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0ejobs_completed\x18\r \x01(\x03\x12\x13\n\x0bjobs_failed\x18\x0e \x01(\x03\x12\x0c\n\x04gpus\x18\x0f \x01(\x05\x12\x11\n\tfree_gpus\x18\x10 \x01(\x05\x12\x11\n\tmemory_mb\x18\x11 \x01(\x05\x12\x16\n\x0e\x66ree_memory_mb\x18\x12 \x01(\x05\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\r\n\tAVAILABLE\x10\x01\x12\x08\n\x04\x42USY\x10\x02\x12\x0c\n\x08\x44RAINING\x10\x03\x12\x0f\n\x0bUNAVAILABLE\x10\x04\"\x14\n\x12ListWorkersRequest\"9\n\x13ListWorkersResponse\x12\"\n\x07workers\x18\x01 \x03(\x0b\x32\x11.corral.v1.Worker\" \n\x12\x44rainWorkerRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x16\n\x14GetAutoscalerRequest\"\xea\x04\n\x10\x41utoscalerStatus\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x17\n\x0f\x63urrent_workers\x18\x02 \x01(\x05\x12\x17\n\x0f\x64\x65sired_workers\x18\x03 \x01(\x05\x12\x13\n\x0bmin_workers\x18\x04 \x01(\x05\x12\x13\n\x0bmax_workers\x18\x05 \x01(\x05\x12\x15\n\rlast_decision\x18\x06 \x01(\t\x12\x34\n\x10last_decision_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\x08 \x01(\t\x12\x31\n\rlast_error_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_action\x18\n \x01(\t\x12\x18\n\x10last_action_step\x18\x0b \x01(\x05\x12\x1a\n\x12last_action_reason\x18\x0c \x01(\t\x12\x32\n\x0elast_action_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nready_jobs\x18\x0e \x01(\x05\x12\x15\n\rready_threads\x18\x0f \x01(\x05\x12\x1c\n\x14oldest_ready_age_sec\x18\x10 \x01(\x01\x12\x14\n\x0c\x66ree_threads\x18\x11 \x01(\x05\x12\x18\n\x10starting_workers\x18\x12 \x01(\x05\x12\x18\n\x10\x64raining_workers\x18\x13 \x01(\x05\x12\x11\n\tscale_ups\x18\x14 \x01(\x05\x12\x13\n\x0bscale_downs\x18\x15 \x01(\x05\x12\x1e\n\x16\x63ooldown_remaining_sec\x18\x16 \x01(\x01\x32\xbc\x02\n\x0c\x41\x64minService\x12\x61\n\x0bListWorkers\x12\x1d.corral.v1.ListWorkersRequest\x1a\x1e.corral.v1.ListWorkersResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\x0b/v1/workers\x12\x62\n\x0b\x44rainWorker\x12\x1d.corral.v1.DrainWorkerRequest\x1a\x11.corral.v1.Worker\"!\x82\xd3\xe4\x93\x02\x1b\"\x16/v1/workers/{id}:drain:\x01*\x12\x65\n\rGetAutoscaler\x12\x1f.corral.v1.GetAutoscalerRequest\x1a\x1b.corral.v1.AutoscalerStatus\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/autoscalerB\x14Z\x12\x63orral/v1;corralv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,21 +43,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ADMINSERVICE'].methods_by_name['GetAutoscaler']._loaded_options = None
   _globals['_ADMINSERVICE'].methods_by_name['GetAutoscaler']._serialized_options = b'\202\323\344\223\002\020\022\016/v1/autoscaler'
   _globals['_WORKER']._serialized_start=100
-  _globals['_WORKER']._serialized_end=620
-  _globals['_WORKER_LABELSENTRY']._serialized_start=487
-  _globals['_WORKER_LABELSENTRY']._serialized_end=532
-  _globals['_WORKER_STATE']._serialized_start=534
-  _globals['_WORKER_STATE']._serialized_end=620
-  _globals['_LISTWORKERSREQUEST']._serialized_start=622
-  _globals['_LISTWORKERSREQUEST']._serialized_end=642
-  _globals['_LISTWORKERSRESPONSE']._serialized_start=644
-  _globals['_LISTWORKERSRESPONSE']._serialized_end=701
-  _globals['_DRAINWORKERREQUEST']._serialized_start=703
-  _globals['_DRAINWORKERREQUEST']._serialized_end=735
-  _globals['_GETAUTOSCALERREQUEST']._serialized_start=737
-  _globals['_GETAUTOSCALERREQUEST']._serialized_end=759
-  _globals['_AUTOSCALERSTATUS']._serialized_start=762
-  _globals['_AUTOSCALERSTATUS']._serialized_end=1380
-  _globals['_ADMINSERVICE']._serialized_start=1383
-  _globals['_ADMINSERVICE']._serialized_end=1699
+  _globals['_WORKER']._serialized_end=696
+  _globals['_WORKER_LABELSENTRY']._serialized_start=563
+  _globals['_WORKER_LABELSENTRY']._serialized_end=608
+  _globals['_WORKER_STATE']._serialized_start=610
+  _globals['_WORKER_STATE']._serialized_end=696
+  _globals['_LISTWORKERSREQUEST']._serialized_start=698
+  _globals['_LISTWORKERSREQUEST']._serialized_end=718
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=720
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=777
+  _globals['_DRAINWORKERREQUEST']._serialized_start=779
+  _globals['_DRAINWORKERREQUEST']._serialized_end=811
+  _globals['_GETAUTOSCALERREQUEST']._serialized_start=813
+  _globals['_GETAUTOSCALERREQUEST']._serialized_end=835
+  _globals['_AUTOSCALERSTATUS']._serialized_start=838
+  _globals['_AUTOSCALERSTATUS']._serialized_end=1456
+  _globals['_ADMINSERVICE']._serialized_start=1459
+  _globals['_ADMINSERVICE']._serialized_end=1775
 # @@protoc_insertion_point(module_scope)

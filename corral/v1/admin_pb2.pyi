@@ -85,6 +85,10 @@ class Worker(_message.Message):
     LAST_HEARTBEAT_AT_FIELD_NUMBER: _builtins.int
     JOBS_COMPLETED_FIELD_NUMBER: _builtins.int
     JOBS_FAILED_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    FREE_GPUS_FIELD_NUMBER: _builtins.int
+    MEMORY_MB_FIELD_NUMBER: _builtins.int
+    FREE_MEMORY_MB_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___Worker.State.ValueType
     threads: _builtins.int
@@ -95,6 +99,11 @@ class Worker(_message.Message):
     pid: _builtins.int
     jobs_completed: _builtins.int
     jobs_failed: _builtins.int
+    gpus: _builtins.int
+    """GPUs and memory (MiB) it gives to jobs, and what of them its running jobs do not hold."""
+    free_gpus: _builtins.int
+    memory_mb: _builtins.int
+    free_memory_mb: _builtins.int
     @_builtins.property
     def running_jobs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -120,10 +129,14 @@ class Worker(_message.Message):
         last_heartbeat_at: _timestamp_pb2.Timestamp | None = ...,
         jobs_completed: _builtins.int = ...,
         jobs_failed: _builtins.int = ...,
+        gpus: _builtins.int = ...,
+        free_gpus: _builtins.int = ...,
+        memory_mb: _builtins.int = ...,
+        free_memory_mb: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat_at", b"last_heartbeat_at", "registered_at", b"registered_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["free_slots", b"free_slots", "free_threads", b"free_threads", "hostname", b"hostname", "id", b"id", "jobs_completed", b"jobs_completed", "jobs_failed", b"jobs_failed", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "pid", b"pid", "registered_at", b"registered_at", "running_jobs", b"running_jobs", "slots", b"slots", "state", b"state", "threads", b"threads"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["free_gpus", b"free_gpus", "free_memory_mb", b"free_memory_mb", "free_slots", b"free_slots", "free_threads", b"free_threads", "gpus", b"gpus", "hostname", b"hostname", "id", b"id", "jobs_completed", b"jobs_completed", "jobs_failed", b"jobs_failed", "labels", b"labels", "last_heartbeat_at", b"last_heartbeat_at", "memory_mb", b"memory_mb", "pid", b"pid", "registered_at", b"registered_at", "running_jobs", b"running_jobs", "slots", b"slots", "state", b"state", "threads", b"threads"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -135,6 +135,8 @@ class Job(_message.Message):
     OUTPUT_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     WAITING_ON_FIELD_NUMBER: _builtins.int
+    GPU_COUNT_FIELD_NUMBER: _builtins.int
+    MEMORY_MB_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -166,6 +168,10 @@ class Job(_message.Message):
     """The end of what the latest attempt printed (its sys.stdout and sys.stderr), as far as its worker
     keeps it (CORRAL_JOB_OUTPUT_BYTES, 64 KiB by default); a first line says how much was cut.
     """
+    gpu_count: _builtins.int
+    """GPUs the job holds while it runs (see SubmitJobRequest.gpu_count)."""
+    memory_mb: _builtins.int
+    """Memory the job holds while it runs, in MiB (see SubmitJobRequest.memory_mb)."""
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -230,10 +236,12 @@ class Job(_message.Message):
         output: _builtins.str = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         waiting_on: _abc.Iterable[_builtins.str] | None = ...,
+        gpu_count: _builtins.int = ...,
+        memory_mb: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -320,6 +328,8 @@ class SubmitJobRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     WORKER_SELECTOR_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    GPU_COUNT_FIELD_NUMBER: _builtins.int
+    MEMORY_MB_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     priority: _builtins.int
@@ -332,6 +342,15 @@ class SubmitJobRequest(_message.Message):
     """1..100, default 3."""
     idempotency_key: _builtins.str
     """Also accepted as the `idempotency-key` metadata / `X-Idempotency-Key` header."""
+    gpu_count: _builtins.int
+    """GPUs the job needs, 0..64 (default 0). It runs only on a worker with that many free GPUs
+    (CORRAL_WORKER_GPUS), which sees only those devices (CUDA_VISIBLE_DEVICES). Until a worker
+    with that many GPUs connects, the job waits PENDING, out of the way of the others.
+    """
+    memory_mb: _builtins.int
+    """Memory the job needs, in MiB, 0..1073741824 (default 0: none reserved). It runs only on a worker
+    with that much memory not held by its other jobs (CORRAL_WORKER_MEMORY_MB); waits as gpu_count does.
+    """
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -367,10 +386,12 @@ class SubmitJobRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         worker_selector: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
+        gpu_count: _builtins.int = ...,
+        memory_mb: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "max_attempts", b"max_attempts", "payload", b"payload", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "gpu_count", b"gpu_count", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015

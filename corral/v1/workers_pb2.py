@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63orral/v1/workers.proto\x12\tcorral.v1\"-\n\nAttemptRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\"M\n\x0bJobTypeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1b\n\x13payload_schema_json\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\xe2\x02\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07threads\x18\x02 \x01(\x05\x12\r\n\x05slots\x18\x03 \x01(\x05\x12/\n\x06labels\x18\x04 \x03(\x0b\x32\x1f.corral.v1.Register.LabelsEntry\x12\x10\n\x08hostname\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\t\x12&\n\x07running\x18\x08 \x03(\x0b\x32\x15.corral.v1.AttemptRef\x12)\n\tjob_types\x18\t \x03(\x0b\x32\x16.corral.v1.JobTypeInfo\x12\x17\n\x0frunning_threads\x18\n \x03(\x05\x12\'\n\x08\x66inished\x18\x0b \x03(\x0b\x32\x15.corral.v1.AttemptRef\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"3\n\tHeartbeat\x12&\n\x07running\x18\x01 \x03(\x0b\x32\x15.corral.v1.AttemptRef\"\xc7\x02\n\tJobResult\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.corral.v1.AttemptRef\x12-\n\x07outcome\x18\x02 \x01(\x0e\x32\x1c.corral.v1.JobResult.Outcome\x12\x13\n\x0bresult_json\x18\x03 \x01(\t\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x12\n\nstarted_at\x18\x06 \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\x07 \x01(\x01\x12\x0e\n\x06output\x18\x08 \x01(\t\"j\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tSUCCEEDED\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\x0b\n\x07TIMEOUT\x10\x03\x12\r\n\tCANCELLED\x10\x04\x12\x0f\n\x0bHANDED_BACK\x10\x05\"0\n\x07Results\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.corral.v1.JobResult\" \n\x08\x44raining\x12\x14\n\x0c\x64\x65\x61\x64line_sec\x18\x01 \x01(\x01\"\xba\x01\n\rWorkerMessage\x12\'\n\x08register\x18\x01 \x01(\x0b\x32\x13.corral.v1.RegisterH\x00\x12)\n\theartbeat\x18\x02 \x01(\x0b\x32\x14.corral.v1.HeartbeatH\x00\x12%\n\x07results\x18\x03 \x01(\x0b\x32\x12.corral.v1.ResultsH\x00\x12\'\n\x08\x64raining\x18\x04 \x01(\x0b\x32\x13.corral.v1.DrainingH\x00\x42\x05\n\x03msg\"\x90\x01\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1e\n\x16heartbeat_interval_sec\x18\x02 \x01(\x01\x12&\n\x07\x61\x64opted\x18\x03 \x03(\x0b\x32\x15.corral.v1.AttemptRef\x12\'\n\x08rejected\x18\x04 \x03(\x0b\x32\x15.corral.v1.AttemptRef\"w\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x14\n\x0cpayload_json\x18\x04 \x01(\t\x12\x0f\n\x07threads\x18\x05 \x01(\x05\x12\x13\n\x0btimeout_sec\x18\x06 \x01(\x01\"4\n\x06\x41ssign\x12*\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x15.corral.v1.Assignment\"0\n\x06\x43\x61ncel\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.corral.v1.AttemptRef\".\n\x03\x41\x63k\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.corral.v1.AttemptRef\"\x1d\n\x05\x44rain\x12\x14\n\x0c\x64\x65\x61\x64line_sec\x18\x01 \x01(\x01\"\xcc\x01\n\x0e\x43ontrolMessage\x12+\n\nregistered\x18\x01 \x01(\x0b\x32\x15.corral.v1.RegisteredH\x00\x12#\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x11.corral.v1.CancelH\x00\x12!\n\x05\x64rain\x18\x05 \x01(\x0b\x32\x10.corral.v1.DrainH\x00\x12!\n\x06\x61ssign\x18\x02 \x01(\x0b\x32\x11.corral.v1.Assign\x12\x1b\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x0e.corral.v1.AckB\x05\n\x03msg2S\n\rWorkerService\x12\x42\n\x07\x43onnect\x12\x18.corral.v1.WorkerMessage\x1a\x19.corral.v1.ControlMessage(\x01\x30\x01\x42\x14Z\x12\x63orral/v1;corralv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63orral/v1/workers.proto\x12\tcorral.v1\"-\n\nAttemptRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\"M\n\x0bJobTypeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1b\n\x13payload_schema_json\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\x83\x03\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07threads\x18\x02 \x01(\x05\x12\r\n\x05slots\x18\x03 \x01(\x05\x12/\n\x06labels\x18\x04 \x03(\x0b\x32\x1f.corral.v1.Register.LabelsEntry\x12\x10\n\x08hostname\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\t\x12&\n\x07running\x18\x08 \x03(\x0b\x32\x15.corral.v1.AttemptRef\x12)\n\tjob_types\x18\t \x03(\x0b\x32\x16.corral.v1.JobTypeInfo\x12\x17\n\x0frunning_threads\x18\n \x03(\x05\x12\'\n\x08\x66inished\x18\x0b \x03(\x0b\x32\x15.corral.v1.AttemptRef\x12\x0c\n\x04gpus\x18\x0c \x01(\x05\x12\x11\n\tmemory_mb\x18\r \x01(\x05\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"3\n\tHeartbeat\x12&\n\x07running\x18\x01 \x03(\x0b\x32\x15.corral.v1.AttemptRef\"\xc7\x02\n\tJobResult\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.corral.v1.AttemptRef\x12-\n\x07outcome\x18\x02 \x01(\x0e\x32\x1c.corral.v1.JobResult.Outcome\x12\x13\n\x0bresult_json\x18\x03 \x01(\t\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x12\n\nstarted_at\x18\x06 \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\x07 \x01(\x01\x12\x0e\n\x06output\x18\x08 \x01(\t\"j\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\r\n\tSUCCEEDED\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\x0b\n\x07TIMEOUT\x10\x03\x12\r\n\tCANCELLED\x10\x04\x12\x0f\n\x0bHANDED_BACK\x10\x05\"0\n\x07Results\x12%\n\x07results\x18\x01 \x03(\x0b\x32\x14.corral.v1.JobResult\" \n\x08\x44raining\x12\x14\n\x0c\x64\x65\x61\x64line_sec\x18\x01 \x01(\x01\"\xba\x01\n\rWorkerMessage\x12\'\n\x08register\x18\x01 \x01(\x0b\x32\x13.corral.v1.RegisterH\x00\x12)\n\theartbeat\x18\x02 \x01(\x0b\x32\x14.corral.v1.HeartbeatH\x00\x12%\n\x07results\x18\x03 \x01(\x0b\x32\x12.corral.v1.ResultsH\x00\x12\'\n\x08\x64raining\x18\x04 \x01(\x0b\x32\x13.corral.v1.DrainingH\x00\x42\x05\n\x03msg\"\x90\x01\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1e\n\x16heartbeat_interval_sec\x18\x02 \x01(\x01\x12&\n\x07\x61\x64opted\x18\x03 \x03(\x0b\x32\x15.corral.v1.AttemptRef\x12\'\n\x08rejected\x18\x04 \x03(\x0b\x32\x15.corral.v1.AttemptRef\"\x85\x01\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x14\n\x0cpayload_json\x18\x04 \x01(\t\x12\x0f\n\x07threads\x18\x05 \x01(\x05\x12\x13\n\x0btimeout_sec\x18\x06 \x01(\x01\x12\x0c\n\x04gpus\x18\x07 \x01(\x05\"4\n\x06\x41ssign\x12*\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x15.corral.v1.Assignment\"0\n\x06\x43\x61ncel\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.corral.v1.AttemptRef\".\n\x03\x41\x63k\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.corral.v1.AttemptRef\"\x1d\n\x05\x44rain\x12\x14\n\x0c\x64\x65\x61\x64line_sec\x18\x01 \x01(\x01\"\xcc\x01\n\x0e\x43ontrolMessage\x12+\n\nregistered\x18\x01 \x01(\x0b\x32\x15.corral.v1.RegisteredH\x00\x12#\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x11.corral.v1.CancelH\x00\x12!\n\x05\x64rain\x18\x05 \x01(\x0b\x32\x10.corral.v1.DrainH\x00\x12!\n\x06\x61ssign\x18\x02 \x01(\x0b\x32\x11.corral.v1.Assign\x12\x1b\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x0e.corral.v1.AckB\x05\n\x03msg2S\n\rWorkerService\x12\x42\n\x07\x43onnect\x12\x18.corral.v1.WorkerMessage\x1a\x19.corral.v1.ControlMessage(\x01\x30\x01\x42\x14Z\x12\x63orral/v1;corralv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,35 +39,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBTYPEINFO']._serialized_start=85
   _globals['_JOBTYPEINFO']._serialized_end=162
   _globals['_REGISTER']._serialized_start=165
-  _globals['_REGISTER']._serialized_end=519
-  _globals['_REGISTER_LABELSENTRY']._serialized_start=474
-  _globals['_REGISTER_LABELSENTRY']._serialized_end=519
-  _globals['_HEARTBEAT']._serialized_start=521
-  _globals['_HEARTBEAT']._serialized_end=572
-  _globals['_JOBRESULT']._serialized_start=575
-  _globals['_JOBRESULT']._serialized_end=902
-  _globals['_JOBRESULT_OUTCOME']._serialized_start=796
-  _globals['_JOBRESULT_OUTCOME']._serialized_end=902
-  _globals['_RESULTS']._serialized_start=904
-  _globals['_RESULTS']._serialized_end=952
-  _globals['_DRAINING']._serialized_start=954
-  _globals['_DRAINING']._serialized_end=986
-  _globals['_WORKERMESSAGE']._serialized_start=989
-  _globals['_WORKERMESSAGE']._serialized_end=1175
-  _globals['_REGISTERED']._serialized_start=1178
-  _globals['_REGISTERED']._serialized_end=1322
-  _globals['_ASSIGNMENT']._serialized_start=1324
-  _globals['_ASSIGNMENT']._serialized_end=1443
-  _globals['_ASSIGN']._serialized_start=1445
-  _globals['_ASSIGN']._serialized_end=1497
-  _globals['_CANCEL']._serialized_start=1499
-  _globals['_CANCEL']._serialized_end=1547
-  _globals['_ACK']._serialized_start=1549
-  _globals['_ACK']._serialized_end=1595
-  _globals['_DRAIN']._serialized_start=1597
-  _globals['_DRAIN']._serialized_end=1626
-  _globals['_CONTROLMESSAGE']._serialized_start=1629
-  _globals['_CONTROLMESSAGE']._serialized_end=1833
-  _globals['_WORKERSERVICE']._serialized_start=1835
-  _globals['_WORKERSERVICE']._serialized_end=1918
+  _globals['_REGISTER']._serialized_end=552
+  _globals['_REGISTER_LABELSENTRY']._serialized_start=507
+  _globals['_REGISTER_LABELSENTRY']._serialized_end=552
+  _globals['_HEARTBEAT']._serialized_start=554
+  _globals['_HEARTBEAT']._serialized_end=605
+  _globals['_JOBRESULT']._serialized_start=608
+  _globals['_JOBRESULT']._serialized_end=935
+  _globals['_JOBRESULT_OUTCOME']._serialized_start=829
+  _globals['_JOBRESULT_OUTCOME']._serialized_end=935
+  _globals['_RESULTS']._serialized_start=937
+  _globals['_RESULTS']._serialized_end=985
+  _globals['_DRAINING']._serialized_start=987
+  _globals['_DRAINING']._serialized_end=1019
+  _globals['_WORKERMESSAGE']._serialized_start=1022
+  _globals['_WORKERMESSAGE']._serialized_end=1208
+  _globals['_REGISTERED']._serialized_start=1211
+  _globals['_REGISTERED']._serialized_end=1355
+  _globals['_ASSIGNMENT']._serialized_start=1358
+  _globals['_ASSIGNMENT']._serialized_end=1491
+  _globals['_ASSIGN']._serialized_start=1493
+  _globals['_ASSIGN']._serialized_end=1545
+  _globals['_CANCEL']._serialized_start=1547
+  _globals['_CANCEL']._serialized_end=1595
+  _globals['_ACK']._serialized_start=1597
+  _globals['_ACK']._serialized_end=1643
+  _globals['_DRAIN']._serialized_start=1645
+  _globals['_DRAIN']._serialized_end=1674
+  _globals['_CONTROLMESSAGE']._serialized_start=1677
+  _globals['_CONTROLMESSAGE']._serialized_end=1881
+  _globals['_WORKERSERVICE']._serialized_start=1883
+  _globals['_WORKERSERVICE']._serialized_end=1966
 # @@protoc_insertion_point(module_scope)

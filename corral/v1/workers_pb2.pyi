@@ -120,6 +120,8 @@ class Register(_message.Message):
     JOB_TYPES_FIELD_NUMBER: _builtins.int
     RUNNING_THREADS_FIELD_NUMBER: _builtins.int
     FINISHED_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    MEMORY_MB_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Stable across reconnects of one agent process."""
     threads: _builtins.int
@@ -129,6 +131,10 @@ class Register(_message.Message):
     hostname: _builtins.str
     pid: _builtins.int
     version: _builtins.str
+    gpus: _builtins.int
+    """GPUs this worker gives to jobs (jobs that ask for GPUs need them free here)."""
+    memory_mb: _builtins.int
+    """Memory this worker gives to jobs, in MiB (jobs that ask for memory need it free here)."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -163,10 +169,12 @@ class Register(_message.Message):
         job_types: _abc.Iterable[Global___JobTypeInfo] | None = ...,
         running_threads: _abc.Iterable[_builtins.int] | None = ...,
         finished: _abc.Iterable[Global___AttemptRef] | None = ...,
+        gpus: _builtins.int = ...,
+        memory_mb: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "hostname", b"hostname", "job_types", b"job_types", "labels", b"labels", "pid", b"pid", "running", b"running", "running_threads", b"running_threads", "slots", b"slots", "threads", b"threads", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "gpus", b"gpus", "hostname", b"hostname", "job_types", b"job_types", "labels", b"labels", "memory_mb", b"memory_mb", "pid", b"pid", "running", b"running", "running_threads", b"running_threads", "slots", b"slots", "threads", b"threads", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -388,6 +396,7 @@ class Assignment(_message.Message):
     PAYLOAD_JSON_FIELD_NUMBER: _builtins.int
     THREADS_FIELD_NUMBER: _builtins.int
     TIMEOUT_SEC_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     attempt: _builtins.int
     type: _builtins.str
@@ -397,6 +406,8 @@ class Assignment(_message.Message):
     """Threads the job may use."""
     timeout_sec: _builtins.float
     """Seconds from receipt; the worker kills the attempt after it."""
+    gpus: _builtins.int
+    """GPUs the job holds: the worker picks that many of its free devices for it."""
     def __init__(
         self,
         *,
@@ -406,10 +417,11 @@ class Assignment(_message.Message):
         payload_json: _builtins.str = ...,
         threads: _builtins.int = ...,
         timeout_sec: _builtins.float = ...,
+        gpus: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "job_id", b"job_id", "payload_json", b"payload_json", "threads", b"threads", "timeout_sec", b"timeout_sec", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "gpus", b"gpus", "job_id", b"job_id", "payload_json", b"payload_json", "threads", b"threads", "timeout_sec", b"timeout_sec", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
