@@ -93,11 +93,13 @@ class JobRecord:
         "error_message",
         "exec_seconds",
         "finished_at",
+        "gpu_count",
         "id",
         "idempotency_key",
         "labels",
         "lease_expires_at",
         "max_attempts",
+        "memory_mb",
         "name",
         "output",
         "owner",
@@ -143,8 +145,14 @@ class JobRecord:
         owner: str = "",
         worker_selector: tuple[tuple[str, str], ...] = (),
         depends_on: tuple[str, ...] = (),
+        gpu_count: int = 0,
+        memory_mb: int = 0,
     ) -> None:
         self.id = id
+        self.gpu_count = gpu_count
+        """GPUs it holds while it runs: only a worker with that many free takes it."""
+        self.memory_mb = memory_mb
+        """Memory (MiB) it holds while it runs: only a worker with that much not held takes it."""
         self.owner = owner
         self.depends_on = depends_on
         """Jobs that must SUCCEED before this one starts (empty: none)."""

@@ -1,6 +1,7 @@
 """The worker registry: who is connected, what each can take, and when each was last heard from.
 
-A worker's capacity is counted in slots (jobs at once) and threads. The registry tracks which
+A worker's capacity is counted in slots (jobs at once) and threads, and in the GPUs and memory it
+gives to jobs that ask for them. The registry tracks which
 attempts each worker holds, so capacity comes back exactly when the worker reports that attempt
 done, whatever happened to the job meanwhile (cancelled, expired): the worker's own word is what
 frees its process.
@@ -36,6 +37,11 @@ class Assignment:
     payload_json: str
     threads: int
     timeout_sec: float
+    gpus: int = 0
+
+
+Needs = tuple[int, int]
+"""What an attempt holds beyond its threads: (GPUs, memory in MiB)."""
 
 
 class WorkerLink(Protocol):
@@ -86,6 +92,14 @@ class WorkerEntry:
     """The job types it can run, as it registered them (empty: it did not say, so any)."""
     order: int = field(default_factory=_ORDER.__next__)
     """Its place in registration order (set again when a registry adds a new id)."""
+    gpus: int = 0
+    """GPUs it gives to jobs."""
+    memory_mb: int = 0
+    """Memory (MiB) it gives to jobs."""
+    holding: dict[AttemptKey, Needs] = field(default_factory=dict)
+    """The GPUs and memory each of its attempts holds, for the attempts that hold any (most hold none)."""
+    held_gpus: int = 0
+    held_memory_mb: int = 0
 
     @property
     def connected(self) -> bool:
@@ -98,6 +112,18 @@ class WorkerEntry:
     @property
     def free_threads(self) -> int:
         return self.threads - sum(self.running.values())
+
+    @property
+    def free_gpus(self) -> int:
+        return self.gpus - self.held_gpus
+
+    @property
+    def free_memory_mb(self) -> int:
+        return self.memory_mb - self.held_memory_mb
+
+    def has(self, gpus: int, memory_mb: int) -> bool:
+        """Whether it gives jobs that many GPUs and that much memory in all (free or not)."""
+        return self.gpus >= gpus and self.memory_mb >= memory_mb
 
     @property
     def state(self) -> WorkerState:
@@ -116,8 +142,12 @@ class WorkerEntry:
         self.last_seen = clock.now()
         self.heard_at = clock.monotonic()
 
-    def can_take(self, threads: int) -> bool:
-        return self.accepts_work and self.free_threads >= threads
+    def can_take(self, threads: int, needs: Needs = (0, 0)) -> bool:
+        """Whether it can start a job needing ``threads`` threads and ``needs`` (GPUs, MiB) now."""
+        if not (self.accepts_work and self.free_threads >= threads):
+            return False
+        gpus, memory_mb = needs
+        return (not gpus or self.free_gpus >= gpus) and (not memory_mb or self.free_memory_mb >= memory_mb)
 
     def runs(self, job_type: str) -> bool:
         """Whether it can run jobs of ``job_type`` (its runners have that type registered)."""
@@ -139,7 +169,7 @@ class WorkerRegistry:
     def __init__(self) -> None:
         self._workers: dict[str, WorkerEntry] = {}
         self._open: dict[str, WorkerEntry] = {}
-        self._most_threads: dict[str | tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        self._most_threads: dict[str | tuple[str, tuple[tuple[str, str], ...], Needs], int] = {}
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -173,27 +203,44 @@ class WorkerRegistry:
         registration order; as many as there are, not as many as the fleet has."""
         return sorted(self._open.values(), key=registration_order)
 
-    def hold(self, worker: WorkerEntry, key: AttemptKey, threads: int) -> None:
-        """``worker`` runs attempt ``key`` with ``threads`` threads."""
+    def hold(self, worker: WorkerEntry, key: AttemptKey, threads: int, needs: Needs = (0, 0)) -> None:
+        """``worker`` runs attempt ``key`` with ``threads`` threads and ``needs`` (GPUs, MiB)."""
         worker.running[key] = threads
+        if needs != (0, 0) and key not in worker.holding:
+            worker.holding[key] = needs
+            worker.held_gpus += needs[0]
+            worker.held_memory_mb += needs[1]
         self._recheck(worker)
 
     def release(self, worker: WorkerEntry, key: AttemptKey) -> None:
         """``worker`` no longer runs attempt ``key`` (it reported it)."""
         if worker.running.pop(key, None) is not None:
+            needs = worker.holding.pop(key, None)
+            if needs is not None:
+                worker.held_gpus -= needs[0]
+                worker.held_memory_mb -= needs[1]
             self._recheck(worker)
 
-    def most_threads(self, job_type: str, selector: tuple[tuple[str, str], ...] = ()) -> int:
-        """The most threads a connected worker that runs ``job_type`` (and matches ``selector``) has;
-        0 when none does."""
-        key = (job_type, selector) if selector else job_type
+    def hold_only(self, worker: WorkerEntry, running: dict[AttemptKey, int], needs: dict[AttemptKey, Needs]) -> None:
+        """``worker`` runs exactly ``running`` (attempt -> threads), of which those in ``needs`` hold
+        GPUs and memory: what a reconnecting worker says it still runs."""
+        worker.running = running
+        worker.holding = {key: n for key, n in needs.items() if key in running and n != (0, 0)}
+        worker.held_gpus = sum(g for g, _ in worker.holding.values())
+        worker.held_memory_mb = sum(m for _, m in worker.holding.values())
+        self._recheck(worker)
+
+    def most_threads(self, job_type: str, selector: tuple[tuple[str, str], ...] = (), needs: Needs = (0, 0)) -> int:
+        """The most threads a connected worker that runs ``job_type`` (matches ``selector``, and gives
+        jobs the GPUs and memory of ``needs`` in all) has; 0 when none does."""
+        key = (job_type, selector, needs) if selector or needs != (0, 0) else job_type
         most = self._most_threads.get(key)
         if most is None:
             most = self._most_threads[key] = max(
                 (
                     w.threads
                     for w in self._workers.values()
-                    if w.connected and w.runs(job_type) and (not selector or w.matches(selector))
+                    if w.connected and w.runs(job_type) and (not selector or w.matches(selector)) and w.has(*needs)
                 ),
                 default=0,
             )

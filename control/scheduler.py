@@ -47,7 +47,7 @@ from control.jobs import JobRecord, JobState
 from control.metrics import Metrics
 from control.queue import DelayedQueue, LeaseQueue, ReadyQueue
 from control.recent import RecentJobs
-from control.registry import Assignment, WorkerEntry, WorkerRegistry
+from control.registry import Assignment, Needs, WorkerEntry, WorkerRegistry
 from control.shares import OwnerQueues, OwnerUsage, ShareRules
 from control.store import IdempotencyEntry, JobPage, Store
 from control.turns import in_turns
@@ -63,8 +63,10 @@ LEASE_SLACK = 1024
 """Stale entries the lease queue may hold beyond twice the running jobs before it is rebuilt."""
 PROMOTE_CHUNK = 500
 """Due SCHEDULED jobs made PENDING in one loop turn (one transaction); the rest follow turn by turn."""
-JobKind = str | tuple[str, tuple[tuple[str, str], ...]]
-"""What decides which workers can run a job: its type, with its worker selector when it has one."""
+JobKind = str | tuple[str, tuple[tuple[str, str], ...], Needs]
+"""What decides which workers can run a job: its type, or (type, worker selector, (GPUs, MiB)) when it
+has a selector or holds GPUs or memory."""
+NO_NEEDS: Needs = (0, 0)
 MAX_HOLD = 1024
 """Jobs one dispatch pass may set aside (behind execution rate limits, or for want of a worker that runs
 their type) before it yields to the event loop."""
@@ -169,7 +171,7 @@ class Scheduler:
                     ghost = WorkerEntry(job.worker_id, threads=0, slots=0, registered_at=now, last_seen=now)
                     ghost.heard(self.clock)
                     self.registry.add(ghost)
-                self.registry.hold(ghost, (job.id, job.attempts), job.threads_granted)
+                self.registry.hold(ghost, (job.id, job.attempts), job.threads_granted, needs_of(job))
         if blocked:
             self.dependencies.recover(blocked)
         if self.active:
@@ -439,6 +441,8 @@ class Scheduler:
             owner=sys.intern(owner),
             worker_selector=tuple(sorted(sub.worker_selector.items())) if sub.worker_selector else (),
             depends_on=sub.depends_on,
+            gpu_count=sub.gpu_count,
+            memory_mb=sub.memory_mb,
         )
         job.waiting_on = waiting
         jobs.new_job(job, now)
@@ -587,15 +591,15 @@ class Scheduler:
                             self.dispatch_soon()
                             break
                         continue
-            selector = job.worker_selector
-            kind = (job.type, selector) if selector else job.type
+            kind = kind_of(job)
+            needs = NO_NEEDS if isinstance(kind, str) else needs_of(job)
             view = typed.get(kind)
             if view is None:
-                runs = [w for w in candidates if w.runs(job.type) and (not selector or w.matches(selector))]
-                view = typed[kind] = (runs, self.registry.most_threads(job.type, selector))
+                runs = [w for w in candidates if serves(w, kind)]
+                view = typed[kind] = (runs, self._most_threads(kind))
             runners, most_threads = view
             threads = granted_threads(job.thread_demand, most_threads)
-            worker = self.policy.choose(runners, threads)
+            worker = self.policy.choose(runners, threads, needs)
             if worker is None:
                 if not any(w.accepts_work for w in runners):
                     self._park(job, bool(most_threads))  # out of the way of jobs other workers can run
@@ -605,7 +609,7 @@ class Scheduler:
                         break
                     continue
                 deferred.append(job)
-                hold = reserve_for(runners, threads)
+                hold = reserve_for(runners, threads, needs)
                 if hold is not None:
                     reserved.add(hold.id)
                     free -= hold.free_slots if hold.accepts_work else 0
@@ -617,11 +621,11 @@ class Scheduler:
             attempt = jobs.lease(job, worker.id, threads, now, grace)
             self.metrics.dispatch_latency.observe(job.queue_seconds)
             self.moved(job, JobState.PENDING)
-            self.registry.hold(worker, (job.id, attempt), threads)
+            self.registry.hold(worker, (job.id, attempt), threads, needs)
             worker.last_assigned_at = now
             free -= 1
             batches.setdefault(worker.id, []).append(
-                Assignment(job.id, attempt, job.type, job.payload_json, threads, job.timeout_sec)
+                Assignment(job.id, attempt, job.type, job.payload_json, threads, job.timeout_sec, job.gpu_count)
             )
             leased.append(job)
         for job in deferred:
@@ -647,22 +651,33 @@ class Scheduler:
                     )
             self.later(leased, send)
 
+    def _most_threads(self, kind: JobKind) -> int:
+        if isinstance(kind, str):
+            return self.registry.most_threads(kind)
+        return self.registry.most_threads(*kind)
+
     def _park(self, job: JobRecord, served: bool) -> None:
-        """Set aside a PENDING job that no worker running its type (and matching its worker selector)
-        can take now; ``served``: some connected such worker exists (it is busy or draining), else none."""
-        kind: JobKind = (job.type, job.worker_selector) if job.worker_selector else job.type
+        """Set aside a PENDING job that no worker running its type (matching its worker selector, with
+        the GPUs and memory it asks for) can take now; ``served``: some connected such worker exists (it
+        is busy or draining), else none."""
+        kind = kind_of(job)
         heapq.heappush(self._parked.setdefault(kind, []), (-job.priority, job.ready_at, job.seq, job.id))
         if not served and kind not in self._unserved:
             self._unserved.add(kind)
-            selector = {"worker_selector": dict(job.worker_selector)} if job.worker_selector else {}
-            logger.warning(logs.JOB_TYPE_UNSERVED, extra={"type": job.type, **selector})
+            wants: dict[str, object] = {}
+            if job.worker_selector:
+                wants["worker_selector"] = dict(job.worker_selector)
+            if job.gpu_count:
+                wants["gpu_count"] = job.gpu_count
+            if job.memory_mb:
+                wants["memory_mb"] = job.memory_mb
+            logger.warning(logs.JOB_TYPE_UNSERVED, extra={"type": job.type, **wants})
 
     def _unpark(self, workers: list[WorkerEntry]) -> None:
         """Back to the ready queue, best first: as many parked jobs of each kind as the workers that run
         it have free slots (the pass then places them in their order among the rest)."""
         for kind, heap in list(self._parked.items()):
-            job_type, selector = kind if isinstance(kind, tuple) else (kind, ())
-            room = sum(w.free_slots for w in workers if w.accepts_work and w.runs(job_type) and w.matches(selector))
+            room = sum(w.free_slots for w in workers if w.accepts_work and serves(w, kind))
             if room > 0:
                 self._unserved.discard(kind)
             while room > 0 and heap:
@@ -714,3 +729,24 @@ class Scheduler:
     # ---- stats ----------------------------------------------------------------------------------
     def state_counts(self) -> dict[JobState, int]:
         return {s: self.counts.get(s, 0) for s in JobState}
+
+
+def needs_of(job: JobRecord) -> Needs:
+    """The GPUs and memory (MiB) ``job`` holds while it runs."""
+    return (job.gpu_count, job.memory_mb)
+
+
+def kind_of(job: JobRecord) -> JobKind:
+    """Its type alone (the common case, and the cheapest key) unless it has a worker selector or holds
+    GPUs or memory."""
+    if not job.worker_selector and not job.gpu_count and not job.memory_mb:
+        return job.type
+    return (job.type, job.worker_selector, (job.gpu_count, job.memory_mb))
+
+
+def serves(worker: WorkerEntry, kind: JobKind) -> bool:
+    """Whether ``worker`` could ever run jobs of ``kind`` (its type, labels, GPUs and memory in all)."""
+    if isinstance(kind, str):
+        return worker.runs(kind)
+    job_type, selector, (gpus, memory_mb) = kind
+    return worker.runs(job_type) and (not selector or worker.matches(selector)) and worker.has(gpus, memory_mb)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from control import jobs
 from control.jobs import JobState
-from control.registry import AttemptKey, WorkerEntry, WorkerLink
-from control.scheduler import Scheduler
+from control.registry import AttemptKey, Needs, WorkerEntry, WorkerLink
+from control.scheduler import Scheduler, needs_of
 from control.store import JobTypeEntry
 from corral import logs
 from corral.errors import AlreadyExists, NotFound, StaleAttempt
@@ -39,6 +39,8 @@ class Hello:
     worker_id: str
     threads: int
     slots: int
+    gpus: int = 0
+    memory_mb: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     hostname: str = ""
     pid: int = 0
@@ -91,6 +93,7 @@ class WorkerSessions:
             worker = WorkerEntry(hello.worker_id, hello.threads, hello.slots, registered_at=now, last_seen=now)
         worker.heard(s.clock)
         worker.threads, worker.slots = hello.threads, hello.slots
+        worker.gpus, worker.memory_mb = hello.gpus, hello.memory_mb
         worker.labels, worker.hostname, worker.pid = hello.labels, hello.hostname, hello.pid
         worker.job_types = frozenset(t.name for t in hello.job_types)
         worker.link, worker.draining = link, False
@@ -99,6 +102,7 @@ class WorkerSessions:
         rejected: list[AttemptKey] = []
         changed: list[jobs.JobRecord] = []
         running: dict[AttemptKey, int] = {}
+        needs: dict[AttemptKey, Needs] = {}
         for key, threads in hello.running.items():
             job = s.active.get(key[0])
             try:
@@ -108,6 +112,7 @@ class WorkerSessions:
                 jobs.adopt(job, key[1], worker.id, now, s.config.lease_grace_sec)
                 s.track_lease(job)
                 running[key] = threads
+                needs[key] = needs_of(job)
                 adopted.append(key)
                 if moved_worker:
                     changed.append(job)
@@ -131,7 +136,7 @@ class WorkerSessions:
             ):
                 s.fail(job, key[1], jobs.WORKER_LOST, f"worker {worker.id} restarted without this attempt")
                 changed.append(job)
-        worker.running = running
+        s.registry.hold_only(worker, running, needs)
         s.registry.add(worker)
         logger.info(
             logs.WORKER_REGISTERED,

@@ -142,6 +142,8 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         worker_selector: Mapping[str, str] | None = None,
         depends_on: Sequence[str] = (),
+        gpu_count: int = 0,
+        memory_mb: int = 0,
     ) -> Job:
         """Submit one job and return it as stored (see :meth:`corral.Client.submit`)."""
         request = JobSpec(
@@ -157,6 +159,8 @@ class AsyncClient:
             labels=labels,
             worker_selector=worker_selector,
             depends_on=depends_on,
+            gpu_count=gpu_count,
+            memory_mb=memory_mb,
         ).to_proto()
         response = await self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)

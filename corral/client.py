@@ -168,8 +168,18 @@ class Client:
         labels: Mapping[str, str] | None = None,
         worker_selector: Mapping[str, str] | None = None,
         depends_on: Sequence[str] = (),
+        gpu_count: int = 0,
+        memory_mb: int = 0,
     ) -> Job:
-        """Submit one job and return it as stored (PENDING, or SCHEDULED when ``scheduled_at`` is ahead)."""
+        """Submit one job and return it as stored (PENDING, or SCHEDULED when ``scheduled_at`` is ahead).
+
+        The arguments are the fields of :class:`~corral.spec.JobSpec`, which says what each means (e.g.
+        ``gpu_count`` and ``memory_mb``, in MiB: what the job holds on the worker that runs it).
+
+        Raises:
+            InvalidArgument: naming the field, for a value the request cannot carry or outside its limits
+                (:meth:`JobSpec.to_proto <corral.spec.JobSpec.to_proto>`), before anything is sent.
+        """
         request = JobSpec(
             type=type,
             payload=payload,
@@ -183,6 +193,8 @@ class Client:
             labels=labels,
             worker_selector=worker_selector,
             depends_on=depends_on,
+            gpu_count=gpu_count,
+            memory_mb=memory_mb,
         ).to_proto()
         response = self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)

@@ -95,6 +95,14 @@ class WorkerInfo:
     last_heartbeat_at: datetime | None = None
     jobs_completed: int = 0
     jobs_failed: int = 0
+    gpus: int = 0
+    """GPUs it gives to jobs (CORRAL_WORKER_GPUS; 0: none)."""
+    free_gpus: int = 0
+    """Those of ``gpus`` its running jobs do not hold."""
+    memory_mb: int = 0
+    """Memory it gives to jobs, in MiB (CORRAL_WORKER_MEMORY_MB; 0: none)."""
+    free_memory_mb: int = 0
+    """Of ``memory_mb``, what its running jobs do not hold."""
 
     @classmethod
     def from_proto(cls, pb: admin_pb2.Worker) -> WorkerInfo:
@@ -116,6 +124,10 @@ class WorkerInfo:
             ),
             jobs_completed=pb.jobs_completed,
             jobs_failed=pb.jobs_failed,
+            gpus=pb.gpus,
+            free_gpus=pb.free_gpus,
+            memory_mb=pb.memory_mb,
+            free_memory_mb=pb.free_memory_mb,
         )
 
     def to_dict(self) -> dict[str, Any]:

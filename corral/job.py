@@ -136,6 +136,10 @@ class Job:
     """Jobs that must SUCCEED before it starts."""
     waiting_on: list[str] = field(default_factory=list)
     """Those of ``depends_on`` that have not SUCCEEDED yet."""
+    gpu_count: int = 0
+    """GPUs the job holds while it runs (0: none)."""
+    memory_mb: int = 0
+    """Memory the job holds while it runs, in MiB (0: none reserved)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -175,6 +179,8 @@ class Job:
             output=pb.output,
             depends_on=list(pb.depends_on),
             waiting_on=list(pb.waiting_on),
+            gpu_count=pb.gpu_count,
+            memory_mb=pb.memory_mb,
         )
 
     def to_dict(self) -> dict[str, Any]:

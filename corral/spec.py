@@ -9,6 +9,7 @@ so that the control plane applies its defaults.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,10 +21,10 @@ from google.protobuf.message import Message
 
 from corral.errors import InvalidArgument
 from corral.job import dict_to_struct
-from corral.limits import PROTO_INT_RANGES
+from corral.limits import MAX_GPUS, MAX_MEMORY_MB, PROTO_INT_RANGES
 from corral.v1 import jobs_pb2
 
-__all__ = ["JobSpec", "When", "batch_request", "by_id", "put", "to_timestamp"]
+__all__ = ["JobSpec", "When", "batch_request", "by_id", "put", "put_in_range", "to_timestamp"]
 
 M = TypeVar("M", bound=Message)
 
@@ -56,14 +57,21 @@ class JobSpec:
     """Run only on a worker whose labels include every key=value here (``{"gpu": "a100"}``)."""
     depends_on: Sequence[str] = ()
     """Ids of jobs that must SUCCEED before this one starts (if one fails, this one is CANCELLED)."""
+    gpu_count: int = 0
+    """GPUs the job needs (0..64): it runs only on a worker with that many free (CORRAL_WORKER_GPUS),
+    and sees only those devices (CUDA_VISIBLE_DEVICES)."""
+    memory_mb: int = 0
+    """Memory the job needs, in MiB (0..1073741824; 0 reserves none): it runs only on a worker with that
+    much not held by its other jobs (CORRAL_WORKER_MEMORY_MB)."""
 
     def to_proto(self) -> jobs_pb2.SubmitJobRequest:
         """Build the ``SubmitJobRequest`` for this spec.
 
         Raises:
             InvalidArgument: naming the field, for a value the request cannot carry (a wrong type, an
-                integer outside the field's range, a time outside 0001..9999, a payload that is not JSON).
-                The control plane checks the rest (the ranges in ``jobs.proto``).
+                integer outside the field's range, a time outside 0001..9999, a payload that is not JSON),
+                or for ``gpu_count`` / ``memory_mb`` outside :mod:`corral.limits`, which the control plane
+                would refuse the same way. The control plane checks the rest (the ranges in ``jobs.proto``).
         """
         request = jobs_pb2.SubmitJobRequest(payload=dict_to_struct(self.payload))
         put(request, "type", self.type)
@@ -89,6 +97,8 @@ class JobSpec:
             put(request, "max_attempts", self.max_attempts)
         if self.scheduled_at is not None:
             request.scheduled_at.CopyFrom(to_timestamp(self.scheduled_at, "scheduled_at"))
+        put_in_range(request, "gpu_count", self.gpu_count, 0, MAX_GPUS)
+        put_in_range(request, "memory_mb", self.memory_mb, 0, MAX_MEMORY_MB)
         return request
 
 
@@ -122,6 +132,16 @@ def put(target: Message | MutableMapping[str, Any], name: str, value: Any, field
             target[name] = value
     except (TypeError, ValueError):
         raise InvalidArgument(field or name, _rule(target, name, value)) from None
+
+
+def put_in_range(target: Message, name: str, value: Any, low: int, high: int) -> None:
+    """Set an integer field of a request to ``value`` in ``low..high``; :class:`InvalidArgument` on the
+    field otherwise (also for a bool or a string of digits, which are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgument(name, f"must be an integer between {low} and {high}, got {value!r}")
+    if not low <= int(value) <= high:  # worded as the control plane words it
+        raise InvalidArgument(name, f"must be between {low} and {high}, got {int(value)}")
+    put(target, name, int(value))
 
 
 def _rule(target: Message | MutableMapping[str, Any], name: str, value: Any) -> str:

@@ -22,7 +22,10 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
   plug-in that leaks), when the worker asks for that (CORRAL_RUNNER_MAX_JOBS, CORRAL_RUNNER_MAX_RSS_MB);
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
   keeps the default SIGTERM action, which is how the worker stops a job at its deadline;
-* catches what each job prints (``--output-bytes``, :mod:`runner.output`) and sends it with the answer.
+* catches what each job prints (``--output-bytes``, :mod:`runner.output`) and sends it with the answer;
+* sets ``CUDA_VISIBLE_DEVICES`` to the GPUs the worker gave a job (empty for none, on a worker that has
+  GPUs) while the job runs, and puts its own value back after; since CUDA reads the variable once per
+  process, it exits after answering a job that held GPUs (see :mod:`runner.wire`).
 
 Nothing here logs per job: the hot path is read, ``json.loads``, run, ``json.dumps``, write.
 """
@@ -44,6 +47,8 @@ from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
 from runner.output import PrintStream, PrintTail
 from runner.wire import (
+    DEVICES_ENV,
+    INHERIT_DEVICES,
     PLUGIN_IMPORT,
     READY,
     REQUEST,
@@ -110,19 +115,26 @@ def serve(
         header = read(header_size)
         if len(header) < header_size:
             return
-        payload_len, id_len, type_len, attempt, threads, deadline = unpack(header)
-        body = read(id_len + type_len + payload_len)
-        if len(body) < id_len + type_len + payload_len:
+        payload_len, id_len, type_len, attempt, threads, deadline, devices_len = unpack(header)
+        inherit = devices_len == INHERIT_DEVICES  # a worker without GPUs: CUDA_VISIBLE_DEVICES stays as it is
+        if inherit:
+            devices_len = 0
+        payload_at = id_len + type_len + devices_len
+        body = read(payload_at + payload_len)
+        if len(body) < payload_at + payload_len:
             return
         job_id = body[:id_len].decode()
         job_type = body[id_len : id_len + type_len].decode()
-        spent = False  # the process must not run another job
+        own_devices = None if inherit else _show_devices(body[id_len + type_len : payload_at].decode())
+        # The process must not run another job. CUDA reads CUDA_VISIBLE_DEVICES once per process, so
+        # a job that held GPUs is its process's last: the next one would see its devices.
+        spent = devices_len > 0
         if output_bytes:
             tail.clear()
             real = sys.stdout, sys.stderr
             sys.stdout, sys.stderr = streams
         try:
-            payload = json.loads(body[id_len + type_len :]) if payload_len else {}
+            payload = json.loads(body[payload_at:]) if payload_len else {}
             if not isinstance(payload, dict):
                 raise JobFailed("INVALID_PAYLOAD", "payload: is not a JSON object")
             ctx = JobContext(job_id, attempt, threads, deadline or None)
@@ -143,6 +155,8 @@ def serve(
         if output_bytes:
             sys.stdout, sys.stderr = real
             frame = with_output(frame, tail.data())
+        if not inherit:
+            _restore_devices(own_devices)
         done += 1
         if (
             spent
@@ -153,6 +167,22 @@ def serve(
             _write_all(out_fd, last(frame))
             return
         _write_all(out_fd, frame)
+
+
+def _show_devices(devices: str) -> str | None:
+    """Set CUDA_VISIBLE_DEVICES to ``devices`` (the job's GPUs; empty: none) for the job and for the
+    programs it starts; returns this process's own value (None: unset), for :func:`_restore_devices`."""
+    own = os.environ.get(DEVICES_ENV)
+    os.environ[DEVICES_ENV] = devices
+    return own
+
+
+def _restore_devices(own: str | None) -> None:
+    """Put this process's own CUDA_VISIBLE_DEVICES back after a job."""
+    if own is None:
+        os.environ.pop(DEVICES_ENV, None)
+    else:
+        os.environ[DEVICES_ENV] = own
 
 
 def catalog() -> bytes:

@@ -6,8 +6,13 @@ the payload and the result stay as the JSON text they already are.
 Request (pool -> runner)::
 
     REQUEST header: payload_len u32, job_id_len u16, type_len u16, attempt i32, threads i32,
-                    deadline f64 (time.time(); 0 = none)
-    then job_id, type, payload (UTF-8 JSON object)
+                    deadline f64 (time.time(); 0 = none), devices_len u16
+    then job_id, type, devices (ASCII, comma-separated), payload (UTF-8 JSON object)
+
+``devices`` is what the job's ``CUDA_VISIBLE_DEVICES`` is while it runs: the GPUs the worker gave it,
+empty for none on a worker that has GPUs (so that it sees no device). On a worker without GPUs
+``devices_len`` is :data:`INHERIT_DEVICES`, no devices follow, and the runner leaves the variable as
+it inherited it.
 
 Response (runner -> pool)::
 
@@ -30,7 +35,9 @@ import struct
 from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BYTES
 
 __all__ = [
+    "DEVICES_ENV",
     "FAILED",
+    "INHERIT_DEVICES",
     "LAST",
     "OK",
     "OUTPUT",
@@ -47,8 +54,14 @@ __all__ = [
     "with_output",
 ]
 
-REQUEST = struct.Struct("<IHHiid")
-"""Request header: payload_len, job_id_len, type_len, attempt, threads, deadline."""
+REQUEST = struct.Struct("<IHHiidH")
+"""Request header: payload_len, job_id_len, type_len, attempt, threads, deadline, devices_len."""
+DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+"""The variable a request's ``devices`` set for the duration of its job (CUDA, and the libraries on it,
+see only the devices it lists)."""
+INHERIT_DEVICES = 0xFFFF
+"""``devices_len`` of a request from a worker without GPUs: the runner leaves ``CUDA_VISIBLE_DEVICES``
+alone (a device list is far shorter: ``corral.limits.MAX_GPUS`` ids of ``MAX_GPU_ID`` characters)."""
 RESPONSE = struct.Struct("<BBHI")
 """Response header: kind, flags, code_len, body_len."""
 
@@ -70,12 +83,20 @@ PLUGIN_IMPORT = "PLUGIN_IMPORT"
 
 
 def encode_request(
-    job_id: bytes, job_type: bytes, payload: bytes, attempt: int, threads: int, deadline: float
+    job_id: bytes,
+    job_type: bytes,
+    payload: bytes,
+    attempt: int,
+    threads: int,
+    deadline: float,
+    devices: bytes | None = None,
 ) -> bytes:
-    """One request frame."""
-    return (
-        REQUEST.pack(len(payload), len(job_id), len(job_type), attempt, threads, deadline) + job_id + job_type + payload
-    )
+    """One request frame; ``devices``: the job's CUDA_VISIBLE_DEVICES (None: leave it as inherited)."""
+    if devices is None:
+        header = REQUEST.pack(len(payload), len(job_id), len(job_type), attempt, threads, deadline, INHERIT_DEVICES)
+        return header + job_id + job_type + payload
+    header = REQUEST.pack(len(payload), len(job_id), len(job_type), attempt, threads, deadline, len(devices))
+    return header + job_id + job_type + devices + payload
 
 
 def encode_response(kind: int, code: bytes = b"", body: bytes = b"") -> bytes:

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m worker [--control HOST:PORT[,HOST:PORT...]] [--threads N] [--slots N] [--worker-id ID]
-                     [--label k=v]... [--import MODULE]... [--drain-timeout SEC] [--log-level info]
+    python -m worker [--control HOST:PORT[,HOST:PORT...]] [--threads N] [--slots N] [--gpus N|ID,ID...]
+                     [--memory-mb MIB] [--worker-id ID] [--label k=v]... [--import MODULE]... [--drain-timeout SEC] [--log-level info]
                      [--log-format json|logfmt] [--token TOKEN] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 
 Flags override the environment (see :mod:`worker.config` for every variable, default and rule);
@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", metavar="N", help="threads for jobs in total (CORRAL_WORKER_THREADS)")
     p.add_argument("--slots", metavar="N", help="runner processes (CORRAL_WORKER_SLOTS, default = threads)")
+    p.add_argument(
+        "--gpus",
+        metavar="N|ID,ID",
+        help="GPUs for jobs: a count or the device ids (CORRAL_WORKER_GPUS, default: found)",
+    )
+    p.add_argument(
+        "--memory-mb", metavar="MIB", help="memory for jobs, in MiB (CORRAL_WORKER_MEMORY_MB, default: the machine's)"
+    )
     p.add_argument("--worker-id", metavar="ID", help="worker id (CORRAL_WORKER_ID)")
     p.add_argument("--label", action="append", default=[], metavar="k=v", help="a label (CORRAL_WORKER_LABELS)")
     p.add_argument(
@@ -91,6 +99,8 @@ def flag_variables(args: argparse.Namespace, environ: Mapping[str, str]) -> dict
         ("control", "CORRAL_CONTROL_ADDR"),
         ("threads", "CORRAL_WORKER_THREADS"),
         ("slots", "CORRAL_WORKER_SLOTS"),
+        ("gpus", "CORRAL_WORKER_GPUS"),
+        ("memory_mb", "CORRAL_WORKER_MEMORY_MB"),
         ("worker_id", "CORRAL_WORKER_ID"),
         ("drain_timeout", "CORRAL_DRAIN_TIMEOUT_SEC"),
         ("log_level", "CORRAL_LOG_LEVEL"),

@@ -39,6 +39,7 @@ class Agent:
                 max_jobs=config.runner_max_jobs,
                 max_rss_mb=config.runner_max_rss_mb,
                 output_bytes=config.job_output_bytes,
+                gpus=config.gpus,
             ),
             on_result=self._on_result,
         )
@@ -70,6 +71,8 @@ class Agent:
                 "control_addr": self.config.control_addr,
                 "threads": self.config.threads,
                 "slots": self.config.slots,
+                "gpus": ",".join(self.config.gpus),
+                "memory_mb": self.config.memory_mb,
                 "runner_pids": self.pool.pids(),
             },
         )

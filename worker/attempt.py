@@ -34,6 +34,8 @@ class JobSpec:
     threads: int = 1
     deadline: float | None = None
     """``time.time()`` at which the attempt is killed and reported TIMEOUT; None for no deadline."""
+    gpus: int = 0
+    """GPU devices the attempt holds; the pool picks which of the worker's free ones."""
 
     @property
     def key(self) -> tuple[str, int]:

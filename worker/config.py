@@ -12,6 +12,12 @@ CORRAL_CONTROL_ADDR         127.0.0.1:50051                        HOST:PORT, po
                                                                    ones (the worker fails over between them)
 CORRAL_WORKER_THREADS       os.cpu_count() (at most 1024)          integer 1..1024
 CORRAL_WORKER_SLOTS         = threads                              integer 1..1024
+CORRAL_WORKER_GPUS          CUDA_VISIBLE_DEVICES, else the count   integer 0..64 (devices 0..N-1), or a
+                            of /proc/driver/nvidia/gpus/, else 0   comma-separated list of up to 64
+                                                                   distinct device ids (1..64 printable
+                                                                   ASCII characters, no space or comma)
+CORRAL_WORKER_MEMORY_MB     physical memory or the cgroup limit,   integer 1..1073741824 (MiB)
+                            the smaller
 CORRAL_WORKER_ID            <hostname>-<pid>-<random>              [A-Za-z0-9._:-]{1,128}
 CORRAL_WORKER_LABELS        (none)                                 k=v,k=v (keys unique, non-empty)
 CORRAL_WORKER_IMPORTS       (none)                                 comma-separated module names
@@ -37,6 +43,15 @@ database: the worker uses one at a time and, when a session cannot be made or en
 (see :mod:`worker.connection`). Each entry follows the single-address rule; an empty entry or an address
 listed twice is refused, since either is a typo that would silently weaken the failover.
 
+GPUs: the worker hands each job that asks for GPUs that many of its free devices (see
+:mod:`worker.pool`) and shows the job only those, through ``CUDA_VISIBLE_DEVICES``. A single integer
+is a count, so one device other than ``0`` is given by its UUID (``nvidia-smi -L``), e.g.
+``GPU-8f6c1e2a-...``. Unset, the worker takes the devices an orchestrator gave it in its own
+``CUDA_VISIBLE_DEVICES`` (an empty list, ``-1`` or ``NoDevFiles`` there is passed over), else one
+device per entry of ``/proc/driver/nvidia/gpus/`` (the NVIDIA driver lists each GPU there), else none.
+Memory is only counted (the control plane places jobs that ask for memory within it); unset, it is what
+the worker may use: the machine's memory, or its cgroup's limit when that is lower.
+
 TLS is on when CORRAL_TLS_CA or a client certificate is set (without CORRAL_TLS_CA the system's CAs
 verify the control plane). With mutual TLS the worker connects to the control plane's worker port
 (CORRAL_WORKER_PORT there), not its client port.
@@ -49,8 +64,9 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from corral.addresses import MAX_ADDRESSES, AddressError, parse_addresses
 from corral.event_loop import LOOPS
@@ -59,10 +75,12 @@ from corral.limits import (
     MAX_LABEL_KEY,
     MAX_LABEL_VALUE,
     MAX_LABELS,
+    MAX_MEMORY_MB,
     MAX_OUTPUT_BYTES,
     MAX_THREADS,
 )
 from corral.logs import FORMATS, LEVELS
+from corral.resources import ResourceError, check_gpus, detect_gpus, detect_memory_mb, parse_gpus
 
 __all__ = ["ConfigError", "WorkerConfig"]
 
@@ -76,6 +94,17 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 class ConfigError(ValueError):
     """Raised when a setting breaks its rule; the message names the variable and the rule."""
+
+
+_T = TypeVar("_T")
+
+
+def _setting(make: Callable[..., _T], *args: Any) -> _T:
+    """``make(*args)``, its :class:`ResourceError` raised as the worker's :class:`ConfigError`."""
+    try:
+        return make(*args)
+    except ResourceError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def default_worker_id() -> str:
@@ -95,6 +124,11 @@ class WorkerConfig:
     """CORRAL_WORKER_THREADS: threads this worker gives to jobs in total (>= 1)."""
     slots: int = 0
     """CORRAL_WORKER_SLOTS: runner processes = jobs run at once (>= 1; 0 here means "= threads")."""
+    gpus: tuple[str, ...] = field(default_factory=lambda: _setting(detect_gpus))
+    """CORRAL_WORKER_GPUS: the ids of the GPU devices this worker gives to jobs, in the order they are
+    handed out (a count N is ``("0", ..., "N-1")``; empty: none)."""
+    memory_mb: int = field(default_factory=lambda: detect_memory_mb())
+    """CORRAL_WORKER_MEMORY_MB: memory this worker gives to jobs, in MiB (1..MAX_MEMORY_MB)."""
     worker_id: str = field(default_factory=default_worker_id)
     """CORRAL_WORKER_ID: the id the worker registers under, stable across reconnects."""
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -150,6 +184,10 @@ class WorkerConfig:
             raise ConfigError(f"CORRAL_WORKER_THREADS must be 1..{MAX_THREADS}, got {self.threads}")
         if not 1 <= self.slots <= MAX_THREADS:
             raise ConfigError(f"CORRAL_WORKER_SLOTS must be 1..{MAX_THREADS}, got {self.slots}")
+        object.__setattr__(self, "gpus", tuple(self.gpus))
+        _setting(check_gpus, self.gpus, "CORRAL_WORKER_GPUS")
+        if not 1 <= self.memory_mb <= MAX_MEMORY_MB:
+            raise ConfigError(f"CORRAL_WORKER_MEMORY_MB must be 1..{MAX_MEMORY_MB} (MiB), got {self.memory_mb}")
         if not _WORKER_ID.fullmatch(self.worker_id):
             raise ConfigError(f"CORRAL_WORKER_ID must match [A-Za-z0-9._:-]{{1,128}}, got {self.worker_id!r}")
         if len(self.labels) > MAX_LABELS:
@@ -226,6 +264,10 @@ class WorkerConfig:
             kwargs["slots"] = _int("CORRAL_WORKER_SLOTS", slots)
             if kwargs["slots"] == 0:
                 raise ConfigError(f"CORRAL_WORKER_SLOTS must be 1..{MAX_THREADS}, got 0")
+        gpus = get("CORRAL_WORKER_GPUS")
+        kwargs["gpus"] = _setting(detect_gpus, env) if gpus is None else _setting(parse_gpus, gpus)
+        if (memory_mb := get("CORRAL_WORKER_MEMORY_MB")) is not None:
+            kwargs["memory_mb"] = _int("CORRAL_WORKER_MEMORY_MB", memory_mb)
         for name, attr in (
             ("CORRAL_RUNNER_MAX_JOBS", "runner_max_jobs"),
             ("CORRAL_RUNNER_MAX_RSS_MB", "runner_max_rss_mb"),

@@ -3,7 +3,8 @@
 One session of the stream::
 
     worker                                   control plane
-      Register{id, threads, slots, types,
+      Register{id, threads, slots, gpus,
+               memory_mb, types,
                running, finished}      --->
                                        <---  Registered{heartbeat_interval_sec, adopted, rejected}
       (kill rejected attempts; resend every unacknowledged result)
@@ -293,6 +294,8 @@ class Connection:
                 worker_id=config.worker_id,
                 threads=config.threads,
                 slots=config.slots,
+                gpus=len(config.gpus),
+                memory_mb=config.memory_mb,
                 labels=dict(config.labels),
                 hostname=socket.gethostname(),
                 pid=os.getpid(),
@@ -367,7 +370,7 @@ class Connection:
             if (a.job_id, a.attempt) in self._unacked:
                 continue  # already finished here; its result is on its way
             deadline = now + a.timeout_sec if a.timeout_sec > 0 else None
-            pool.submit(JobSpec(a.job_id, a.attempt, a.type, a.payload_json or "{}", a.threads or 1, deadline))
+            pool.submit(JobSpec(a.job_id, a.attempt, a.type, a.payload_json or "{}", a.threads or 1, deadline, a.gpus))
 
     async def _writer(self, call: grpc.aio.StreamStreamCall) -> None:
         outbox = self._outbox

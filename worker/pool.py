@@ -20,6 +20,19 @@ runner process limits its address space (see :mod:`runner.limits`). A job past t
 FAILED with code ``MEMORY_LIMIT`` by its runner, which then exits; the pool never hands that process
 another job and starts a replacement when it is gone.
 
+GPUs: with ``gpus`` (the device ids of CORRAL_WORKER_GPUS) an attempt that holds ``g`` GPUs gets the
+``g`` lowest-listed free devices as it starts, and its job sees only those: its runner sets
+``CUDA_VISIBLE_DEVICES`` to them for the job (:mod:`runner.wire`); a job that holds none sees none (an
+empty list). CUDA reads that variable once per process, so a runner that ran a job holding GPUs runs no
+other: it exits after its answer and is replaced; and a GPU job runs only in a process that has run no
+job yet (CUDA started there by an earlier job would keep that job's view, which has no device): an idle
+process that did is replaced first, and the job waits the ~0.1 s its replacement takes to start. The attempt
+keeps its devices until its process is gone, and its completion waits for that too: the control plane,
+which counts the GPUs, never hands them to another job while the old process may still have them open. An attempt for which too few
+devices are free (only a race can cause it: the control plane counts) does not run; it is reported
+HANDED_BACK, which puts the job back in the queue without spending an attempt. A worker without GPUs
+hands back attempts that ask for any and leaves ``CUDA_VISIBLE_DEVICES`` as the runners inherited it.
+
 The hot path (submit -> frame on a pipe -> frame back -> Completion) does no logging above debug,
 no validation and no JSON parsing: payload and result stay the JSON text they arrived as.
 """
@@ -28,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import signal
@@ -43,9 +57,16 @@ from runner.wire import FAILED, LAST, OK, OUTPUT, PLUGIN_IMPORT, READY, encode_r
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
 
-__all__ = ["PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
+__all__ = ["GPUS_UNAVAILABLE", "PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
 
 logger = logging.getLogger(__name__)
+
+GPUS_UNAVAILABLE = "gpus_unavailable"
+"""Log event (a warning): an attempt was handed back because too few of the worker's GPUs were free."""
+RETIRE_GRACE_SEC = 5.0
+"""How long a runner that ran a job holding GPUs has to exit after its answer before it is killed:
+that job's completion and devices wait for its exit, so a runner that hangs as it exits (a thread the
+job left) must not hold them for long."""
 
 
 @dataclass(frozen=True)
@@ -71,9 +92,14 @@ class PoolConfig:
     """Resident MiB past which a runner process is replaced after its job (0: never)."""
     output_bytes: int = 0
     """How much of what each job prints comes back with its completion (0: nothing is caught)."""
+    gpus: tuple[str, ...] = ()
+    """GPU device ids handed to attempts that hold GPUs, the lowest-listed free ones first (empty: the
+    worker has none)."""
 
     def __post_init__(self) -> None:
         """Check the values."""
+        if len(set(self.gpus)) != len(self.gpus) or any(not d or "," in d for d in self.gpus):
+            raise ValueError(f"gpus must be distinct non-empty ids without ',', got {self.gpus}")
         if self.slots < 1:
             raise ValueError(f"slots must be >= 1, got {self.slots}")
         if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
@@ -107,6 +133,10 @@ class _Running:
     timer: asyncio.TimerHandle | None = None
     killing: bool = False
     kill_outcome: Outcome | None = None
+    devices: tuple[str, ...] = ()
+    """The GPUs it holds, until its process is gone."""
+    answer: Completion | None = None
+    """Its runner's answer, kept until the process is gone when the attempt held GPUs."""
 
 
 _CRASH_BACKOFF_MAX_SEC = 5.0
@@ -139,6 +169,8 @@ class RunnerPool:
         self._start_failure = ""
         """Why a runner could not start, as it said (a plug-in that does not import)."""
         self._memory_limit_mb = 0
+        self._gpus = config.gpus
+        self._free_gpus = set(config.gpus)
         self.job_types: list[RunnerType] = []
         """The job types the runners run (from the first READY): what the worker registers."""
         self.restarts = 0
@@ -219,13 +251,27 @@ class RunnerPool:
             return False
         self._idle_event.clear()
         if self._idle:
-            proc = self._idle.pop()
-            if not self._start(proc, spec):
+            proc = self._idle.pop() if not spec.gpus else self._idle_for_gpus()
+            if self._needs_fresh(proc, spec):
+                self._renew(proc)
+                self._queued[key] = spec
+                self._queue.appendleft(key)  # the replacement takes it first
+            elif not self._start(proc, spec):
                 self._idle.append(proc)
         else:
             self._queued[key] = spec
             self._queue.append(key)
         return True
+
+    def _needs_fresh(self, proc: RunnerProcess, spec: JobSpec) -> bool:
+        """Whether ``spec`` holds GPUs and ``proc`` already ran a job: CUDA, if that job started it there,
+        keeps the devices that job saw (none), so the GPU job would find no device."""
+        return bool(spec.gpus and self._gpus and not proc.fresh)
+
+    def _renew(self, proc: RunnerProcess) -> None:
+        """Retire an idle ``proc``: it exits, and its replacement (a fresh process) takes the queue's head."""
+        proc.retired = True
+        proc.close_input()
 
     def kill(self, job_id: str, attempt: int, outcome: Outcome | None) -> bool:
         """Stop one attempt and report it with ``outcome`` (None: report nothing); False if unknown."""
@@ -284,6 +330,11 @@ class RunnerPool:
         """Ready processes with nothing to do."""
         return len(self._idle)
 
+    @property
+    def free_gpus(self) -> tuple[str, ...]:
+        """The device ids no attempt holds, in the order they are handed out."""
+        return tuple(d for d in self._gpus if d in self._free_gpus)
+
     def pids(self) -> list[int]:
         """Pids of the live runner processes."""
         return sorted(p.pid for p in self._procs if not p.exited)
@@ -313,7 +364,8 @@ class RunnerPool:
         self._procs.add(proc)
 
     def _start(self, proc: RunnerProcess, spec: JobSpec) -> bool:
-        """Hand ``spec`` to ``proc``; False (and a TIMEOUT completion) if its deadline already passed."""
+        """Hand ``spec`` to ``proc``; False (and a completion) if its deadline already passed (TIMEOUT)
+        or too few GPUs are free for it (HANDED_BACK)."""
         assert self._loop is not None
         now = time.time()
         deadline = spec.deadline
@@ -321,7 +373,17 @@ class RunnerPool:
             self._complete(spec, Outcome.TIMEOUT, now, now, "TIMEOUT", "deadline passed before start")
             self._check_idle()
             return False
-        running = _Running(spec, proc, now)
+        devices: bytes | None = None  # None: the runner leaves CUDA_VISIBLE_DEVICES alone
+        held: tuple[str, ...] = ()
+        if self._gpus or spec.gpus:
+            taken = self._take_gpus(spec.gpus)
+            if taken is None:
+                self._hand_back_for_gpus(spec, now)
+                return False
+            held = taken
+            devices = ",".join(held).encode()
+            proc.fresh = False
+        running = _Running(spec, proc, now, devices=held)
         self._busy[proc] = running
         self._running[(spec.job_id, spec.attempt)] = running
         if deadline is not None:
@@ -334,9 +396,37 @@ class RunnerPool:
                 spec.attempt,
                 spec.threads,
                 deadline or 0.0,
+                devices,
             )
         )
         return True
+
+    def _idle_for_gpus(self) -> RunnerProcess:
+        """An idle process for a job holding GPUs: one that has run no job yet if there is one, else
+        the one that became idle last (which :meth:`_needs_fresh` then has replaced)."""
+        idle = self._idle
+        for i in range(len(idle) - 1, -1, -1):
+            if idle[i].fresh:
+                return idle.pop(i)
+        return idle.pop()
+
+    def _take_gpus(self, count: int) -> tuple[str, ...] | None:
+        """The ``count`` lowest-listed free devices, now held; None (nothing held) if too few are free."""
+        if count > len(self._free_gpus):
+            return None
+        held = tuple(itertools.islice((d for d in self._gpus if d in self._free_gpus), count))
+        self._free_gpus.difference_update(held)
+        return held
+
+    def _hand_back_for_gpus(self, spec: JobSpec, now: float) -> None:
+        free = len(self._free_gpus)
+        logger.warning(
+            GPUS_UNAVAILABLE,
+            extra={"job_id": spec.job_id, "attempt": spec.attempt, "gpus": spec.gpus, "free_gpus": free},
+        )
+        message = f"the job holds {spec.gpus} GPUs and {free} of this worker's {len(self._gpus)} are free"
+        self._complete(spec, Outcome.HANDED_BACK, now, now, "HANDED_BACK", message)
+        self._check_idle()
 
     def _on_frame(self, proc: RunnerProcess, kind: int, flags: int, code: bytes, body: bytes) -> None:
         running = self._busy.get(proc)
@@ -353,47 +443,43 @@ class RunnerPool:
             return
         if running is None or running.killing:
             return  # a late answer from a process being killed: its kill outcome is reported
+        if running.timer is not None:
+            running.timer.cancel()
+        completion = _answer(running, kind, flags, code, body)
+        if running.devices:
+            self._retire_holding(running, completion)
+            return
         del self._busy[proc]
         spec = running.spec
         del self._running[(spec.job_id, spec.attempt)]
-        if running.timer is not None:
-            running.timer.cancel()
         if flags & LAST:
             proc.retired = True
             proc.close_input()  # the runner exits after this answer; _on_exit starts its replacement
         else:
             self._make_idle(proc)
-        now = time.time()
-        output = ""
-        if flags & OUTPUT:
-            printed, body = split_output(flags, body)
-            output = printed.decode("utf-8", "replace")
-        if kind == OK:
-            self._on_result(
-                Completion(
-                    spec.job_id, spec.attempt, Outcome.SUCCEEDED, body.decode(), "", "", running.started_at, now, output
-                )
-            )
-        elif kind == FAILED:
-            self._on_result(
-                Completion(
-                    spec.job_id,
-                    spec.attempt,
-                    Outcome.FAILED,
-                    "",
-                    code.decode(),
-                    body.decode("utf-8", "replace"),
-                    running.started_at,
-                    now,
-                    output,
-                )
-            )
+        if completion is not None:
+            self._on_result(completion)
         self._check_idle()
+
+    def _retire_holding(self, running: _Running, answer: Completion | None) -> None:
+        """Retire the process of an attempt that held GPUs, which answered: the attempt, its devices
+        and its answer stay until the process is gone (:meth:`_on_exit`), within RETIRE_GRACE_SEC."""
+        assert self._loop is not None
+        proc = running.proc
+        running.answer = answer
+        proc.retired = True
+        proc.close_input()  # the runner already exits after such an answer (it flags it LAST); this makes sure
+        running.timer = self._loop.call_later(RETIRE_GRACE_SEC, proc.signal, signal.SIGKILL)
 
     def _make_idle(self, proc: RunnerProcess) -> None:
         while self._queue:
-            key = self._queue.popleft()
-            spec = self._queued.pop(key, None)
+            key = self._queue[0]
+            spec = self._queued.get(key)
+            if spec is not None and self._needs_fresh(proc, spec):
+                self._renew(proc)
+                return
+            self._queue.popleft()
+            self._queued.pop(key, None)
             if spec is not None and self._start(proc, spec):
                 return
         if not self._stopping:
@@ -431,8 +517,13 @@ class RunnerPool:
             del self._running[(spec.job_id, spec.attempt)]
             if running.timer is not None:
                 running.timer.cancel()
+            if running.devices:  # freed before the completion goes out, so a next job finds them free
+                self._free_gpus.update(running.devices)
             now = time.time()
-            if running.killing:
+            if running.answer is not None:
+                if not running.killing or running.kill_outcome is not None:  # not forgotten meanwhile
+                    self._on_result(running.answer)
+            elif running.killing:
                 outcome = running.kill_outcome
                 if outcome is not None:
                     message = f"killed ({describe_exit(proc.returncode)})"
@@ -458,8 +549,8 @@ class RunnerPool:
         if running is not None and running.killing:
             reason = "killed"
         elif old.retired and old.returncode == 0:
-            reason = "retired after its last job (MEMORY_LIMIT, a process the job left running, "
-            reason += "CORRAL_RUNNER_MAX_JOBS or CORRAL_RUNNER_MAX_RSS_MB)"
+            reason = "retired after its last job (MEMORY_LIMIT, a process the job left running, a job that "
+            reason += "held GPUs, CORRAL_RUNNER_MAX_JOBS or CORRAL_RUNNER_MAX_RSS_MB)"
         else:
             reason = describe_exit(old.returncode)
         delay = 0.0 if not self._crashes else min(_CRASH_BACKOFF_MAX_SEC, 0.05 * 2 ** (self._crashes - 1))
@@ -488,6 +579,33 @@ class RunnerPool:
     def _check_idle(self) -> None:
         if not self._running and not self._queued:
             self._idle_event.set()
+
+
+def _answer(running: _Running, kind: int, flags: int, code: bytes, body: bytes) -> Completion | None:
+    """The completion a runner's OK or FAILED answer makes (None for another kind)."""
+    spec = running.spec
+    now = time.time()
+    output = ""
+    if flags & OUTPUT:
+        printed, body = split_output(flags, body)
+        output = printed.decode("utf-8", "replace")
+    if kind == OK:
+        return Completion(
+            spec.job_id, spec.attempt, Outcome.SUCCEEDED, body.decode(), "", "", running.started_at, now, output
+        )
+    if kind == FAILED:
+        return Completion(
+            spec.job_id,
+            spec.attempt,
+            Outcome.FAILED,
+            "",
+            code.decode(),
+            body.decode("utf-8", "replace"),
+            running.started_at,
+            now,
+            output,
+        )
+    return None
 
 
 def _catalog(body: bytes) -> list[RunnerType]:

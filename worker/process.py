@@ -47,6 +47,7 @@ class RunnerProcess:
         "_req_fd",
         "_wanted",
         "exited",
+        "fresh",
         "pid",
         "ready",
         "retired",
@@ -77,6 +78,9 @@ class RunnerProcess:
         """True once its answer said it was its last (it exits next, and is replaced)."""
         self.exited = False
         """True once the process has exited and was reaped."""
+        self.fresh = True
+        """True until it is handed a job on a worker with GPUs (the pool gives a GPU job a fresh one if
+        it can: CUDA, once a job started it here, keeps the devices that job saw)."""
         self.returncode: int | None = None
         """The exit status (negative: killed by that signal) once exited."""
 

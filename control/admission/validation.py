@@ -19,7 +19,7 @@ import jsonschema
 from control.store.base import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER, MAX_JSON_DEPTH, too_deep
-from corral.limits import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_THREADS
+from corral.limits import MAX_GPUS, MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_MEMORY_MB, MAX_THREADS
 
 MAX_PRIORITY = 100
 MAX_ATTEMPTS = 100
@@ -48,6 +48,8 @@ class Submission:
     payload_json: str = ""
     worker_selector: dict[str, str] = field(default_factory=dict)
     depends_on: tuple[str, ...] = ()
+    gpu_count: int = 0
+    memory_mb: int = 0
 
     def request_hash(self) -> str:
         """A digest of everything that defines the job: equal requests have equal hashes."""
@@ -66,6 +68,8 @@ class Submission:
                 # any, so keys stored then still match their replays.
                 *([sorted(self.worker_selector.items())] if self.worker_selector else []),
                 *([sorted(self.depends_on)] if self.depends_on else []),
+                *([["gpu_count", self.gpu_count]] if self.gpu_count else []),
+                *([["memory_mb", self.memory_mb]] if self.memory_mb else []),
             ],
             sort_keys=True,
             separators=(",", ":"),
@@ -153,7 +157,12 @@ class Limits:
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
     if not (low <= value <= high):
-        raise InvalidArgument(name, f"must be between {low:g} and {high:g}, got {value:g}")
+        raise InvalidArgument(name, f"must be between {_number(low)} and {_number(high)}, got {_number(value)}")
+
+
+def _number(value: float) -> str:
+    """An integer in full (a limit such as 1073741824 MiB, not 1.07374e+09); other numbers short."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 def check_text(name: str, value: str, limit: int) -> None:
@@ -208,6 +217,8 @@ def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: s
     _check_range(f"{prefix}priority", sub.priority, 0, MAX_PRIORITY)
     if sub.thread_demand is not None:
         _check_range(f"{prefix}thread_demand", sub.thread_demand, 1, MAX_THREADS)
+    _check_range(f"{prefix}gpu_count", sub.gpu_count, 0, MAX_GPUS)
+    _check_range(f"{prefix}memory_mb", sub.memory_mb, 0, MAX_MEMORY_MB)
     if sub.max_attempts is not None:
         _check_range(f"{prefix}max_attempts", sub.max_attempts, 1, MAX_ATTEMPTS)
     if sub.timeout_sec is not None:

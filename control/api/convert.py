@@ -18,7 +18,7 @@ from control.sessions import Hello, Outcome, Report
 from control.store import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import MAX_EXACT_INTEGER
-from corral.limits import MAX_OUTPUT_BYTES, MAX_THREADS, MAX_WORKER_ID
+from corral.limits import MAX_GPUS, MAX_MEMORY_MB, MAX_OUTPUT_BYTES, MAX_THREADS, MAX_WORKER_ID
 from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
 
 _EXACT = float(MAX_EXACT_INTEGER)
@@ -130,6 +130,8 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
         labels=dict(req.labels) if req.labels else {},  # iterating an empty proto map costs µs
         worker_selector=dict(req.worker_selector) if req.worker_selector else {},
         depends_on=tuple(req.depends_on) if req.depends_on else (),
+        gpu_count=req.gpu_count,
+        memory_mb=req.memory_mb,
     )
 
 
@@ -160,6 +162,10 @@ def job(j: JobRecord) -> jobs_pb2.Job:
         out.worker_selector.update(j.worker_selector)
     if j.output:
         out.output = j.output
+    if j.gpu_count:
+        out.gpu_count = j.gpu_count
+    if j.memory_mb:
+        out.memory_mb = j.memory_mb
     if j.depends_on:
         out.depends_on.extend(j.depends_on)
         out.waiting_on.extend(sorted(j.waiting_on))
@@ -190,6 +196,10 @@ def worker(w: WorkerEntry) -> admin_pb2.Worker:
         pid=w.pid,
         jobs_completed=w.jobs_completed,
         jobs_failed=w.jobs_failed,
+        gpus=w.gpus,
+        free_gpus=w.free_gpus,
+        memory_mb=w.memory_mb,
+        free_memory_mb=w.free_memory_mb,
     )
     _set_time(out.registered_at, w.registered_at)
     _set_time(out.last_heartbeat_at, w.last_seen)
@@ -207,6 +217,10 @@ def hello(reg: workers_pb2.Register) -> Hello:
     for name, value in (("threads", reg.threads), ("slots", reg.slots)):
         if not 1 <= value <= MAX_THREADS:
             raise InvalidArgument(f"register.{name}", f"must be between 1 and {MAX_THREADS}, got {value}")
+    if not 0 <= reg.gpus <= MAX_GPUS:
+        raise InvalidArgument("register.gpus", f"must be between 0 and {MAX_GPUS}, got {reg.gpus}")
+    if not 0 <= reg.memory_mb <= MAX_MEMORY_MB:
+        raise InvalidArgument("register.memory_mb", f"must be between 0 and {MAX_MEMORY_MB}, got {reg.memory_mb}")
     labels = dict(reg.labels)
     check_labels(labels, "register.labels")  # they show in ListWorkers, the CLI and the dashboards
     threads = list(reg.running_threads)
@@ -215,6 +229,8 @@ def hello(reg: workers_pb2.Register) -> Hello:
         worker_id=reg.worker_id,
         threads=reg.threads,
         slots=reg.slots,
+        gpus=reg.gpus,
+        memory_mb=reg.memory_mb,
         labels=labels,
         hostname=reg.hostname,
         pid=reg.pid,
@@ -245,7 +261,7 @@ def reports(msg: workers_pb2.Results) -> list[Report]:
 def add_assignments(target: workers_pb2.Assign, batch: list[Assignment]) -> None:
     add = target.assignments.add
     for a in batch:
-        add(
+        added = add(
             job_id=a.job_id,
             attempt=a.attempt,
             type=a.type,
@@ -253,6 +269,8 @@ def add_assignments(target: workers_pb2.Assign, batch: list[Assignment]) -> None
             threads=a.threads,
             timeout_sec=a.timeout_sec,
         )
+        if a.gpus:  # most jobs hold none: no keyword to pay for then
+            added.gpus = a.gpus
 
 
 def add_attempt_refs(target: Any, keys: list[tuple[str, int]]) -> None:

@@ -14,7 +14,7 @@ COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
     "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
     "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
-    "request_id, owner, worker_selector, output, depends_on"
+    "request_id, owner, worker_selector, output, depends_on, gpu_count, memory_mb"
 )
 
 PAGE_TEXT_BYTES = 10 << 20
@@ -35,7 +35,7 @@ def insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
         j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "", j.output,
-        " ".join(j.depends_on),
+        " ".join(j.depends_on), j.gpu_count, j.memory_mb,
     )  # fmt: skip
 
 
@@ -57,7 +57,7 @@ def record(row: Sequence[Any]) -> JobRecord:
         seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
         max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
-        request_id, owner, selector, output, depends_on,
+        request_id, owner, selector, output, depends_on, gpu_count, memory_mb,
     ) = row  # fmt: skip
     # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
     # each, not one per job: a backlog of a million jobs holds them all.
@@ -69,7 +69,7 @@ def record(row: Sequence[Any]) -> JobRecord:
         idempotency_key=idem, labels=json.loads(labels) if labels != "{}" else {}, seq=seq, state=JobState(state),
         ready_at=ready_at, request_id=request_id or None, owner=sys.intern(owner),
         worker_selector=tuple(sorted(json.loads(selector).items())) if selector else (),
-        depends_on=tuple(depends_on.split()) if depends_on else (),
+        depends_on=tuple(depends_on.split()) if depends_on else (), gpu_count=gpu_count, memory_mb=memory_mb,
     )  # fmt: skip
     j.threads_granted = threads_granted
     j.attempts = attempts

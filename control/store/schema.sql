@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     owner            TEXT    NOT NULL DEFAULT '', -- name of the client token that submitted it (empty without auth)
     worker_selector  TEXT    NOT NULL DEFAULT '', -- JSON object of labels a worker must have (empty: any)
     output           TEXT    NOT NULL DEFAULT '', -- the end of what the latest attempt printed
-    depends_on       TEXT    NOT NULL DEFAULT ''  -- ids of the jobs it starts after (space-separated)
+    depends_on       TEXT    NOT NULL DEFAULT '', -- ids of the jobs it starts after (space-separated)
+    gpu_count        INTEGER NOT NULL DEFAULT 0,  -- GPUs it holds while it runs
+    memory_mb        INTEGER NOT NULL DEFAULT 0   -- memory (MiB) it holds while it runs
 );
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);

@@ -68,6 +68,10 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN output TEXT NOT NULL DEFAULT ''")
     if "depends_on" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN depends_on TEXT NOT NULL DEFAULT ''")
+    if "gpu_count" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN gpu_count INTEGER NOT NULL DEFAULT 0")
+    if "memory_mb" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0")
     conn.execute(_OWNER_INDEX)
 
 

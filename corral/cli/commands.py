@@ -35,6 +35,8 @@ def submit(args: argparse.Namespace) -> int:
             labels=dict(args.label),
             worker_selector=dict(args.worker_selector),
             depends_on=args.depends_on,
+            gpu_count=args.gpu_count,
+            memory_mb=args.memory_mb,
         )
         if not args.wait:
             if args.json:

@@ -72,6 +72,20 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--http-port", type=values.port, default=8080, help="HTTP port, 0 = any free (default %(default)s)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default %(default)s)")
     p.add_argument("--threads", type=values.positive_int, default=4, help="threads per worker (default %(default)s)")
+    p.add_argument(
+        "--gpus",
+        type=values.gpus,
+        metavar="N|ID,ID...",
+        help="the GPUs the workers share out, each its own: a count or a comma list of device ids (default: "
+        "CORRAL_WORKER_GPUS, else those found on this machine)",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=values.worker_memory_mb,
+        metavar="MB",
+        help="memory in MiB each worker gives to jobs (default: CORRAL_WORKER_MEMORY_MB, else this machine's "
+        "shared out among the workers)",
+    )
     p.add_argument("--db", default="corral.db", help="SQLite database file (default %(default)s)")
     p.add_argument("--log-dir", type=Path, help="write the children's logs here instead of to this terminal")
     p.add_argument(
@@ -178,6 +192,21 @@ def _add_client_commands(
         default=[],
         metavar="JOB_ID",
         help="start only once this job SUCCEEDED (cancelled if it fails), repeatable",
+    )
+    p.add_argument(
+        "--gpus",
+        dest="gpu_count",
+        type=values.gpu_count,
+        default=0,
+        metavar="N",
+        help="GPUs the job needs, 0..64: it runs only on a worker with that many free (default 0)",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=values.memory_mb,
+        default=0,
+        metavar="MB",
+        help="memory the job needs, in MiB: it runs only on a worker with that much free (default 0: none)",
     )
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
     p.set_defaults(handler=commands.submit)

@@ -25,7 +25,9 @@ __all__ = [
     "job_line",
     "job_table",
     "jobs_table",
+    "memory",
     "millis",
+    "needs",
     "print_json",
     "print_json_line",
     "short_id",
@@ -107,6 +109,7 @@ def job_table(job: Job) -> Table:
         ("attempts", f"{job.attempts}/{job.max_attempts}"),
         ("priority", str(job.priority)),
         ("threads", f"{job.thread_demand} asked, {job.threads_granted} granted"),
+        *([("needs", needs(job))] if job.gpu_count or job.memory_mb else []),
         ("timeout", f"{job.timeout_sec:g} s" if job.timeout_sec else "-"),
         ("worker", job.worker_id or "-"),
         ("payload", summary(job.payload, 400)),
@@ -131,6 +134,30 @@ def job_table(job: Job) -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def needs(job: Job) -> str:
+    """What a job holds on its worker besides threads: ``2 GPUs, 4096 MiB`` ("" for neither)."""
+    parts = []
+    if job.gpu_count:
+        parts.append(f"{job.gpu_count} GPU" + ("s" if job.gpu_count != 1 else ""))
+    if job.memory_mb:
+        parts.append(f"{job.memory_mb} MiB")  # as --memory-mb took it, so it can be typed again
+    return ", ".join(parts)
+
+
+def memory(free_mb: int, total_mb: int) -> str:
+    """``free/total`` memory in one unit, GiB from 1 GiB of total up (else MiB); '-' when there is none."""
+    if not total_mb:
+        return "-"
+    if total_mb < 1024:
+        return f"{free_mb}/{total_mb} MiB"
+    return f"{_gib(free_mb)}/{_gib(total_mb)} GiB"
+
+
+def _gib(mb: int) -> str:
+    """MiB as GiB with at most one decimal, and none when it is whole (``1.5``, ``64``)."""
+    return f"{mb / 1024:.1f}".removesuffix(".0")
 
 
 def _dependencies(job: Job) -> str:
@@ -204,14 +231,29 @@ def stats_table(stats: Stats) -> Table:
 def workers_table(workers: Iterable[WorkerInfo]) -> Table:
     """One row per worker."""
     table = Table(box=box.SIMPLE_HEAD)
-    for column in ("id", "state", "threads free/total", "slots free/total", "running", "done", "failed", "host", "pid"):
-        table.add_column(column, no_wrap=column == "id")
+    columns = (
+        "id",
+        "state",
+        "threads free/total",
+        "slots free/total",
+        "GPUs free/total",
+        "memory free/total",
+        "running",
+        "done",
+        "failed",
+        "host",
+        "pid",
+    )
+    for column in columns:
+        table.add_column(column, no_wrap=column in ("id", "memory free/total"))
     for w in workers:
         table.add_row(
             w.id,
             Text(w.state.name, style=WORKER_STYLES.get(w.state, "")),
             f"{w.free_threads}/{w.threads}",
             f"{w.free_slots}/{w.slots}",
+            f"{w.free_gpus}/{w.gpus}" if w.gpus else "-",
+            memory(w.free_memory_mb, w.memory_mb),
             str(len(w.running_jobs)),
             str(w.jobs_completed),
             str(w.jobs_failed),

@@ -3,13 +3,15 @@
 :class:`Supervisor` starts ``python -m control`` (in its own process group, so a terminal's Ctrl-C reaches
 only the supervisor, which then stops the children in order), waits until it serves (its ``--port-file``
 holds the bound gRPC port and the gRPC health service "" answers SERVING), then starts the workers
-``python -m worker --control H:P --threads T``. While it runs, :meth:`Supervisor.check` notices children
-that died: a worker that crashed is restarted after a backoff that doubles from
-:attr:`ClusterConfig.restart_backoff_sec` up to :attr:`ClusterConfig.restart_backoff_cap_sec`; a worker
-that exited 0 (drained) is not; one that refused a setting or a plug-in (exit 2) raises :class:`WorkerRefusedSettings`,
-since it would refuse it again on every restart; a control plane that died raises
-:class:`ControlPlaneExited`, since the workers cannot do anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they
-drain), then to the control plane, each with a deadline after which it sends SIGKILL.
+``python -m worker --control H:P --threads T``, each with its own share of the machine's GPUs and memory
+(CORRAL_WORKER_GPUS and CORRAL_WORKER_MEMORY_MB, see :meth:`ClusterConfig.worker_envs`). While it runs,
+:meth:`Supervisor.check` notices children that died: a worker that crashed is restarted after a backoff
+that doubles from :attr:`ClusterConfig.restart_backoff_sec` up to
+:attr:`ClusterConfig.restart_backoff_cap_sec`; a worker that exited 0 (drained) is not; one that refused
+a setting or a plug-in (exit 2) raises :class:`WorkerRefusedSettings`, since it would refuse it again on
+every restart; a control plane that died raises :class:`ControlPlaneExited`, since the workers cannot do
+anything without it. :meth:`Supervisor.stop` sends SIGTERM to the workers first (they drain), then to the
+control plane, each with a deadline after which it sends SIGKILL.
 
 Auth: with :attr:`ClusterConfig.token` the control plane accepts that client token (added to
 ``CORRAL_AUTH_TOKENS``) and the supervisor's own calls use it; the workers get the worker token
@@ -42,7 +44,16 @@ from corral.cli.child import ChildProcess
 from corral.client import Client
 from corral.cluster import WorkerState
 from corral.errors import CorralError
-from corral.limits import MAX_THREADS
+from corral.limits import MAX_MEMORY_MB, MAX_THREADS
+from corral.resources import (
+    ResourceError,
+    check_gpus,
+    detect_gpus,
+    detect_memory_mb,
+    gpus_setting,
+    parse_gpus,
+    share_gpus,
+)
 from corral.transport import host_port
 
 __all__ = ["ClusterConfig", "ControlPlaneExited", "Supervisor", "SupervisorError", "WorkerRefusedSettings"]
@@ -83,6 +94,12 @@ class ClusterConfig:
     workers: int = 2
     threads: int = 4
     """Threads per worker."""
+    gpus: tuple[str, ...] | None = None
+    """The GPU device ids the workers share out, each its own (so that no two jobs get one device);
+    ``None``: those CORRAL_WORKER_GPUS names in the environment, else those found on this machine."""
+    memory_mb: int | None = None
+    """Memory in MiB each worker gives to jobs (1..); ``None``: CORRAL_WORKER_MEMORY_MB in the environment,
+    else this machine's memory (or its cgroup's limit) shared out among the workers."""
     log_dir: Path | None = None
     """Children write their output to ``<log_dir>/control.log`` and ``worker-<n>.log``; ``None``: inherit."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -113,6 +130,43 @@ class ClusterConfig:
             raise SupervisorError(f"workers must be 0..{MAX_LOCAL_WORKERS}, got {self.workers}")
         if not 1 <= self.threads <= MAX_THREADS:
             raise SupervisorError(f"threads must be 1..{MAX_THREADS}, got {self.threads}")
+        if self.gpus is not None:
+            try:
+                check_gpus(tuple(self.gpus), "gpus")
+            except ResourceError as exc:
+                raise SupervisorError(str(exc)) from None
+        if self.memory_mb is not None and not 1 <= self.memory_mb <= MAX_MEMORY_MB:
+            raise SupervisorError(f"memory_mb must be 1..{MAX_MEMORY_MB}, got {self.memory_mb}")
+
+    def worker_envs(self, environ: Mapping[str, str]) -> list[dict[str, str]]:
+        """CORRAL_WORKER_GPUS and CORRAL_WORKER_MEMORY_MB for each worker: every worker on one machine would
+        find the same devices and the whole memory, and two jobs would then share a GPU, or together ask
+        for more memory than there is. So each gets its own run of the devices (see :func:`share_gpus`)
+        and, unless told otherwise, its part of the memory.
+
+        Raises:
+            SupervisorError: the environment's CORRAL_WORKER_GPUS (or CUDA_VISIBLE_DEVICES) breaks the rule.
+        """
+        env = {**environ, **self.env}
+        try:
+            if self.gpus is not None:
+                devices = tuple(self.gpus)
+            elif raw := env.get("CORRAL_WORKER_GPUS", "").strip():
+                devices = parse_gpus(raw)
+            else:
+                devices = detect_gpus(env)
+        except ResourceError as exc:
+            raise SupervisorError(str(exc)) from None
+        if self.memory_mb is not None:
+            memory = str(self.memory_mb)
+        elif raw := env.get("CORRAL_WORKER_MEMORY_MB", "").strip():
+            memory = raw  # the worker checks it, and names it if it is wrong
+        else:
+            memory = str(max(1, detect_memory_mb() // max(1, self.workers)))
+        return [
+            {"CORRAL_WORKER_GPUS": gpus_setting(share), "CORRAL_WORKER_MEMORY_MB": memory}
+            for share in share_gpus(devices, self.workers)
+        ]
 
 
 @dataclass
@@ -173,8 +227,10 @@ class Supervisor:
         self.grpc_port = self._wait_serving()
         if self.grpc_port == 0:
             return
+        shares = self.config.worker_envs(self._env())
         for index in range(1, self.config.workers + 1):
-            child = ChildProcess(f"worker {index}", self._worker_argv(), self._env(), self._log(f"worker-{index}"))
+            env = {**self._env(), **shares[index - 1]}
+            child = ChildProcess(f"worker {index}", self._worker_argv(), env, self._log(f"worker-{index}"))
             child.start()
             self.workers.append(_WorkerSlot(index, child, self.config.restart_backoff_sec))
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from rich.markup import escape
 from rich.table import Table
 
 from corral.cli import render
@@ -38,6 +39,8 @@ def up(args: argparse.Namespace) -> int:
             db=args.db,
             workers=args.workers,
             threads=args.threads,
+            gpus=args.gpus,
+            memory_mb=args.memory_mb,
             log_dir=args.log_dir,
             ready_timeout_sec=args.ready_timeout,
             env=_log_env(args),
@@ -109,8 +112,19 @@ def _where(supervisor: Supervisor) -> Table:
     table.add_row("control", f"pid {supervisor.control.pid}")
     ids = _worker_ids(supervisor.grpc_address, config.token)
     workers = ", ".join(f"pid {pid}" + (f" ({ids[pid]})" if pid in ids else "") for pid in supervisor.worker_pids())
-    table.add_row("workers", f"{config.workers} x {config.threads} threads: {workers or '-'}")
+    table.add_row("workers", escape(f"{config.workers} x {_capacity(config)}: {workers or '-'}"))
     return table
+
+
+def _capacity(config: ClusterConfig) -> str:
+    """What each local worker gives to jobs: ``4 threads``; with ``--gpus`` and ``--memory-mb`` also
+    ``4 threads, GPUs shared out: 0,1,2,3, 8192 MiB``."""
+    parts = [f"{config.threads} threads"]
+    if config.gpus:
+        parts.append(f"GPUs shared out: {','.join(config.gpus)}")
+    if config.memory_mb is not None:
+        parts.append(f"{config.memory_mb} MiB")
+    return ", ".join(parts)
 
 
 def _worker_ids(address: str, token: str) -> dict[int, str]:

@@ -16,8 +16,24 @@ from typing import Any
 
 from corral.addresses import AddressError, parse_addresses
 from corral.job import JobState
+from corral.limits import MAX_GPUS, MAX_MEMORY_MB
+from corral.resources import ResourceError, parse_gpus
 
-__all__ = ["address", "addresses", "job_state", "label", "payload", "port", "positive_int", "readable_file", "when"]
+__all__ = [
+    "address",
+    "addresses",
+    "gpu_count",
+    "gpus",
+    "job_state",
+    "label",
+    "memory_mb",
+    "payload",
+    "port",
+    "positive_int",
+    "readable_file",
+    "when",
+    "worker_memory_mb",
+]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _RELATIVE_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
@@ -128,6 +144,41 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be an integer >= 1")
+    return value
+
+
+def gpu_count(text: str) -> int:
+    """GPUs a job needs: an integer 0..MAX_GPUS."""
+    return _int_in_range(text, 0, MAX_GPUS)
+
+
+def memory_mb(text: str) -> int:
+    """Memory in MiB a job needs: an integer 0..MAX_MEMORY_MB (0: none)."""
+    return _int_in_range(text, 0, MAX_MEMORY_MB)
+
+
+def worker_memory_mb(text: str) -> int:
+    """Memory in MiB a worker gives to jobs (CORRAL_WORKER_MEMORY_MB): an integer 1..MAX_MEMORY_MB (a worker
+    refuses 0; without the setting it gives what the machine has)."""
+    return _int_in_range(text, 1, MAX_MEMORY_MB)
+
+
+def gpus(text: str) -> tuple[str, ...]:
+    """GPU device ids: a count ``N`` (devices 0..N-1, N in 0..MAX_GPUS) or a comma list of ids (``0,1`` or
+    ``GPU-<uuid>,...``), by the worker's own rule (:func:`corral.resources.parse_gpus`)."""
+    try:
+        return parse_gpus(text, "--gpus")
+    except ResourceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _int_in_range(text: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: must be an integer {low}..{high}")
     return value
 
 

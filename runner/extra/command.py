@@ -23,7 +23,10 @@ Payload (:data:`SCHEMA`)::
     max_output_bytes? 1..4 MiB     how much of the end of stdout, and of stderr, is kept (64 KiB)
 
 The job's granted threads (``thread_demand``) reach the program as ``CORRAL_THREADS``,
-``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and ``MKL_NUM_THREADS``.
+``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and ``MKL_NUM_THREADS``. Its GPUs reach it as
+``CUDA_VISIBLE_DEVICES``, the runner's own while the job runs (:mod:`runner.serve` sets it to the
+devices the worker gave the job, empty for none, on a worker that has GPUs); the payload's ``env``
+cannot change it, so a program does not take another job's GPU.
 
 Result on exit status 0: ``{"exit_code": 0, "stdout", "stderr", "stdout_bytes", "stderr_bytes",
 "truncated", "seconds"}`` (the kept ends, decoded as UTF-8 with replacement; the byte counts are
@@ -54,6 +57,7 @@ from typing import Any
 from runner.errors import JobFailed
 from runner.payload import as_int
 from runner.registry import JobContext, JobType, register
+from runner.wire import DEVICES_ENV
 
 __all__ = [
     "ALLOW_ENV",
@@ -74,7 +78,8 @@ MAX_OUTPUT = 4 << 20
 THREAD_VARIABLES = ("CORRAL_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 """Environment variables that carry the job's granted threads to the program."""
 PASSED_THROUGH = ("PATH", "HOME", "LANG", "TMPDIR")
-"""The worker's environment variables a program gets; nothing else of the worker's leaks to it."""
+"""The worker's environment variables a program gets; nothing else of the worker's leaks to it (but
+``CUDA_VISIBLE_DEVICES``, the job's GPUs, see :func:`program_env`)."""
 
 _NO_NUL = r"^[^\x00]*$"
 SCHEMA: dict[str, Any] = {
@@ -219,11 +224,15 @@ class OutputTail:
 
 def program_env(extra: Mapping[str, str], threads: int, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The program's environment: the worker's PATH, HOME, LANG and TMPDIR, the thread variables, then
-    the payload's ``env`` over them."""
+    the payload's ``env`` over them, then the runner's ``CUDA_VISIBLE_DEVICES`` (the job's GPUs) if it
+    has one: the same devices a Python job sees, and no others."""
     source = os.environ if environ is None else environ
     env = {name: source[name] for name in PASSED_THROUGH if name in source}
     env.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
     env.update(extra)
+    devices = source.get(DEVICES_ENV)
+    if devices is not None:
+        env[DEVICES_ENV] = devices
     return env
 
 

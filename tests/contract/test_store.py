@@ -11,6 +11,7 @@ from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 
 from control import jobs
@@ -154,6 +155,15 @@ def test_worker_selectors_survive_reopen(location: str) -> None:
         assert {j.id: j.worker_selector for j in s.load_active()} == {"job-1": picky.worker_selector, "job-2": ()}
 
 
+def test_gpus_and_memory_asked_for_survive_reopen(location: str) -> None:
+    big, plain = record(1), record(2)
+    big.gpu_count, big.memory_mb = 2, 40960
+    with reopened(location, [big, plain]) as s:
+        assert {j.id: (j.gpu_count, j.memory_mb) for j in s.load_active()} == {"job-1": (2, 40960), "job-2": (0, 0)}
+        page = run(s.list_jobs([], "", 10, 0))
+        assert {j.id: j.gpu_count for j in page.jobs} == {"job-1": 2, "job-2": 0}
+
+
 def test_list_by_owner_and_owners_survive_reopen(location: str) -> None:
     jobs_ = [record(i) for i in range(1, 7)]
     for job in jobs_:
@@ -238,6 +248,8 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s.close()
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX IF EXISTS jobs_by_owner")
+    conn.execute("ALTER TABLE jobs DROP COLUMN memory_mb")
+    conn.execute("ALTER TABLE jobs DROP COLUMN gpu_count")
     conn.execute("ALTER TABLE jobs DROP COLUMN depends_on")
     conn.execute("ALTER TABLE jobs DROP COLUMN output")
     conn.execute("ALTER TABLE jobs DROP COLUMN worker_selector")
@@ -260,6 +272,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     assert {j.id: j.owner for j in s.load_active()} == {"job-1": "", "job-2": ""}
     assert {j.id: j.worker_selector for j in s.load_active()} == {"job-1": (), "job-2": ()}
     assert {j.id: j.depends_on for j in s.load_active()} == {"job-1": (), "job-2": ()}
+    assert {j.id: (j.gpu_count, j.memory_mb) for j in s.load_active()} == {"job-1": (0, 0), "job-2": (0, 0)}
     s.close()
 
 
@@ -361,3 +374,20 @@ def test_a_postgres_server_that_is_not_there_is_named_without_the_password() -> 
     with pytest.raises(OSError, match=rf"cannot open the database postgresql://u:\*\*\*@127.0.0.1:{port}/db: ") as err:
         open_store(f"postgresql://u:secret@127.0.0.1:{port}/db")
     assert "secret" not in str(err.value)
+
+
+def test_an_older_postgres_database_gains_the_gpu_and_memory_columns(postgres: Cluster) -> None:
+    # Given a database as the first PostgreSQL release made it: no gpu_count or memory_mb, one job in it
+    url = postgres.new_database()
+    s = opened(url)
+    s.insert([record(1)])
+    run(s.commit())
+    s.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE jobs DROP COLUMN gpu_count")
+        conn.execute("ALTER TABLE jobs DROP COLUMN memory_mb")
+    # When this release opens it and stores a job that asks for a GPU, both load
+    gpu = record(2)
+    gpu.gpu_count, gpu.memory_mb = 1, 512
+    with reopened(url, [gpu]) as s:
+        assert {j.id: (j.gpu_count, j.memory_mb) for j in s.load_active()} == {"job-1": (0, 0), "job-2": (1, 512)}

@@ -66,3 +66,32 @@ def test_draining_and_disconnected_workers_take_nothing() -> None:
     a.draining = True
     b.link = None
     assert RoundRobin().choose([a, b], 1) is None
+
+
+def test_gpus_and_memory_place_only_where_they_are_free_and_are_never_scaled_down() -> None:
+    plain = worker("plain", threads=8, slots=8)
+    gpu = WorkerEntry("gpu", 8, 8, registered_at=0, last_seen=0, link=_Link(), gpus=2, memory_mb=1000)
+    rr = RoundRobin()
+    assert rr.choose([plain, gpu], 1, (1, 0)) is gpu
+    assert rr.choose([plain, gpu], 1, (0, 1000)) is gpu
+    assert rr.choose([plain, gpu], 1, (3, 0)) is None
+    assert LeastLoaded().choose([plain, gpu], 1, (2, 0)) is gpu
+    assert LeastRecentlyUsed().choose([plain, gpu], 1, (0, 1001)) is None
+
+
+def test_a_job_waiting_for_a_gpu_reserves_only_a_worker_whose_gpus_are_free() -> None:
+    from control.registry import WorkerRegistry
+
+    registry = WorkerRegistry()
+    gpu = WorkerEntry("gpu", 4, 4, registered_at=0, last_seen=0, link=_Link(), gpus=1)
+    registry.add(gpu)
+    registry.hold(gpu, ("long", 1), 1, (1, 0))
+    # The GPU is busy: the waiting job reserves nothing, so plain jobs keep the worker's threads
+    assert reserve_for([gpu], 1, (1, 0)) is None
+    assert gpu.can_take(1)
+    registry.release(gpu, ("long", 1))
+    assert (gpu.free_gpus, gpu.can_take(1, (1, 0))) == (1, True)
+    # The GPU is free but the threads are not: now it is reserved for the job
+    for i in range(4):
+        registry.hold(gpu, (f"plain{i}", 1), 1)
+    assert reserve_for([gpu], 1, (1, 0)) is gpu

@@ -97,3 +97,32 @@ def test_a_worker_selector_matches_labels_and_bounds_the_threads_a_job_can_get()
     # a job that needs the GPU can get only as many threads as the GPU worker has
     assert (registry.most_threads("noop", a100), registry.most_threads("noop")) == (4, 32)
     assert registry.most_threads("noop", (("zone", "us"),)) == 0
+
+
+def test_gpus_and_memory_held_come_back_exactly_when_their_attempt_is_released() -> None:
+    registry = WorkerRegistry()
+    w = WorkerEntry("w", 8, 8, registered_at=0, last_seen=0, link=_Link(), gpus=4, memory_mb=4096)
+    registry.add(w)
+    registry.hold(w, ("a", 1), 1, (2, 1000))
+    registry.hold(w, ("b", 1), 1)
+    registry.hold(w, ("c", 1), 2, (1, 0))
+    assert (w.free_gpus, w.free_memory_mb, w.free_threads) == (1, 3096, 4)
+    assert not w.can_take(1, (2, 0)) and w.can_take(1, (1, 3096)) and not w.can_take(1, (0, 3097))
+    registry.release(w, ("a", 1))
+    registry.release(w, ("a", 1))  # a second report of the same attempt frees nothing twice
+    assert (w.free_gpus, w.free_memory_mb) == (3, 4096)
+    # A reconnecting worker's word replaces what it holds
+    registry.hold_only(w, {("c", 1): 2, ("d", 2): 1}, {("c", 1): (1, 0), ("d", 2): (2, 512), ("gone", 1): (1, 1)})
+    assert (w.free_gpus, w.free_memory_mb, sorted(w.holding)) == (1, 3584, [("c", 1), ("d", 2)])
+
+
+def test_most_threads_counts_only_workers_with_the_gpus_and_memory_asked_for() -> None:
+    registry = WorkerRegistry()
+    for wid, threads, gpus, memory in (("big", 32, 0, 64000), ("gpu", 8, 2, 16000)):
+        registry.add(
+            WorkerEntry(wid, threads, threads, registered_at=0, last_seen=0, link=_Link(), gpus=gpus, memory_mb=memory)
+        )
+    assert registry.most_threads("noop") == 32
+    assert registry.most_threads("noop", (), (1, 0)) == 8
+    assert registry.most_threads("noop", (), (0, 20000)) == 32
+    assert registry.most_threads("noop", (), (3, 0)) == 0

@@ -69,6 +69,19 @@ def test_equal_requests_hash_equal() -> None:
     assert a.request_hash() != Submission("noop", {"x": 2}).request_hash()
 
 
+def test_gpus_and_memory_count_in_the_hash_only_when_asked_for() -> None:
+    # A key stored before jobs could ask for GPUs (this digest) still matches its replay.
+    plain = Submission("noop", {})
+    assert plain.request_hash() == "a879325582c5ef306789b44c0f76a797c7243d3e848fc652d9ad7dd1748e5238"
+    hashes = {
+        plain.request_hash(),
+        Submission("noop", {}, gpu_count=1).request_hash(),
+        Submission("noop", {}, memory_mb=1).request_hash(),
+        Submission("noop", {}, gpu_count=1, memory_mb=1).request_hash(),
+    }
+    assert len(hashes) == 4
+
+
 def test_an_error_about_a_huge_value_stays_short() -> None:
     with pytest.raises(InvalidArgument) as info:
         validate(Submission("add_numbers", {"a": "x" * 500_000, "b": 1}), JobTypeCatalog(), Limits(1 << 20, 10))

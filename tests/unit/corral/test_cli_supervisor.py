@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+import corral.resources
 from corral.cli.supervisor import ClusterConfig, ControlPlaneExited, Supervisor, SupervisorError, WorkerRefusedSettings
 
 T = TypeVar("T")
@@ -105,7 +106,7 @@ class Fakes:
     def events(self) -> list[str]:
         return self.events_path.read_text().splitlines() if self.events_path.exists() else []
 
-    def supervisor(self, workers: int = 2, env: dict[str, str] | None = None, **overrides: float) -> Supervisor:
+    def supervisor(self, workers: int = 2, env: dict[str, str] | None = None, **overrides: Any) -> Supervisor:
         settings: dict[str, Any] = {
             "grpc_port": 0,
             "http_port": 0,
@@ -253,3 +254,48 @@ def test_a_worker_that_ignores_sigterm_is_killed_at_the_deadline(fakes: Fakes) -
     assert sup.workers[0].child.exit_code() == -signal.SIGKILL
     assert any("did not stop in time; killing it" in r for r in fakes.reports)
     assert sup.control.exit_code() == 0
+
+
+def test_each_worker_gets_its_own_gpus_and_the_memory_and_the_control_plane_neither(fakes: Fakes) -> None:
+    # Given a cluster of two workers that shares out three GPUs and gives each 8 GiB
+    sup = fakes.supervisor(workers=2, gpus=("0", "1", "2"), memory_mb=8192)
+    # When it starts
+    sup.start()
+    wait_for(lambda: sum(e.startswith("worker-started") for e in fakes.events()) == 2, what="two workers")
+    # Then the workers' devices do not overlap (one device by its index is written "2,": "2" is a count)
+    got = [(slot.child.env["CORRAL_WORKER_GPUS"], slot.child.env["CORRAL_WORKER_MEMORY_MB"]) for slot in sup.workers]
+    assert got == [("0,1", "8192"), ("2,", "8192")]
+    for name in ("CORRAL_WORKER_GPUS", "CORRAL_WORKER_MEMORY_MB"):
+        assert sup.control.env.get(name) == os.environ.get(name)
+
+
+def test_unset_gpus_and_memory_come_from_the_environment_or_the_machine_shared_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(corral.resources, "NVIDIA_GPUS_DIR", str(tmp_path / "none"))
+    three = ClusterConfig(workers=3)
+    # CORRAL_WORKER_GPUS in the environment is what the workers share; memory set there goes to each as it is
+    shares = three.worker_envs({"CORRAL_WORKER_GPUS": "4", "CORRAL_WORKER_MEMORY_MB": "100"})
+    assert [e["CORRAL_WORKER_GPUS"] for e in shares] == ["0,1", "2,", "3,"]
+    assert {e["CORRAL_WORKER_MEMORY_MB"] for e in shares} == {"100"}
+    # Without either, the devices an orchestrator gave (none found here) and the machine's memory, divided
+    shares = three.worker_envs({"CUDA_VISIBLE_DEVICES": "GPU-a"})
+    assert [e["CORRAL_WORKER_GPUS"] for e in shares] == ["GPU-a,", "0", "0"]
+    assert {e["CORRAL_WORKER_MEMORY_MB"] for e in shares} == {str(corral.resources.detect_memory_mb() // 3)}
+    assert [e["CORRAL_WORKER_GPUS"] for e in three.worker_envs({})] == ["0", "0", "0"]
+    with pytest.raises(SupervisorError, match="CORRAL_WORKER_GPUS must list each device once"):
+        three.worker_envs({"CORRAL_WORKER_GPUS": "a,a"})
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"gpus": tuple(f"g{i}" for i in range(65))}, r"gpus may list at most 64 devices, got 65"),
+        ({"gpus": ("0", "0")}, r"gpus must list each device once"),
+        ({"memory_mb": 0}, r"memory_mb must be 1\.\.1073741824, got 0"),
+        ({"memory_mb": 2**30 + 1}, r"memory_mb must be 1\.\.1073741824, got 1073741825"),
+    ],
+)
+def test_gpus_and_memory_past_the_limits_are_refused(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(SupervisorError, match=message):
+        ClusterConfig(**settings)

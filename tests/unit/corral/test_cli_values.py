@@ -127,3 +127,57 @@ def test_positive_seconds() -> None:
     for bad in ("0", "-1", "nan", "inf", "soon", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds > 0"):
             values.positive_seconds(bad)
+
+
+def test_gpu_count_and_memory_mb() -> None:
+    assert (values.gpu_count("0"), values.gpu_count("64")) == (0, 64)
+    assert (values.memory_mb("0"), values.memory_mb("4096"), values.memory_mb(str(2**30))) == (0, 4096, 2**30)
+    for bad in ("-1", "65", "2.5", "two", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"must be an integer 0\.\.64"):
+            values.gpu_count(bad)
+    for bad in ("-1", str(2**30 + 1), "4G", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"must be an integer 0\.\.1073741824"):
+            values.memory_mb(bad)
+    # A worker refuses 0 MiB (without the setting it gives the machine's memory)
+    assert (values.worker_memory_mb("1"), values.worker_memory_mb(str(2**30))) == (1, 2**30)
+    for bad in ("0", "-1", str(2**30 + 1), "lots"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"must be an integer 1\.\.1073741824"):
+            values.worker_memory_mb(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2", ("0", "1")),
+        ("0", ()),
+        ("+2", ("0", "1")),
+        ("64", tuple(str(i) for i in range(64))),
+        ("0,1", ("0", "1")),
+        (" 0 , 3 ", ("0", "3")),
+        ("3,", ("3",)),  # one device by its index (a bare number is a count)
+        ("GPU-8f6d1e3a", ("GPU-8f6d1e3a",)),
+    ],
+)
+def test_worker_gpus_are_a_count_or_a_list_of_device_ids(text: str, value: tuple[str, ...]) -> None:
+    assert values.gpus(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("65", r"--gpus must be a count 0\.\.64 or a list of device ids, got '65'"),
+        ("", "without an empty one"),
+        ("0,,1", "without an empty one"),
+        ("0,1,", "without an empty one"),
+        ("0,1,0", "must list each device once"),
+        (",".join(str(i) for i in range(65)), "may list at most 64 devices, got 65"),
+        ("GPU-" + "x" * 61, "must be 1..64 printable ASCII characters"),
+        ("GPU 1", "without space or comma"),
+        ("GPU-ü", "printable ASCII"),
+        ("GPU-\t1", "printable ASCII"),
+        ("-1", r"must be a count 0\.\.64"),
+    ],
+)
+def test_bad_worker_gpus_say_what_is_wrong(text: str, why: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=why):
+        values.gpus(text)

@@ -283,3 +283,21 @@ def _reaped(pid: int) -> bool:
         return os.waitpid(pid, os.WNOHANG)[0] == pid
     except ChildProcessError:  # not ours (the behaviour under test is missing): gone is enough
         return not alive(pid)
+
+
+def test_the_job_s_gpus_reach_the_program_and_its_env_cannot_change_them(
+    command: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = 'printf "%s" "${CUDA_VISIBLE_DEVICES-unset}"'
+    # Given the runner showing the job device 3 (runner.serve sets it for the job's duration)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    # Then the program sees the same device, even when the payload's env asks for others
+    assert run(command, {"argv": ["sh", "-c", script]})["stdout"] == "3"
+    assert run(command, {"argv": ["sh", "-c", script], "env": {"CUDA_VISIBLE_DEVICES": "0,1"}})["stdout"] == "3"
+    # And "no device" (a job without GPUs on a GPU worker) stays an empty list
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert run(command, {"argv": ["sh", "-c", script], "env": {"CUDA_VISIBLE_DEVICES": "0"}})["stdout"] == ""
+    # Without the variable (a worker without GPUs, nothing inherited) the payload's env may set it
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert run(command, {"argv": ["sh", "-c", script]})["stdout"] == "unset"
+    assert command.program_env({"CUDA_VISIBLE_DEVICES": "1"}, 1, {})["CUDA_VISIBLE_DEVICES"] == "1"

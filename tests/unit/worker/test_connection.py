@@ -208,3 +208,47 @@ def test_keeps_retrying_while_the_control_plane_is_down():
         assert agent.connection.sessions == 2, (agent.connection.sessions, agent.connection.connect_attempts)
 
     scenario(body)
+
+
+def test_registers_its_gpus_and_memory_and_attempts_keep_their_devices_across_a_reconnect(tmp_path: Path):
+    gate = tmp_path / "gate"
+
+    def gpu_job(job_id: str, gpus: int) -> pb.Assignment:
+        assignment = job(job_id, "visible_devices", {"gate": str(gate)})
+        assignment.gpus = gpus
+        return assignment
+
+    async def body(control: FakeControl, agent: Agent) -> None:
+        def free() -> tuple[str, ...]:
+            return agent.pool.free_gpus
+
+        s = await control.session()
+        register = await s.next("register")
+        # The worker says how many GPUs and how much memory it gives to jobs
+        assert (register.gpus, register.memory_mb) == (3, 4096)
+        s.registered()
+        # Given two attempts holding GPUs, running
+        s.assign(gpu_job("two", 2), gpu_job("one", 1))
+        await until(lambda: agent.pool.busy == 2, what="both attempts running")
+        assert free() == ()
+        # When the stream ends and the worker registers again
+        s.end()
+        s2 = await control.session()
+        register = await s2.next("register")
+        assert {r.job_id for r in register.running} == {"two", "one"}
+        assert (register.gpus, register.memory_mb) == (3, 4096)
+        s2.registered(adopted=list(register.running))
+        # Then the attempts kept their devices, and a new one finds none free: it is handed back
+        assert free() == ()
+        s2.assign(gpu_job("late", 1))
+        late = await s2.results(1)
+        assert late[("late", 1)].outcome == R.HANDED_BACK
+        # And the running attempts finish with the devices they had from the start
+        gate.touch()
+        done = await s2.results(2)
+        seen = {key[0]: json.loads(r.result_json)["devices"] for key, r in done.items()}
+        assert seen == {"two": "0,1", "one": "2"}
+        assert free() == ("0", "1", "2")
+
+    # three slots: the late attempt gets a process at once (devices are picked as an attempt starts)
+    scenario(body, slots=3, gpus=("0", "1", "2"), memory_mb=4096, imports=("tests.unit.runner.devices_probe",))

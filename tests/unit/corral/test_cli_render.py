@@ -1,0 +1,107 @@
+"""What `corral get` and `corral workers` print: the GPUs and memory a job holds, and those of each worker."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console, RenderableType
+
+from corral.cli import render
+from corral.cluster import WorkerInfo
+from corral.job import Job
+from corral.v1 import admin_pb2, jobs_pb2
+
+
+def text_of(renderable: RenderableType) -> str:
+    """The renderable as plain text, as a pipe would get it (wide, no colour)."""
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None, highlight=False).print(renderable)
+    return out.getvalue()
+
+
+def rows_of(renderable: RenderableType) -> dict[str, str]:
+    """A two-column table's rows as field -> value."""
+    rows: dict[str, str] = {}
+    for line in text_of(renderable).splitlines():
+        name, _, value = line.strip().partition("  ")
+        if name:
+            rows[name] = value.strip()
+    return rows
+
+
+def test_get_shows_what_a_job_needs_next_to_its_threads() -> None:
+    # Given a job that holds GPUs and memory
+    job = Job.from_proto(
+        jobs_pb2.Job(id="j1", type="train", state=jobs_pb2.Job.RUNNING, thread_demand=2, gpu_count=2, memory_mb=4096)
+    )
+    # When `corral get` shows it
+    text = text_of(render.job_table(job))
+    # Then one line says so, right after the threads
+    assert rows_of(render.job_table(job))["needs"] == "2 GPUs, 4096 MiB"
+    lines = [line.split()[0] for line in text.splitlines() if line.strip()]
+    assert lines[lines.index("threads") + 1] == "needs"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "memory", "needs"),
+    [(1, 0, "1 GPU"), (0, 512, "512 MiB"), (64, 1 << 30, "64 GPUs, 1073741824 MiB")],
+)
+def test_get_shows_only_what_a_job_holds(gpus: int, memory: int, needs: str) -> None:
+    job = Job.from_proto(jobs_pb2.Job(id="j1", type="train", gpu_count=gpus, memory_mb=memory))
+    assert rows_of(render.job_table(job))["needs"] == needs
+
+
+def test_get_has_no_needs_line_for_a_job_without_gpus_or_memory() -> None:
+    job = Job.from_proto(jobs_pb2.Job(id="j1", type="noop", state=jobs_pb2.Job.SUCCEEDED, thread_demand=1))
+    rows = rows_of(render.job_table(job))
+    assert "needs" not in rows and "threads" in rows and "runs on" in rows
+    assert render.needs(job) == ""
+
+
+def test_workers_shows_gpus_and_memory_free_of_total_and_a_dash_without() -> None:
+    # Given a worker with GPUs and memory (some held by its jobs) and one with neither
+    workers = [
+        WorkerInfo.from_proto(
+            admin_pb2.Worker(
+                id="gpu-box",
+                state=admin_pb2.Worker.BUSY,
+                threads=8,
+                free_threads=6,
+                slots=8,
+                free_slots=7,
+                gpus=4,
+                free_gpus=1,
+                memory_mb=65536,
+                free_memory_mb=12800,
+            )
+        ),
+        WorkerInfo.from_proto(
+            admin_pb2.Worker(id="cpu-box", state=admin_pb2.Worker.AVAILABLE, threads=4, free_threads=4)
+        ),
+    ]
+    # When `corral workers` shows them
+    lines = text_of(render.workers_table(workers)).splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("id"))
+    gpu_box = next(line for line in lines if "gpu-box" in line)
+    cpu_box = next(line for line in lines if "cpu-box" in line)
+    # Then there is a GPUs and a memory column, free/total, and "-" where a worker has none
+    assert "GPUs free/total" in header and "memory free/total" in header
+    assert gpu_box.split()[2:6] == ["6/8", "7/8", "1/4", "12.5/64"]
+    assert "12.5/64 GiB" in gpu_box
+    assert cpu_box.split()[2:6] == ["4/4", "0/0", "-", "-"]
+
+
+@pytest.mark.parametrize(
+    ("free", "total", "text"),
+    [
+        (0, 0, "-"),
+        (256, 512, "256/512 MiB"),
+        (1023, 1023, "1023/1023 MiB"),
+        (1024, 1024, "1/1 GiB"),
+        (1536, 4096, "1.5/4 GiB"),
+        (0, 1 << 30, "0/1048576 GiB"),
+    ],
+)
+def test_memory_is_in_one_unit_for_free_and_total(free: int, total: int, text: str) -> None:
+    assert render.memory(free, total) == text
