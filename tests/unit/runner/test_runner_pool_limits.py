@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runner.limits import ENV, memory_limit_from_env
+from tests.support.pools import with_pool
 from tests.support.processes import alive
 from tests.support.waiting import until
 from worker.attempt import Completion, JobSpec, Outcome
@@ -58,15 +59,7 @@ class Pool:
 
 
 def scenario(body: Callable[[Pool], Awaitable[None]], slots: int = 1, memory_limit_mb: int | None = 0) -> None:
-    async def main() -> None:
-        pool = Pool(slots, memory_limit_mb)
-        await pool.pool.start()
-        try:
-            await body(pool)
-        finally:
-            await pool.pool.stop()
-
-    asyncio.run(main())
+    with_pool(lambda: Pool(slots, memory_limit_mb), body)
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ import pytest
 
 import worker
 from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BYTES
+from tests.support.pools import with_pool
 from tests.support.processes import alive
 from tests.support.waiting import until
 from worker.attempt import Completion, JobSpec, Outcome
@@ -71,15 +72,7 @@ class Bundle:
 
 
 def scenario(slots: int, body: Callable[[Bundle], Awaitable[None]], grace: float = GRACE, **config: Any) -> None:
-    async def main() -> None:
-        bundle = Bundle(slots, grace, **config)
-        await bundle.pool.start()
-        try:
-            await body(bundle)
-        finally:
-            await bundle.pool.stop()
-
-    asyncio.run(main())
+    with_pool(lambda: Bundle(slots, grace, **config), body)
 
 
 def test_worker_exports_are_pinned():

@@ -7,7 +7,6 @@ Tests wait on conditions with deadlines, never on sleeps.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.pools import with_pool
 from tests.support.processes import alive
 from tests.support.waiting import until
 from worker.attempt import Completion, JobSpec, Outcome
@@ -76,15 +76,7 @@ class GpuBundle:
 def scenario(
     slots: int, gpus: tuple[str, ...], body: Callable[[GpuBundle], Awaitable[None]], imports: tuple[str, ...] = PLUGINS
 ) -> None:
-    async def main() -> None:
-        bundle = GpuBundle(slots, gpus, imports)
-        await bundle.pool.start()
-        try:
-            await body(bundle)
-        finally:
-            await bundle.pool.stop()
-
-    asyncio.run(main())
+    with_pool(lambda: GpuBundle(slots, gpus, imports), body)
 
 
 def test_two_attempts_at_once_get_different_devices_which_come_back_when_they_end(tmp_path: Path) -> None:
