@@ -231,6 +231,17 @@ class StateCollector(Collector):
         for ws, n in by_worker.items():
             wstate.add_metric([ws.name], n)
         yield wstate
+        connected = [w for w in workers if w.connected]
+        for name, what, held, free in (
+            ("corral_gpus", "GPUs", "held_gpus", "free_gpus"),
+            ("corral_memory_mb", "Memory (MiB)", "held_memory_mb", "free_memory_mb"),
+        ):
+            family = GaugeMetricFamily(
+                name, f"{what} the connected workers give to jobs: held by running jobs, or free.", labels=["state"]
+            )
+            family.add_metric(["held"], sum(getattr(w, held) for w in connected))
+            family.add_metric(["free"], sum(max(0, getattr(w, free)) for w in connected))
+            yield family
         steady = self.s.clock.monotonic()
         oldest = max((steady - w.heard_at for w in workers), default=0.0)
         yield GaugeMetricFamily(

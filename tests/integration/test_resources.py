@@ -16,6 +16,8 @@ import pytest
 
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
+from tests.integration.test_health_metrics import scrape
+from tests.integration.test_rest import Rest, http_port
 from tests.support.calls import request, submit, wait_all_done, wait_done
 
 S = jobs_pb2.Job
@@ -117,7 +119,7 @@ def test_memory_is_held_while_a_job_runs(control_plane: ControlProc, spawn_worke
     assert (listed.memory_mb, listed.free_memory_mb, listed.gpus, listed.free_gpus) == (1000, 1000, 0, 0)
 
 
-def test_list_workers_shows_the_gpus_and_memory_a_running_job_holds(
+def test_list_workers_and_metrics_show_the_gpus_and_memory_a_running_job_holds(
     control_plane: ControlProc, spawn_worker: Any
 ) -> None:
     worker = gpu_worker(spawn_worker, control_plane, "0,1", memory_mb=2000)
@@ -127,11 +129,16 @@ def test_list_workers_shows_the_gpus_and_memory_a_running_job_holds(
     def mine() -> Any:
         return {w.id: w for w in control_plane.workers()}[worker.worker_id]
 
+    rest = Rest(http_port(control_plane))
     held = mine()
     assert (held.gpus, held.free_gpus, held.memory_mb, held.free_memory_mb) == (2, 1, 2000, 1700)
+    metrics = scrape(rest)
+    assert (metrics['corral_gpus{state="held"}'], metrics['corral_gpus{state="free"}']) == (1, 1)
+    assert (metrics['corral_memory_mb{state="held"}'], metrics['corral_memory_mb{state="free"}']) == (300, 1700)
     assert wait_done(control_plane, job.id).state == S.SUCCEEDED
     freed = wait_until(lambda: (w := mine()).free_gpus == 2 and w, 10, what="the GPU to come back")
     assert freed.free_memory_mb == 2000
+    assert scrape(rest)['corral_gpus{state="free"}'] == 2
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])

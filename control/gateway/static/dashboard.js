@@ -257,6 +257,7 @@
       h("td", { class: "mono user" }, w.id || ""),
       h("td", { class: "num" }, String(w.threads ?? 0)),
       h("td", { class: "num" }, `${w.freeSlots ?? 0}/${w.slots ?? 0}`),
+      h("td", { class: "num" }, w.gpus ? `${w.freeGpus ?? 0}/${w.gpus}` : "—"),
       h("td", {}, stateTag(w.state)),
       h("td", { class: "user" }, ...Object.entries(w.labels || {}).map(([k, v]) => h("span", { class: "label-chip" }, `${k}=${v}`))),
       h("td", { class: "ago", title: fmtTime(w.lastHeartbeatAt) }, fmtAgo(w.lastHeartbeatAt)),
@@ -265,7 +266,7 @@
         on: { click: (e) => drain(w.id, e.currentTarget) },
       }, "Drain")),
     ));
-    if (rows.length === 0) rows.push(h("tr", {}, h("td", { class: "empty", colSpan: 7 }, "No workers registered.")));
+    if (rows.length === 0) rows.push(h("tr", {}, h("td", { class: "empty", colSpan: 8 }, "No workers registered.")));
     $("workers").replaceChildren(...rows);
   }
 
@@ -294,6 +295,8 @@
       ["Priority", String(job.priority ?? 0)],
       ["Attempts", `${job.attempts ?? 0} of ${job.maxAttempts ?? 0}`],
       ["Threads", `${job.threadDemand ?? 0} asked, ${job.threadsGranted ?? 0} granted`],
+      ["Holds", [job.gpuCount ? `${job.gpuCount} GPU${job.gpuCount === 1 ? "" : "s"}` : "",
+                 job.memoryMb ? `${job.memoryMb} MiB` : ""].filter(Boolean).join(", ") || "—"],
       ["Timeout", fmtSeconds(job.timeoutSec)],
       ["Worker", job.workerId || "—"],
       ["Owner", job.owner || "—"],
