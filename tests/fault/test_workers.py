@@ -48,6 +48,35 @@ def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
     )
 
 
+def test_kill_9_of_a_gpu_worker_reruns_its_gpu_job_on_another_gpu_worker_and_frees_nothing_twice(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given two one-GPU workers and a GPU job running on the first
+    log = tmp_path / "runs.log"
+    gpu = {"CORRAL_WORKER_GPUS": "1"}
+    first = spawn_worker(control_plane, threads=2, env=gpu)
+    job = submit(control_plane, "record", {"path": str(log), "seconds": 1.0}, gpu_count=1)
+    wait_until(lambda: executions(log), what="the GPU job to start")
+    second = spawn_worker(control_plane, threads=2, env=gpu)
+    # While it runs, a second GPU job waits for a GPU (the second worker's is free: it runs there)
+    other = submit(control_plane, "record", {"path": str(log), "seconds": 2.0}, gpu_count=1)
+    wait_until(lambda: control_plane.get(other.id).worker_id == second.worker_id, what="the second GPU job to start")
+    # When the first worker is killed with SIGKILL
+    first.kill()
+    # Then the first job re-runs on the second worker only once its GPU is free again, and both succeed
+    done = [wait_done(control_plane, j.id, timeout=30) for j in (job, other)]
+    assert [(d.state, d.worker_id) for d in done] == [(S.SUCCEEDED, second.worker_id)] * 2
+    assert (done[0].attempts, done[1].attempts) == (2, 1)
+    assert done[0].started_at.ToNanoseconds() >= done[1].finished_at.ToNanoseconds()
+    assert executions(log).count((job.id, 2)) == 1
+    # and the survivor's GPU is free again: none held for the dead worker's attempt
+    wait_until(
+        lambda: [(w.gpus, w.free_gpus) for w in control_plane.workers()] == [(1, 1)],
+        timeout=10,
+        what="the dead worker reaped and the GPU free",
+    )
+
+
 class FakeWorker:
     """Speaks the worker protocol directly, so a test can send what a real worker would not."""
 
