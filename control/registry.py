@@ -142,6 +142,19 @@ class WorkerEntry:
         self.last_seen = clock.now()
         self.heard_at = clock.monotonic()
 
+    def room_for(self, needs: Needs) -> int:
+        """How many jobs holding ``needs`` (GPUs, MiB) each it could start now, by its free slots, GPUs
+        and memory (threads aside: those a job may be granted fewer of)."""
+        if not self.accepts_work:
+            return 0
+        room = self.free_slots
+        gpus, memory_mb = needs
+        if gpus:
+            room = min(room, max(0, self.free_gpus) // gpus)
+        if memory_mb:
+            room = min(room, max(0, self.free_memory_mb) // memory_mb)
+        return room
+
     def can_take(self, threads: int, needs: Needs = (0, 0)) -> bool:
         """Whether it can start a job needing ``threads`` threads and ``needs`` (GPUs, MiB) now."""
         if not (self.accepts_work and self.free_threads >= threads):

@@ -601,8 +601,10 @@ class Scheduler:
             threads = granted_threads(job.thread_demand, most_threads)
             worker = self.policy.choose(runners, threads, needs)
             if worker is None:
-                if not any(w.accepts_work for w in runners):
-                    self._park(job, bool(most_threads))  # out of the way of jobs other workers can run
+                # None of them has a free slot (or the GPUs and memory it holds) now: out of the way of
+                # the jobs behind it, so that a queue of GPU jobs waiting for one GPU holds up nothing.
+                if not any(w.room_for(needs) for w in runners):
+                    self._park(job, bool(most_threads))
                     held += 1
                     if held >= MAX_HOLD:  # a long run of such jobs: let the loop breathe
                         self.dispatch_soon()
@@ -675,9 +677,11 @@ class Scheduler:
 
     def _unpark(self, workers: list[WorkerEntry]) -> None:
         """Back to the ready queue, best first: as many parked jobs of each kind as the workers that run
-        it have free slots (the pass then places them in their order among the rest)."""
+        it have room for (free slots, and the GPUs and memory its jobs hold); the pass then places them in
+        their order among the rest."""
         for kind, heap in list(self._parked.items()):
-            room = sum(w.free_slots for w in workers if w.accepts_work and serves(w, kind))
+            needs = NO_NEEDS if isinstance(kind, str) else kind[2]
+            room = sum(w.room_for(needs) for w in workers if serves(w, kind))
             if room > 0:
                 self._unserved.discard(kind)
             while room > 0 and heap:

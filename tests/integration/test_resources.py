@@ -14,11 +14,12 @@ from typing import Any
 import grpc
 import pytest
 
+from control.scheduler import MAX_SCAN
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest, http_port
-from tests.support.calls import request, submit, wait_all_done, wait_done
+from tests.support.calls import request, submit, submit_many, wait_all_done, wait_done
 
 S = jobs_pb2.Job
 
@@ -60,11 +61,13 @@ def test_gpu_jobs_run_only_on_a_worker_with_free_gpus(control_plane: ControlProc
 def test_a_job_waiting_for_a_gpu_leaves_the_workers_threads_to_other_jobs(
     control_plane: ControlProc, spawn_worker: Any
 ) -> None:
-    # Given one 4-thread worker with one GPU, busy with a long GPU job, and a second GPU job waiting
+    # Given one 4-thread worker with one GPU, busy with a long GPU job, and more GPU jobs waiting than a
+    # dispatch pass looks past (MAX_SCAN)
     gpu_worker(spawn_worker, control_plane, "1")
     first = submit(control_plane, "sleep", {"seconds": 3.0}, gpu_count=1)
     wait_until(lambda: control_plane.get(first.id).state == S.RUNNING, 10, what="the first GPU job to start")
-    second = submit(control_plane, "sleep", {"seconds": 0.1}, gpu_count=1)
+    waiting = submit_many(control_plane, [request("noop", {}, gpu_count=1, priority=50) for _ in range(MAX_SCAN + 6)])
+    second = waiting[0]
     # When plain jobs come after it
     plain = [submit(control_plane, "sleep", {"seconds": 0.1}).id for _ in range(3)]
     # Then they run on the worker's free threads while the GPU is busy, not after it

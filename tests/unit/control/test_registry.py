@@ -108,6 +108,7 @@ def test_gpus_and_memory_held_come_back_exactly_when_their_attempt_is_released()
     registry.hold(w, ("c", 1), 2, (1, 0))
     assert (w.free_gpus, w.free_memory_mb, w.free_threads) == (1, 3096, 4)
     assert not w.can_take(1, (2, 0)) and w.can_take(1, (1, 3096)) and not w.can_take(1, (0, 3097))
+    assert (w.room_for((0, 0)), w.room_for((1, 0)), w.room_for((0, 1000)), w.room_for((2, 0))) == (5, 1, 3, 0)
     registry.release(w, ("a", 1))
     registry.release(w, ("a", 1))  # a second report of the same attempt frees nothing twice
     assert (w.free_gpus, w.free_memory_mb) == (3, 4096)
