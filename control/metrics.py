@@ -6,7 +6,9 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
   ``corral_queue_depth{queue="ready"|"scheduled"}``, ``corral_jobs{state}``,
   ``corral_dead_letter_jobs``, ``corral_workers{state}``, ``corral_worker_heartbeat_age_max_seconds``
   (the oldest heartbeat), ``corral_ready``, and per owner (control.shares)
-  ``corral_owner_thread_seconds_total{owner,group}`` and ``corral_owner_running_jobs{owner,group}``.
+  ``corral_owner_thread_seconds_total{owner,group}``, ``corral_owner_gpu_seconds_total{owner,group}`` and
+  ``corral_owner_running_jobs{owner,group}``; the connected workers' ``corral_gpus{state}`` and
+  ``corral_memory_mb{state}`` (held or free).
 * Events, bumped where they happen (:class:`Metrics`; a cached labelled child costs about 1 µs):
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
   ``corral_jobs_failed_total{type,reason}`` (dead-lettered), ``corral_job_attempt_failures_total{type,reason}``
@@ -260,6 +262,14 @@ class StateCollector(Collector):
         for owner, seconds in usage.thread_seconds.items():
             used.add_metric([owner, group_of.get(owner, "")], seconds)
         yield used
+        gpu_used = CounterMetricFamily(
+            "corral_owner_gpu_seconds",
+            "GPU-seconds of the leases each owner's jobs held (GPUs held x time leased), any outcome.",
+            labels=["owner", "group"],
+        )
+        for owner, seconds in usage.gpu_seconds.items():
+            gpu_used.add_metric([owner, group_of.get(owner, "")], seconds)
+        yield gpu_used
         running = GaugeMetricFamily(
             "corral_owner_running_jobs", "Each owner's RUNNING jobs now.", labels=["owner", "group"]
         )

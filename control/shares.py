@@ -127,14 +127,15 @@ class ShareRules:
 
 
 class OwnerUsage:
-    """Per owner: the jobs and threads its RUNNING jobs hold now, and the thread-seconds used so far;
-    per share (a group, or an owner in none): the threads held now."""
+    """Per owner: the jobs and threads its RUNNING jobs hold now, and the thread-seconds (and GPU-seconds)
+    used so far; per share (a group, or an owner in none): the threads held now."""
 
     def __init__(self, group_of: Mapping[str, str] | None = None) -> None:
         self.running_jobs: Counter[str] = Counter()
         self.running_threads: Counter[str] = Counter()
         self.share_threads: Counter[str] = Counter()
         self.thread_seconds: defaultdict[str, float] = defaultdict(float)
+        self.gpu_seconds: defaultdict[str, float] = defaultdict(float)
         self.group_of: Mapping[str, str] = group_of or {}
         """CORRAL_GROUPS: owner -> group."""
 
@@ -155,7 +156,10 @@ class OwnerUsage:
         self.running_threads[owner] -= job.threads_granted
         self.share_threads[self.share_of(owner)] -= job.threads_granted
         if job.started_at is not None:
-            self.thread_seconds[owner] += max(0.0, job.updated_at - job.started_at) * job.threads_granted
+            leased = max(0.0, job.updated_at - job.started_at)
+            self.thread_seconds[owner] += leased * job.threads_granted
+            if job.gpu_count:
+                self.gpu_seconds[owner] += leased * job.gpu_count
 
 
 class OwnerQueues:

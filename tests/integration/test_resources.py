@@ -141,7 +141,9 @@ def test_list_workers_and_metrics_show_the_gpus_and_memory_a_running_job_holds(
     assert wait_done(control_plane, job.id).state == S.SUCCEEDED
     freed = wait_until(lambda: (w := mine()).free_gpus == 2 and w, 10, what="the GPU to come back")
     assert freed.free_memory_mb == 2000
-    assert scrape(rest)['corral_gpus{state="free"}'] == 2
+    after = scrape(rest)
+    assert after['corral_gpus{state="free"}'] == 2
+    assert after['corral_owner_gpu_seconds_total{group="",owner=""}'] >= 2.0  # one GPU for the 2 s sleep
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])

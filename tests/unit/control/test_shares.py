@@ -27,10 +27,10 @@ class Harness:
             del self.queued[job_id]
         return live
 
-    def add(self, owner: str, priority: int = 0, threads: int = 1) -> str:
+    def add(self, owner: str, priority: int = 0, threads: int = 1, gpus: int = 0) -> str:
         self.seq += 1
         job = JobRecord(id=f"{owner}-{self.seq}", type="noop", payload_json="{}", created_at=float(self.seq),
-                        priority=priority, thread_demand=threads, seq=self.seq, owner=owner)  # fmt: skip
+                        priority=priority, thread_demand=threads, seq=self.seq, owner=owner, gpu_count=gpus)  # fmt: skip
         self.jobs[job.id] = job
         self.queued[job.id] = self.q.push(job.id, priority, job.ready_at, job.seq, owner)
         return job.id
@@ -134,6 +134,16 @@ def test_usage_counts_thread_seconds_of_every_lease() -> None:
     h.finish(job_id, at=2.5)
     assert h.usage.thread_seconds["alice"] == pytest.approx(10.0)
     assert (h.usage.running_jobs["alice"], h.usage.running_threads["alice"]) == (0, 0)
+    assert "alice" not in h.usage.gpu_seconds  # no GPU held: no series for it
+
+
+def test_usage_counts_gpu_seconds_of_leases_that_held_gpus() -> None:
+    h = Harness(ShareRules())
+    job_id = h.add("bob", threads=1, gpus=2)
+    h.start()
+    h.finish(job_id, at=3.0)
+    assert h.usage.thread_seconds["bob"] == pytest.approx(3.0)
+    assert h.usage.gpu_seconds["bob"] == pytest.approx(6.0)
 
 
 @pytest.mark.parametrize(
