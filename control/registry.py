@@ -98,8 +98,6 @@ class WorkerEntry:
     """Memory (MiB) it gives to jobs."""
     holding: dict[AttemptKey, Needs] = field(default_factory=dict)
     """The GPUs and memory each of its attempts holds, for the attempts that hold any (most hold none)."""
-    held_gpus: int = 0
-    held_memory_mb: int = 0
 
     @property
     def connected(self) -> bool:
@@ -112,6 +110,14 @@ class WorkerEntry:
     @property
     def free_threads(self) -> int:
         return self.threads - sum(self.running.values())
+
+    @property
+    def held_gpus(self) -> int:
+        return sum(gpus for gpus, _ in self.holding.values())
+
+    @property
+    def held_memory_mb(self) -> int:
+        return sum(memory_mb for _, memory_mb in self.holding.values())
 
     @property
     def free_gpus(self) -> int:
@@ -219,19 +225,14 @@ class WorkerRegistry:
     def hold(self, worker: WorkerEntry, key: AttemptKey, threads: int, needs: Needs = (0, 0)) -> None:
         """``worker`` runs attempt ``key`` with ``threads`` threads and ``needs`` (GPUs, MiB)."""
         worker.running[key] = threads
-        if needs != (0, 0) and key not in worker.holding:
+        if needs != (0, 0):
             worker.holding[key] = needs
-            worker.held_gpus += needs[0]
-            worker.held_memory_mb += needs[1]
         self._recheck(worker)
 
     def release(self, worker: WorkerEntry, key: AttemptKey) -> None:
         """``worker`` no longer runs attempt ``key`` (it reported it)."""
         if worker.running.pop(key, None) is not None:
-            needs = worker.holding.pop(key, None)
-            if needs is not None:
-                worker.held_gpus -= needs[0]
-                worker.held_memory_mb -= needs[1]
+            worker.holding.pop(key, None)
             self._recheck(worker)
 
     def hold_only(self, worker: WorkerEntry, running: dict[AttemptKey, int], needs: dict[AttemptKey, Needs]) -> None:
@@ -239,8 +240,6 @@ class WorkerRegistry:
         GPUs and memory: what a reconnecting worker says it still runs."""
         worker.running = running
         worker.holding = {key: n for key, n in needs.items() if key in running and n != (0, 0)}
-        worker.held_gpus = sum(g for g, _ in worker.holding.values())
-        worker.held_memory_mb = sum(m for _, m in worker.holding.values())
         self._recheck(worker)
 
     def most_threads(self, job_type: str, selector: tuple[tuple[str, str], ...] = (), needs: Needs = (0, 0)) -> int:

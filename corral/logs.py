@@ -51,6 +51,7 @@ WORKER_STARTED = "worker_started"
 WORKER_CONNECTING = "worker_connecting"
 WORKER_STOPPED = "worker_stopped"
 RUNNER_RESTARTED = "runner_restarted"
+GPUS_UNAVAILABLE = "gpus_unavailable"
 # Auth
 AUTH_REFUSED = "auth_refused"
 AUTH_TOKENS_RELOADED = "auth_tokens_reloaded"

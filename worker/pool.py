@@ -51,18 +51,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from corral.logs import JOB_TIMED_OUT, RUNNER_RESTARTED
+from corral.logs import GPUS_UNAVAILABLE, JOB_TIMED_OUT, RUNNER_RESTARTED
 from runner.limits import memory_limit_from_env
 from runner.wire import FAILED, LAST, OK, OUTPUT, PLUGIN_IMPORT, READY, encode_request, split_output
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
 
-__all__ = ["GPUS_UNAVAILABLE", "PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
+__all__ = ["PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
 
 logger = logging.getLogger(__name__)
 
-GPUS_UNAVAILABLE = "gpus_unavailable"
-"""Log event (a warning): an attempt was handed back because too few of the worker's GPUs were free."""
 RETIRE_GRACE_SEC = 5.0
 """How long a runner that ran a job holding GPUs has to exit after its answer before it is killed:
 that job's completion and devices wait for its exit, so a runner that hangs as it exits (a thread the

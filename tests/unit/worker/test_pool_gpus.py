@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+from corral.logs import GPUS_UNAVAILABLE
 from tests.support.pools import with_pool
 from tests.support.processes import alive
 from tests.support.waiting import until
 from worker.attempt import Completion, JobSpec, Outcome
-from worker.pool import GPUS_UNAVAILABLE, PoolConfig, RunnerPool
+from worker.pool import PoolConfig, RunnerPool
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBE = "tests.unit.runner.devices_probe"
