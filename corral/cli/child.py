@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,16 +14,22 @@ from typing import IO
 
 __all__ = ["ChildProcess"]
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _stop_with(parent: int) -> None:
-    """In the child, before exec: have the kernel send SIGTERM when the supervisor dies, even by
-    SIGKILL, so the control plane and workers shut down (drain) instead of running on unsupervised."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: Ctrl-C and SIGTERM still stop them
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the supervisor died before the request took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+# The kernel's parent-death signal has to be asked for by the child itself. preexec_fn would do it between
+# fork and exec, but would run Python there, in a forked copy of a supervisor that has gRPC's threads:
+# gRPC's fork handlers, or a lock another thread held at the fork, can hang that copy before it execs,
+# and the supervisor with it (it waits for the exec, and no signal reaches its main thread there). So a
+# fresh interpreter asks for SIGTERM when the supervisor's thread goes, checks that the supervisor has
+# not gone already, and replaces itself with the program: the request survives exec, and so does the pid.
+_TETHER_SHIM = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"  # 1: PR_SET_PDEATHSIG
+    "except (OSError, AttributeError):\n"  # not Linux: Ctrl-C and SIGTERM still stop the children
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"  # the supervisor died before the request took effect
+    "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 class ChildProcess:
@@ -42,18 +48,17 @@ class ChildProcess:
         """Start (or restart) the process in its own process group."""
         log: IO[bytes] | None = self.log_path.open("ab") if self.log_path else None
         self._log_offset = log.tell() if log else 0
-        parent = os.getpid()
+        tethered = [sys.executable, "-I", "-S", "-c", _TETHER_SHIM, str(os.getpid()), *self.argv]
         try:
             # The supervisor starts its children from its main thread, which lives as long as it does:
             # the parent-death signal fires when the forking *thread* exits.
             self.process = subprocess.Popen(
-                self.argv,
+                tethered,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 process_group=0,
-                preexec_fn=lambda: _stop_with(parent),
             )
         finally:
             if log is not None:

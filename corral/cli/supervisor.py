@@ -18,8 +18,10 @@ Auth: with :attr:`ClusterConfig.token` the control plane accepts that client tok
 (:attr:`ClusterConfig.worker_token`, else ``$CORRAL_WORKER_TOKEN``, else a random one made for this run),
 as ``CORRAL_WORKER_TOKEN``, and so does the control plane. Without a token nothing changes.
 
-Limitation: the children are in their own process groups, so a supervisor killed with SIGKILL leaves them
-running (nothing can run its cleanup); SIGINT and SIGTERM always stop them.
+The children are in their own process groups, so a terminal's signals reach only the supervisor. Each
+child asks the kernel for SIGTERM when the supervisor goes (see :mod:`corral.cli.child`), so even a
+supervisor killed with SIGKILL leaves nothing running on unsupervised; the children then stop as they
+would on Ctrl-C, though not in order.
 """
 
 from __future__ import annotations

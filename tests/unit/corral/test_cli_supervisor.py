@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ import pytest
 
 import corral.resources
 from corral.cli.supervisor import ClusterConfig, ControlPlaneExited, Supervisor, SupervisorError, WorkerRefusedSettings
+from tests.support.processes import alive
 
 T = TypeVar("T")
 
@@ -79,6 +82,17 @@ signal.signal(signal.SIGTERM, lambda *_: stop.set())
 os.write(EVENTS, f"worker-started {os.getpid()} {' '.join(sys.argv[1:])}\\n".encode())
 stop.wait()
 os.write(EVENTS, f"worker-term {os.getpid()}\\n".encode())
+"""
+
+SUPERVISOR = """
+import sys, threading
+from pathlib import Path
+from corral.cli.supervisor import ClusterConfig, Supervisor
+root = Path(sys.argv[1])
+config = ClusterConfig(grpc_port=0, http_port=0, db=str(root / "db"), workers=2, threads=1,
+                       log_dir=root / "logs", control_module="fakecontrol", worker_module="fakeworker")
+Supervisor(config).start()
+threading.Event().wait()
 """
 
 
@@ -299,3 +313,40 @@ def test_unset_gpus_and_memory_come_from_the_environment_or_the_machine_shared_o
 def test_gpus_and_memory_past_the_limits_are_refused(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(SupervisorError, match=message):
         ClusterConfig(**settings)
+
+
+def test_a_supervisor_killed_with_sigkill_takes_its_children_down(fakes: Fakes) -> None:
+    # Given a supervisor, in a process of its own, with its control plane and two workers up
+    env = {**os.environ, "PYTHONPATH": f"{fakes.root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env |= {"FAKE_EVENTS": str(fakes.events_path), "FAKE_DIR": str(fakes.root)}
+    supervisor = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SUPERVISOR), str(fakes.root)], env=env)
+    children: list[int] = []
+    try:
+        wait_for(lambda: sum(e.startswith("worker-started") for e in fakes.events()) == 2, 30, "two workers")
+        children = [int(e.split()[1]) for e in fakes.events() if e.startswith(("worker-started", "control-started"))]
+        # When it is killed, with no chance to stop them itself
+        supervisor.kill()
+        supervisor.wait()
+        # Then the kernel's SIGTERM reaches each of them, and each stops as it would on Ctrl-C
+        wait_for(lambda: not any(alive(pid) for pid in children), what="the children to exit")
+        terms = [e for e in fakes.events() if e.startswith(("worker-term", "control-term"))]
+        assert sorted(terms) == ["control-term", *sorted(f"worker-term {pid}" for pid in children[1:])]
+    finally:
+        supervisor.kill()
+        for pid in children:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_is_started_without_running_python_in_a_forked_copy_of_the_supervisor(fakes: Fakes) -> None:
+    # The supervisor has gRPC's threads. Python run between fork and exec (a preexec_fn) can hang there, on
+    # gRPC's fork handlers or on a lock another thread held at the fork, and the supervisor waits for that
+    # exec with no timeout: a `corral up` that hung restarting a worker. Python's before-fork hooks run
+    # exactly when Python will run in the forked copy.
+    forks: list[int] = []
+    os.register_at_fork(before=lambda: forks.append(1))
+    sup = fakes.supervisor(workers=1)
+    sup.start()
+    wait_for(lambda: any(e.startswith("worker-started") for e in fakes.events()), what="the worker")
+    assert sup.control.running() and sup.workers[0].child.running()
+    assert forks == []
