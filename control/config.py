@@ -126,6 +126,10 @@ class ControlConfig:
     owner_max_running: str = ""
     """CORRAL_OWNER_MAX_RUNNING: ``N`` or ``N,alice=M``: the most jobs an owner may have running (0 or
     unset: no cap)."""
+    priority_aging_sec: float = 0.0
+    """CORRAL_PRIORITY_AGING_SEC: >= 0; each this many seconds a ready job has waited counts as one more
+    priority level, so that no job waits for ever behind higher-priority ones (control.queue.QueueOrder).
+    0: strict priority, then age."""
     tls_cert: str = ""
     """CORRAL_TLS_CERT: PEM certificate chain; with CORRAL_TLS_KEY, the gRPC port speaks TLS and the HTTP
     port HTTPS (set both or neither)."""
@@ -282,6 +286,12 @@ class ControlConfig:
         )
         _rule(self.log_format in ("json", "logfmt"), "CORRAL_LOG_FORMAT", "must be json or logfmt", self.log_format)
         _rule(self.event_loop in LOOPS, "CORRAL_EVENT_LOOP", "must be uvloop or asyncio", self.event_loop)
+        _rule(
+            _nonneg(self.priority_aging_sec),
+            "CORRAL_PRIORITY_AGING_SEC",
+            "must be >= 0 (0: no aging)",
+            self.priority_aging_sec,
+        )
         self._check_auth()
         try:
             ShareRules.parse(self.fair_share, self.owner_weights, self.owner_max_running)
@@ -530,6 +540,7 @@ _ENV: dict[str, str] = {
     "fair_share": "CORRAL_FAIR_SHARE",
     "owner_weights": "CORRAL_OWNER_WEIGHTS",
     "owner_max_running": "CORRAL_OWNER_MAX_RUNNING",
+    "priority_aging_sec": "CORRAL_PRIORITY_AGING_SEC",
     "tls_cert": "CORRAL_TLS_CERT",
     "tls_key": "CORRAL_TLS_KEY",
     "tls_client_ca": "CORRAL_TLS_CLIENT_CA",
@@ -596,6 +607,7 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "fair_share": _lower,
     "owner_weights": _text,
     "owner_max_running": _text,
+    "priority_aging_sec": _FLOAT,
     "tls_cert": _text,
     "tls_key": _text,
     "tls_client_ca": _text,

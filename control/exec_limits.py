@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from control.admission.ratelimit import EPSILON, TokenBucket
 from control.clock import Clock
+from control.queue import Rank
 
 RATE_KEY_LABEL = "rate_key"
 """The job label that names the rate key a ``key:`` rule limits."""
@@ -41,9 +42,6 @@ UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 SCOPES = ("type", "key")
 
 EXAMPLE = "type:webhook=10/s or key:api.example.com=5/s:10"
-
-Order = tuple[int, float, int]
-"""How the ready queue ranks a job: (-priority, ready time, submission sequence); smaller first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +121,7 @@ class Gate:
     def __init__(self, rule: ExecRule, now: float) -> None:
         self.rule = rule
         self.bucket = TokenBucket(rule.per_second, rule.burst, now)
-        self.heap: list[tuple[int, float, int, str]] = []
+        self.heap: list[tuple[float, float, int, str]] = []
         self.waiting = 0
         """Jobs parked here now (cancelled ones leave at once; their heap entries lazily)."""
         self.timer: asyncio.TimerHandle | None = None
@@ -179,7 +177,7 @@ class ExecLimits:
             return NO_GATES if by_key is None else (by_key,)
         return (by_type,) if by_key is None else (by_type, by_key)
 
-    def blocker(self, gates: tuple[Gate, ...], order: Order, now: float) -> Gate | None:
+    def blocker(self, gates: tuple[Gate, ...], order: Rank, now: float) -> Gate | None:
         """The gate that holds this job back now, or None when it may start.
 
         A gate holds a job back when it has no token, or when better-ranked jobs are parked in it
@@ -195,7 +193,7 @@ class ExecLimits:
                 worst, worst_wait = gate, wait
         return worst
 
-    def park(self, gate: Gate, order: Order, job_id: str) -> bool:
+    def park(self, gate: Gate, order: Rank, job_id: str) -> bool:
         """Hold the job in ``gate``; True the first time it is held back since it became ready."""
         heapq.heappush(gate.heap, (*order, job_id))
         self._parked[job_id] = gate
@@ -205,7 +203,7 @@ class ExecLimits:
         self._held.add(job_id)
         return True
 
-    def hold(self, gate: Gate, order: Order, job_id: str, now: float) -> None:
+    def hold(self, gate: Gate, order: Rank, job_id: str, now: float) -> None:
         """Park the job in ``gate`` and make sure a wake-up is due for the gate's next token."""
         if self.park(gate, order, job_id):
             self.on_delayed(gate.rule.target)
@@ -263,7 +261,7 @@ class ExecLimits:
         if gate is not None:
             gate.waiting -= 1
 
-    def _head(self, gate: Gate) -> Order | None:
+    def _head(self, gate: Gate) -> Rank | None:
         """The best job parked in ``gate`` (dropping entries of jobs no longer parked there)."""
         heap = gate.heap
         while heap:

@@ -1,5 +1,5 @@
-"""The in-memory queues: ready jobs by priority then age, delayed jobs by due time, and running
-leases by the time they end.
+"""The in-memory queues: ready jobs by priority then age (:class:`QueueOrder`), delayed jobs by due time,
+and running leases by the time they end.
 
 All are rebuilt from the store at start-up. Entries are removed lazily: a cancelled or already
 leased job stays in the heap until it reaches the top, where the owner's ``is_live`` check drops it.
@@ -9,22 +9,57 @@ That keeps cancel O(1) and every push/pop O(log n).
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+Rank = tuple[float, float, int]
+"""Where a ready job stands in the queue: smaller first (see :meth:`QueueOrder.rank`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOrder:
+    """The order of ready jobs: priority (higher first), then the time each became ready, then submission.
+
+    With ``aging_sec`` > 0 (CORRAL_PRIORITY_AGING_SEC), each ``aging_sec`` a job has waited since it
+    became ready counts as one more priority level, so that no job waits for ever behind a steady stream
+    of higher-priority ones: a priority-0 job that has waited 10 x ``aging_sec`` goes before a priority-9
+    job that has just come. Two waiting jobs age alike, so the order between them never changes while they
+    wait: it is a fixed key, and the queues stay heaps.
+    """
+
+    aging_sec: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.aging_sec) and self.aging_sec >= 0):
+            raise ValueError(f"aging_sec must be >= 0, got {self.aging_sec!r}")
+
+    def rank(self, priority: int, ready_at: float, seq: int) -> Rank:
+        """The job's rank: (priority less the levels its wait is worth, so far or to come; ready time;
+        submission sequence)."""
+        if self.aging_sec:
+            return (ready_at / self.aging_sec - priority, ready_at, seq)
+        return (-priority, ready_at, seq)
+
+
+STRICT = QueueOrder()
+"""Priority, then age, with no aging."""
 
 
 class ReadyQueue:
-    """PENDING jobs ordered by (priority desc, ready time, submission sequence)."""
+    """PENDING jobs ordered by their :meth:`QueueOrder.rank`."""
 
-    def __init__(self, is_live: Callable[[str, int], bool]) -> None:
-        self._heap: list[tuple[int, float, int, str, int]] = []
+    def __init__(self, is_live: Callable[[str, int], bool], order: QueueOrder = STRICT) -> None:
+        self._heap: list[tuple[float, float, int, str, int]] = []
         self._is_live = is_live
+        self._order = order
         self._token = 0
 
     def push(self, job_id: str, priority: int, ready_at: float, seq: int, owner: str = "") -> int:
         """Queue a job; returns the entry's token (a later push of the same job supersedes it). One
         queue for every owner (control.shares keeps one per owner when owners' shares matter)."""
         self._token += 1
-        heapq.heappush(self._heap, (-priority, ready_at, seq, job_id, self._token))
+        heapq.heappush(self._heap, (*self._order.rank(priority, ready_at, seq), job_id, self._token))
         return self._token
 
     def pop(self) -> str | None:

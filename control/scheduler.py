@@ -45,7 +45,7 @@ from control.dispatch import POLICIES, SelectionPolicy, granted_threads, reserve
 from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
 from control.metrics import Metrics
-from control.queue import DelayedQueue, LeaseQueue, ReadyQueue
+from control.queue import DelayedQueue, LeaseQueue, QueueOrder, ReadyQueue
 from control.recent import RecentJobs
 from control.registry import Assignment, Needs, WorkerEntry, WorkerRegistry
 from control.shares import OwnerQueues, OwnerUsage, ShareRules
@@ -119,10 +119,12 @@ class Scheduler:
         self.shares = ShareRules.parse(config.fair_share, config.owner_weights, config.owner_max_running, group_of)
         self.usage = OwnerUsage(self.shares.group_of)
         """Each owner's running jobs and threads, and the thread-seconds it used (control.shares)."""
+        self.order = QueueOrder(config.priority_aging_sec)
+        """How ready jobs are ranked: priority, then age; with CORRAL_PRIORITY_AGING_SEC, waiting raises it."""
         self.ready: ReadyQueue | OwnerQueues = (
-            OwnerQueues(self._is_queued, self._looks_queued, self.shares, self.usage)
+            OwnerQueues(self._is_queued, self._looks_queued, self.shares, self.usage, self.order)
             if self.shares.per_owner
-            else ReadyQueue(self._is_queued)
+            else ReadyQueue(self._is_queued, self.order)
         )
         self.delayed = DelayedQueue()
         self.started_at = time.time()
@@ -142,7 +144,7 @@ class Scheduler:
         self._rewrites = asyncio.Lock()
         # RetryJob reads a finished job, then writes it back live; a purge in between would delete the
         # row it then updates (the job would live in memory only). Both hold this lock.
-        self._parked: dict[JobKind, list[tuple[int, float, int, str]]] = {}
+        self._parked: dict[JobKind, list[tuple[float, float, int, str]]] = {}
         """PENDING jobs, by type (and worker selector), that no worker running them could take (see _park)."""
         self._unserved: set[JobKind] = set()
         """Kinds with parked jobs and no connected worker that runs them (logged once each)."""
@@ -582,7 +584,7 @@ class Scheduler:
             if limits is not None:
                 gates = limits.gates_for(job.type, job.labels)
                 if gates:
-                    order = (-job.priority, job.ready_at, job.seq)
+                    order = self.order.rank(job.priority, job.ready_at, job.seq)
                     gate = limits.blocker(gates, order, now)
                     if gate is not None:  # parked until its gate's next token: skip to the jobs behind
                         limits.hold(gate, order, job.id, now)
@@ -663,7 +665,8 @@ class Scheduler:
         the GPUs and memory it asks for) can take now; ``served``: some connected such worker exists (it
         is busy or draining), else none."""
         kind = kind_of(job)
-        heapq.heappush(self._parked.setdefault(kind, []), (-job.priority, job.ready_at, job.seq, job.id))
+        rank = self.order.rank(job.priority, job.ready_at, job.seq)
+        heapq.heappush(self._parked.setdefault(kind, []), (*rank, job.id))
         if not served and kind not in self._unserved:
             self._unserved.add(kind)
             wants: dict[str, object] = {}

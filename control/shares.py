@@ -33,10 +33,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from control.jobs import JobRecord
+from control.queue import STRICT, QueueOrder
 
 __all__ = ["OwnerQueues", "OwnerUsage", "ShareRules", "parse_caps", "parse_weights"]
 
-_Entry = tuple[int, float, int, str, int]  # (-priority, ready_at, seq, job id, token)
+_Entry = tuple[float, float, int, str, int]  # (*rank, job id, token): see control.queue.QueueOrder
 
 
 def _pairs(raw: str) -> Iterator[tuple[str, str]]:
@@ -176,8 +177,10 @@ class OwnerQueues:
         looks_live: Callable[[str, int], bool],
         rules: ShareRules,
         usage: OwnerUsage,
+        order: QueueOrder = STRICT,
     ) -> None:
         self._heaps: dict[str, list[_Entry]] = {}
+        self._order = order
         self._is_live = is_live
         self._looks_live = looks_live
         self._rules = rules
@@ -191,14 +194,14 @@ class OwnerQueues:
         heap = self._heaps.get(owner)
         if heap is None:
             heap = self._heaps[owner] = []
-        heapq.heappush(heap, (-priority, ready_at, seq, job_id, self._token))
+        heapq.heappush(heap, (*self._order.rank(priority, ready_at, seq), job_id, self._token))
         self._size += 1
         return self._token
 
     def pop(self) -> str | None:
         """The next job of the owner furthest below its share and under its cap, or None."""
         rules, usage = self._rules, self._usage
-        best: tuple[float, int, float, int] | None = None
+        best: tuple[float, float, float, int] | None = None
         chosen = ""
         for owner in list(self._heaps):
             heap = self._heaps[owner]
@@ -216,8 +219,8 @@ class OwnerQueues:
                 share = usage.share_threads[group] / rules.weight(group)
             else:
                 share = 0.0
-            neg_priority, ready_at, seq, _, _ = heap[0]
-            key = (share, neg_priority, ready_at, seq)
+            rank, ready_at, seq, _, _ = heap[0]
+            key = (share, rank, ready_at, seq)
             if best is None or key < best:
                 best, chosen = key, owner
         if best is None:

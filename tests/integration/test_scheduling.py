@@ -121,6 +121,28 @@ def test_queued_jobs_start_by_priority_then_age(control_plane: ControlProc, spaw
     assert ran == expected
 
 
+def test_with_priority_aging_a_long_wait_outranks_a_small_priority_gap(
+    make_control_plane: Any, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given one priority level for each second waited, and the only worker busy
+    control_plane = make_control_plane(CORRAL_PRIORITY_AGING_SEC=1)
+    spawn_worker(control_plane, threads=1)
+    log = tmp_path / "order.log"
+    blocker = submit(control_plane, "record", {"path": str(log), "seconds": 60})
+    wait_until(lambda: control_plane.get(blocker.id).state == S.RUNNING, what="blocker to run")
+    # When a priority-0 job has waited more than three seconds, and two more jobs then queue up
+    old = submit(control_plane, "record", {"path": str(log)})
+    waited_from = old.created_at.ToNanoseconds() / 1e9
+    wait_until(lambda: time.time() > waited_from + 3.5, timeout=10, what="three levels' worth of waiting")
+    small = submit(control_plane, "record", {"path": str(log)}, priority=2)
+    big = submit(control_plane, "record", {"path": str(log)}, priority=50)
+    control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=blocker.id))
+    wait_all_done(control_plane, [old.id, small.id, big.id])
+    # Then a large priority gap still wins, but the old job goes before the small gap that just came
+    ran = [job_id for job_id, _ in executions(log)][1:]
+    assert ran == [big.id, old.id, small.id]
+
+
 def test_scheduled_job_does_not_start_before_its_time(control_plane: ControlProc, spawn_worker: Any) -> None:
     spawn_worker(control_plane, threads=1)
     at = time.time() + 1.5

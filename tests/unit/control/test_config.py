@@ -28,6 +28,8 @@ def test_environment_and_flags() -> None:
         ({"CORRAL_SELECTION": "random"}, "CORRAL_SELECTION must be round_robin, lru or least_loaded"),
         ({"CORRAL_DB_SYNC": "sometimes"}, "CORRAL_DB_SYNC must be normal or full"),
         ({"CORRAL_JOB_RETENTION_SEC": "-1"}, "CORRAL_JOB_RETENTION_SEC must be >= 0"),
+        ({"CORRAL_PRIORITY_AGING_SEC": "-5"}, r"CORRAL_PRIORITY_AGING_SEC must be >= 0 \(0: no aging\), got -5"),
+        ({"CORRAL_PRIORITY_AGING_SEC": "nan"}, "CORRAL_PRIORITY_AGING_SEC must be a finite number"),
         (
             {"CORRAL_FAILED_RETENTION_SEC": "3600"},
             r"CORRAL_FAILED_RETENTION_SEC must be 0 or at least IDEMPOTENCY_TTL_SEC \(86400\)",

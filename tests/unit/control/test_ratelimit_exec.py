@@ -11,7 +11,8 @@ import pytest
 
 from control.clock import FakeClock, SystemClock
 from control.config import ConfigError, ControlConfig
-from control.exec_limits import ExecLimits, ExecRule, Order, parse_exec_limits
+from control.exec_limits import ExecLimits, ExecRule, parse_exec_limits
+from control.queue import STRICT, Rank
 
 # ---- the parser -----------------------------------------------------------------------------------
 
@@ -76,8 +77,8 @@ def bundle(spec: str) -> tuple[ExecLimits, FakeClock, list[str]]:
     return ExecLimits(parse_exec_limits(spec), clock, on_delayed=delayed.append), clock, delayed
 
 
-def order(priority: int, seq: int) -> Order:
-    return (-priority, 0.0, seq)
+def order(priority: int, seq: int) -> Rank:
+    return STRICT.rank(priority, 0.0, seq)
 
 
 def test_a_job_meets_its_type_rule_and_its_rate_key_rule() -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import pytest
 
 from control.jobs import JobRecord, JobState
+from control.queue import STRICT, QueueOrder
 from control.shares import OwnerQueues, OwnerUsage, ShareRules
 
 
 class Harness:
     """OwnerQueues over a dict of live jobs, as the scheduler keeps them; ``start`` plays a lease."""
 
-    def __init__(self, rules: ShareRules) -> None:
+    def __init__(self, rules: ShareRules, order: QueueOrder = STRICT) -> None:
         self.jobs: dict[str, JobRecord] = {}
         self.queued: dict[str, int] = {}
         self.usage = OwnerUsage(rules.group_of)
-        self.q = OwnerQueues(self._take, self._looks, rules, self.usage)
+        self.q = OwnerQueues(self._take, self._looks, rules, self.usage, order)
         self.seq = 0
 
     def _looks(self, job_id: str, token: int) -> bool:
@@ -52,6 +53,19 @@ class Harness:
 
 def owners(ids: list[str | None]) -> list[str]:
     return [i.split("-")[0] if i else "-" for i in ids]
+
+
+def test_with_aging_waiting_ranks_an_owner_s_jobs_and_equal_shares_but_not_unequal_ones() -> None:
+    h = Harness(ShareRules(fair=True), QueueOrder(aging_sec=1.0))
+    old = h.add("alice")  # ready at t=1 (a job's ready time is its sequence here)
+    h.seq += 3
+    newer = h.add("alice", priority=2)  # ready at t=5: two levels up, four levels of waiting behind
+    bob = h.add("bob", priority=3)  # ready at t=6
+    # Both owners hold nothing: the best-ranked head goes, and alice's is her old job
+    assert h.start() == old
+    # Now alice holds a thread and bob none: the share decides, whatever the ranks
+    assert h.start() == bob
+    assert h.start() == newer
 
 
 def test_fair_share_interleaves_a_late_owner_with_a_big_backlog() -> None:
