@@ -119,8 +119,9 @@ class ControlConfig:
     """CORRAL_AUTH_ADMINS: comma-separated client token names that see and manage every job and may call
     AdminService when CORRAL_JOB_VISIBILITY=owner."""
     fair_share: str = "off"
-    """CORRAL_FAIR_SHARE: on | off. ``on``: a freed slot goes to the owner holding the fewest threads for
-    its weight (control.shares)."""
+    """CORRAL_FAIR_SHARE: on | off. ``on``: a freed slot goes to the owner with the smallest dominant share
+    (the largest part of the workers' threads, GPUs or memory its running jobs hold) for its weight
+    (control.shares)."""
     owner_weights: str = ""
     """CORRAL_OWNER_WEIGHTS: ``alice=3,bob=1``: owners' weights for fair share (> 0; default 1 each)."""
     owner_max_running: str = ""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from control.clock import Clock
@@ -178,6 +178,14 @@ class WorkerEntry:
         return all(labels.get(key) == value for key, value in selector)
 
 
+class Capacity(NamedTuple):
+    """What the connected workers give jobs in all."""
+
+    threads: int
+    gpus: int
+    memory_mb: int
+
+
 class WorkerRegistry:
     """Workers by id, in registration order (the order round-robin walks).
 
@@ -189,6 +197,7 @@ class WorkerRegistry:
         self._workers: dict[str, WorkerEntry] = {}
         self._open: dict[str, WorkerEntry] = {}
         self._most_threads: dict[str | tuple[str, tuple[tuple[str, str], ...], Needs], int] = {}
+        self._capacity: Capacity | None = None
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -212,6 +221,7 @@ class WorkerRegistry:
         entry = self._workers.pop(worker_id, None)
         self._open.pop(worker_id, None)
         self._most_threads.clear()
+        self._capacity = None
         return entry
 
     def connected(self) -> list[WorkerEntry]:
@@ -258,6 +268,15 @@ class WorkerRegistry:
             )
         return most
 
+    def capacity(self) -> Capacity:
+        """The threads, GPUs and memory of the connected workers, in all."""
+        if self._capacity is None:
+            connected = self.connected()
+            self._capacity = Capacity(
+                sum(w.threads for w in connected), sum(w.gpus for w in connected), sum(w.memory_mb for w in connected)
+            )
+        return self._capacity
+
     def _recheck(self, worker: WorkerEntry) -> None:
         if worker.accepts_work and self._workers.get(worker.id) is worker:
             self._open[worker.id] = worker
@@ -267,6 +286,7 @@ class WorkerRegistry:
     def changed(self, worker: WorkerEntry) -> None:
         """Call after ``worker`` connected, disconnected or started draining."""
         self._most_threads.clear()
+        self._capacity = None
         self._recheck(worker)
 
     def has_capacity(self) -> bool:

@@ -122,7 +122,9 @@ class Scheduler:
         self.order = QueueOrder(config.priority_aging_sec)
         """How ready jobs are ranked: priority, then age; with CORRAL_PRIORITY_AGING_SEC, waiting raises it."""
         self.ready: ReadyQueue | OwnerQueues = (
-            OwnerQueues(self._is_queued, self._looks_queued, self.shares, self.usage, self.order)
+            OwnerQueues(
+                self._is_queued, self._looks_queued, self.shares, self.usage, self.order, self.registry.capacity
+            )
             if self.shares.per_owner
             else ReadyQueue(self._is_queued, self.order)
         )

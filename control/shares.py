@@ -4,10 +4,13 @@ the thread-time each owner has used.
 A job's owner is the client token it was submitted with (control.access); without auth every job has
 the owner ``""``. Three settings:
 
-* ``CORRAL_FAIR_SHARE=on``: when a slot frees, the next job comes from the owner that holds the
-  fewest threads for its weight (``CORRAL_OWNER_WEIGHTS``, ``alice=3,bob=1``, default 1 each). With
-  ``CORRAL_GROUPS`` the share is a group's: the threads all its owners' jobs hold, for the group's
-  weight (``CORRAL_OWNER_WEIGHTS`` names groups then; an owner in no group is a group of one). Among
+* ``CORRAL_FAIR_SHARE=on``: when a slot frees, the next job comes from the owner with the smallest
+  dominant share for its weight (``CORRAL_OWNER_WEIGHTS``, ``alice=3,bob=1``, default 1 each). An
+  owner's dominant share is the largest part of the cluster's threads, GPUs or memory that its running
+  jobs hold (dominant resource fairness): an owner whose one job holds every GPU has had its share,
+  though it holds one thread. Without GPU or memory jobs that is the part of the threads it holds. With
+  ``CORRAL_GROUPS`` the share is a group's: what all its owners' jobs hold, for the group's weight
+  (``CORRAL_OWNER_WEIGHTS`` names groups then; an owner in no group is a group of one). Among
   owners equally far below their share, the one whose next job has the higher priority, then the
   older one, goes first; within an owner, jobs keep their order (priority, then age). So a client
   that queues ten thousand jobs gets its share of the workers, not all of them, and a client that
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 
 from control.jobs import JobRecord
 from control.queue import STRICT, QueueOrder
+from control.registry import Capacity
 
 __all__ = ["OwnerQueues", "OwnerUsage", "ShareRules", "parse_caps", "parse_weights"]
 
@@ -129,12 +133,14 @@ class ShareRules:
 
 class OwnerUsage:
     """Per owner: the jobs and threads its RUNNING jobs hold now, and the thread-seconds (and GPU-seconds)
-    used so far; per share (a group, or an owner in none): the threads held now."""
+    used so far; per share (a group, or an owner in none): the threads, GPUs and memory held now."""
 
     def __init__(self, group_of: Mapping[str, str] | None = None) -> None:
         self.running_jobs: Counter[str] = Counter()
         self.running_threads: Counter[str] = Counter()
         self.share_threads: Counter[str] = Counter()
+        self.share_gpus: Counter[str] = Counter()
+        self.share_memory_mb: Counter[str] = Counter()
         self.thread_seconds: defaultdict[str, float] = defaultdict(float)
         self.gpu_seconds: defaultdict[str, float] = defaultdict(float)
         self.group_of: Mapping[str, str] = group_of or {}
@@ -144,27 +150,47 @@ class OwnerUsage:
         """Whose share ``owner``'s jobs count against: its group, else itself."""
         return self.group_of.get(owner, owner)
 
+    def dominant_share(self, share: str, capacity: Capacity) -> float:
+        """The largest part of ``capacity`` (threads, GPUs, memory) that the jobs of ``share`` hold.
+
+        With no worker connected, the part of one thread: the threads held still order the shares.
+        """
+        part = self.share_threads[share] / max(1, capacity.threads)
+        if capacity.gpus and (gpus := self.share_gpus[share]):
+            part = max(part, gpus / capacity.gpus)
+        if capacity.memory_mb and (memory_mb := self.share_memory_mb[share]):
+            part = max(part, memory_mb / capacity.memory_mb)
+        return part
+
     def started(self, job: JobRecord) -> None:
         """``job`` became RUNNING (leased, or found running at start-up)."""
         self.running_jobs[job.owner] += 1
         self.running_threads[job.owner] += job.threads_granted
-        self.share_threads[self.share_of(job.owner)] += job.threads_granted
+        self._hold(self.share_of(job.owner), job, 1)
 
     def stopped(self, job: JobRecord) -> None:
         """``job`` left RUNNING; its lease lasted from ``started_at`` to ``updated_at`` (the move)."""
         owner = job.owner
         self.running_jobs[owner] -= 1
         self.running_threads[owner] -= job.threads_granted
-        self.share_threads[self.share_of(owner)] -= job.threads_granted
+        self._hold(self.share_of(owner), job, -1)
         if job.started_at is not None:
             leased = max(0.0, job.updated_at - job.started_at)
             self.thread_seconds[owner] += leased * job.threads_granted
             if job.gpu_count:
                 self.gpu_seconds[owner] += leased * job.gpu_count
 
+    def _hold(self, share: str, job: JobRecord, sign: int) -> None:
+        self.share_threads[share] += sign * job.threads_granted
+        if job.gpu_count:
+            self.share_gpus[share] += sign * job.gpu_count
+        if job.memory_mb:
+            self.share_memory_mb[share] += sign * job.memory_mb
+
 
 class OwnerQueues:
-    """PENDING jobs queued per owner; :meth:`pop` serves the owner furthest below its share.
+    """PENDING jobs queued per owner; :meth:`pop` serves the owner furthest below its share of
+    ``capacity`` (the connected workers').
 
     The same contract as :class:`control.queue.ReadyQueue` (push returns a token, entries are dropped
     lazily when ``is_live`` says a later push superseded them), plus ``looks_live``: the same test
@@ -178,9 +204,11 @@ class OwnerQueues:
         rules: ShareRules,
         usage: OwnerUsage,
         order: QueueOrder = STRICT,
+        capacity: Callable[[], Capacity] = lambda: Capacity(0, 0, 0),
     ) -> None:
         self._heaps: dict[str, list[_Entry]] = {}
         self._order = order
+        self._capacity = capacity
         self._is_live = is_live
         self._looks_live = looks_live
         self._rules = rules
@@ -201,6 +229,7 @@ class OwnerQueues:
     def pop(self) -> str | None:
         """The next job of the owner furthest below its share and under its cap, or None."""
         rules, usage = self._rules, self._usage
+        capacity = self._capacity() if rules.fair else None
         best: tuple[float, float, float, int] | None = None
         chosen = ""
         for owner in list(self._heaps):
@@ -214,9 +243,9 @@ class OwnerQueues:
             cap = rules.cap(owner)
             if cap and usage.running_jobs[owner] >= cap:
                 continue
-            if rules.fair:
+            if capacity is not None:
                 group = usage.share_of(owner)
-                share = usage.share_threads[group] / rules.weight(group)
+                share = usage.dominant_share(group, capacity) / rules.weight(group)
             else:
                 share = 0.0
             rank, ready_at, seq, _, _ = heap[0]

@@ -15,18 +15,23 @@ import pytest
 
 import corral
 from corral import JobSpec
-from tests.conftest import ControlProc
+from corral.v1 import jobs_pb2
+from tests.conftest import ControlProc, wait_until
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 
+RUNNING = jobs_pb2.Job.RUNNING
 
-def _clients(make_control_plane: Any, spawn_worker: Any, threads: int, **env: str) -> Iterator[Any]:
+
+def _clients(
+    make_control_plane: Any, spawn_worker: Any, threads: int, worker_env: dict[str, str] | None = None, **env: str
+) -> Iterator[Any]:
     tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "worker")}
     cp: ControlProc = make_control_plane(
         CORRAL_AUTH_TOKENS=f"alice:{tokens['alice']},bob:{tokens['bob']}", CORRAL_WORKER_TOKEN=tokens["worker"], **env
     )
     cp.token = tokens["alice"]  # the fixtures' own calls (is the worker registered?) need a client token
-    spawn_worker(cp, threads=threads, env={"CORRAL_WORKER_TOKEN": tokens["worker"]})
+    spawn_worker(cp, threads=threads, env={"CORRAL_WORKER_TOKEN": tokens["worker"], **(worker_env or {})})
     with (
         corral.Client(cp.address, token=tokens["alice"]) as alice,
         corral.Client(cp.address, token=tokens["bob"]) as bob,
@@ -37,6 +42,11 @@ def _clients(make_control_plane: Any, spawn_worker: Any, threads: int, **env: st
 @pytest.fixture
 def fair(make_control_plane: Any, spawn_worker: Any) -> Iterator[Any]:
     yield from _clients(make_control_plane, spawn_worker, 2, CORRAL_FAIR_SHARE="on")
+
+
+@pytest.fixture
+def fair_gpus(make_control_plane: Any, spawn_worker: Any) -> Iterator[Any]:
+    yield from _clients(make_control_plane, spawn_worker, 4, {"CORRAL_WORKER_GPUS": "0,1"}, CORRAL_FAIR_SHARE="on")
 
 
 @pytest.fixture
@@ -66,6 +76,27 @@ def test_fair_share_lets_a_late_client_in_ahead_of_another_s_backlog(fair: Any) 
     last_bob = max(j.started_at for j in bob_jobs if j.started_at)
     after = [j for j in alice_jobs if j.started_at and j.started_at > last_bob]
     assert len(after) >= 6, f"only {len(after)} of alice's 12 jobs started after bob's"
+
+
+def test_fair_share_counts_the_gpus_an_owner_holds_not_only_its_threads(fair_gpus: Any) -> None:
+    cp, alice, bob = fair_gpus
+    # Given a worker of 4 threads and 2 GPUs, full: alice's one-thread job holds both GPUs, bob runs three
+    # one-thread jobs, one of which is about to be cancelled
+    hog = alice.submit("sleep", {"seconds": 120}, gpu_count=2).id
+    bobs = _sleeps(bob, 3, 120)
+    wait_until(lambda: all(cp.get(i).state == RUNNING for i in [hog, *bobs]), what="a full worker")
+    # When each queues a plain job, and then a thread frees
+    alice_next = alice.submit("sleep", {"seconds": 0.2}).id
+    bob_next = bob.submit("sleep", {"seconds": 0.2}).id
+    bob.cancel(bobs[0])
+    # Then bob's goes first, since he holds half the threads and alice all the GPUs (by threads alone,
+    # her one would be less than his two), and hers gets the thread after it
+    first, second = bob.wait(bob_next, timeout=60), alice.wait(alice_next, timeout=60)
+    assert first.started_at and second.started_at and first.finished_at
+    assert first.started_at < second.started_at
+    assert second.started_at >= first.finished_at
+    for job_id, client in [(hog, alice), (bobs[1], bob), (bobs[2], bob)]:
+        client.cancel(job_id)
 
 
 def test_an_owner_cap_holds_its_jobs_while_others_run(capped: Any) -> None:

@@ -31,7 +31,7 @@ OPS = st.lists(
 @given(OPS)
 @example([("register", 0, 0), ("hold", 0, 1), ("release", 0, 1)])
 @example([("register", 1, 0), ("hold", 1, 0), ("register", 2, 0), ("remove", 1, 0), ("register", 1, 0)])
-def test_open_workers_are_exactly_those_that_can_take_a_job_in_registration_order(
+def test_open_workers_and_the_capacity_are_exactly_what_a_walk_of_the_fleet_finds(
     ops: list[tuple[str, int, int]],
 ) -> None:
     registry = WorkerRegistry()
@@ -40,7 +40,9 @@ def test_open_workers_are_exactly_those_that_can_take_a_job_in_registration_orde
         worker = registry.get(wid)
         if op == "register":
             if worker is None:
-                worker = WorkerEntry(wid, threads=2, slots=1 + i % 3, registered_at=0, last_seen=0)
+                worker = WorkerEntry(
+                    wid, threads=2 + i, slots=1 + i % 3, registered_at=0, last_seen=0, gpus=i, memory_mb=100 * i
+                )
             worker.link, worker.draining = _Link(), False
             registry.add(worker)
         elif worker is None:
@@ -63,6 +65,13 @@ def test_open_workers_are_exactly_those_that_can_take_a_job_in_registration_orde
         # Then the open workers are those a full walk of the fleet would find, in the order it walks
         assert registry.open() == [w for w in registry.all() if w.accepts_work]
         assert registry.has_capacity() == any(w.accepts_work for w in registry.all())
+        # And the capacity, which fair share divides, is the connected workers'
+        connected = [w for w in registry.all() if w.connected]
+        assert registry.capacity() == (
+            sum(w.threads for w in connected),
+            sum(w.gpus for w in connected),
+            sum(w.memory_mb for w in connected),
+        )
 
 
 def test_most_threads_for_a_type_counts_connected_workers_that_run_it() -> None:

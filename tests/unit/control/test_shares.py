@@ -6,17 +6,21 @@ import pytest
 
 from control.jobs import JobRecord, JobState
 from control.queue import STRICT, QueueOrder
+from control.registry import Capacity
 from control.shares import OwnerQueues, OwnerUsage, ShareRules
+
+EIGHT_THREADS = Capacity(threads=8, gpus=0, memory_mb=0)
 
 
 class Harness:
     """OwnerQueues over a dict of live jobs, as the scheduler keeps them; ``start`` plays a lease."""
 
-    def __init__(self, rules: ShareRules, order: QueueOrder = STRICT) -> None:
+    def __init__(self, rules: ShareRules, order: QueueOrder = STRICT, capacity: Capacity = EIGHT_THREADS) -> None:
         self.jobs: dict[str, JobRecord] = {}
         self.queued: dict[str, int] = {}
         self.usage = OwnerUsage(rules.group_of)
-        self.q = OwnerQueues(self._take, self._looks, rules, self.usage, order)
+        self.capacity = capacity
+        self.q = OwnerQueues(self._take, self._looks, rules, self.usage, order, lambda: self.capacity)
         self.seq = 0
 
     def _looks(self, job_id: str, token: int) -> bool:
@@ -28,10 +32,11 @@ class Harness:
             del self.queued[job_id]
         return live
 
-    def add(self, owner: str, priority: int = 0, threads: int = 1, gpus: int = 0) -> str:
+    def add(self, owner: str, priority: int = 0, threads: int = 1, gpus: int = 0, memory_mb: int = 0) -> str:
         self.seq += 1
         job = JobRecord(id=f"{owner}-{self.seq}", type="noop", payload_json="{}", created_at=float(self.seq),
-                        priority=priority, thread_demand=threads, seq=self.seq, owner=owner, gpu_count=gpus)  # fmt: skip
+                        priority=priority, thread_demand=threads, seq=self.seq, owner=owner, gpu_count=gpus,
+                        memory_mb=memory_mb)  # fmt: skip
         self.jobs[job.id] = job
         self.queued[job.id] = self.q.push(job.id, priority, job.ready_at, job.seq, owner)
         return job.id
@@ -66,6 +71,28 @@ def test_with_aging_waiting_ranks_an_owner_s_jobs_and_equal_shares_but_not_unequ
     # Now alice holds a thread and bob none: the share decides, whatever the ranks
     assert h.start() == bob
     assert h.start() == newer
+
+
+@pytest.mark.parametrize(("gpus", "memory_mb"), [(2, 0), (0, 1000)])
+def test_fair_share_weighs_the_resource_an_owner_holds_most_of(gpus: int, memory_mb: int) -> None:
+    # Given 8 threads, 2 GPUs and 1,000 MiB; alice runs one 1-thread job that holds all the GPUs (or all
+    # the memory), bob runs two 1-thread jobs
+    h = Harness(ShareRules(fair=True), capacity=Capacity(8, 2, 1000))
+    h.add("alice", gpus=gpus, memory_mb=memory_mb)
+    h.add("bob")
+    h.add("bob")
+    assert owners([h.start(), h.start(), h.start()]) == ["alice", "bob", "bob"]
+    # When each queues one more plain job
+    h.add("alice")
+    h.add("bob")
+    # Then bob's goes first: he holds a quarter of the threads, alice all of the GPUs (or memory),
+    # though she holds fewer threads
+    assert owners([h.start(), h.start()]) == ["bob", "alice"]
+    # And with the GPUs (or the memory) back, her one thread is less than his three
+    h.finish(next(j.id for j in h.jobs.values() if j.gpu_count or j.memory_mb))
+    h.add("alice")
+    h.add("bob")
+    assert owners([h.start()]) == ["alice"]
 
 
 def test_fair_share_interleaves_a_late_owner_with_a_big_backlog() -> None:
