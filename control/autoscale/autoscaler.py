@@ -11,6 +11,9 @@ Modes (AUTOSCALE_MODE):
   chosen workers and removes their containers once they left (``scale_down``). The bounds count
   this group's containers, running or starting; other workers only add free capacity.
 
+The backlog is the PENDING jobs less those a new worker could not run either: jobs that ask for GPUs
+(the containers it starts get none) and jobs an execution rate limit holds back.
+
 Every look's decision is counted by action and reason; actions are logged at info, and a change of
 the reason for doing nothing at debug. When Docker is unreachable or WORKER_IMAGE is missing the look
 fails with a clear error (``autoscaler_error`` in the log, ``last_error`` in GET /v1/autoscaler,
@@ -222,18 +225,23 @@ class Autoscaler:
     def _observe(self, workers: int, starting: int) -> Snapshot:
         s, tpw = self.s, self.settings.threads_per_worker
         ready_jobs = s.counts.get(JobState.PENDING, 0)
-        threads = seen = 0
+        threads = seen = unfit = 0
         oldest = None
         if ready_jobs:
             for job in s.active.values():
                 if job.state is JobState.PENDING:
-                    threads += min(job.thread_demand, tpw)
-                    oldest = job.ready_at if oldest is None else min(oldest, job.ready_at)
                     seen += 1
+                    if job.gpu_count:  # the workers it starts have no GPUs: one more would not run it
+                        unfit += 1
+                    else:
+                        threads += min(job.thread_demand, tpw)
+                        oldest = job.ready_at if oldest is None else min(oldest, job.ready_at)
                     if seen >= SCAN_LIMIT:
                         break
             if 0 < seen < ready_jobs:
                 threads = threads * ready_jobs // seen
+                unfit = unfit * ready_jobs // seen
+            ready_jobs -= unfit
         # Jobs an execution rate limit holds back wait for tokens, not for workers: not backlog. (By
         # count: their threads are taken out in proportion.)
         held = s.exec_limits.held() if s.exec_limits is not None else 0

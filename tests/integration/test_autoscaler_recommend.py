@@ -105,3 +105,25 @@ def test_autoscaler_is_off_by_default(control_plane: ControlProc, spawn_worker: 
     st = control_plane.admin.GetAutoscaler(admin_pb2.GetAutoscalerRequest(), timeout=10)
     assert (st.mode, st.current_workers, st.desired_workers, st.last_decision) == ("off", 1, 1, "")
     assert "corral_autoscaler_decisions_total" not in "".join(scrape(Rest(control_plane.http_port)))
+
+
+def test_jobs_that_ask_for_gpus_are_not_backlog_for_workers_without_them(
+    make_control_plane: Any, spawn_worker: Any
+) -> None:
+    cp: ControlProc = make_control_plane(**RECOMMEND)
+    rest = Rest(cp.http_port)
+    # Given a busy one-thread worker, and four jobs waiting for GPUs that no worker, started or not, has
+    spawn_worker(cp, threads=1)
+    busy = submit_many(cp, [request("sleep", {"seconds": 30})])
+    gpu_jobs = [request("sleep", {"seconds": 1}) for _ in range(4)]
+    for job in gpu_jobs:
+        job.gpu_count = 1
+    submit_many(cp, gpu_jobs)
+    # When three plain jobs queue behind the busy one
+    submit_many(cp, [request("sleep", {"seconds": 30}) for _ in range(3)])
+    # Then the backlog is those three: starting workers for the GPU jobs would not run them
+    st = until(status_when(rest, "readyThreads", 3), what="the plain jobs in the backlog")
+    assert st["readyJobs"] == 3
+    assert (st["lastAction"], st["lastActionReason"], st["lastActionStep"]) == ("up", "backlog", 2)
+    for job in busy:
+        cp.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id))
