@@ -9,6 +9,12 @@ not SUCCEEDED yet, and is in no queue meanwhile. When one of those jobs reaches 
 * FAILED or CANCELLED: the waiting job is CANCELLED with ``DEPENDENCY_FAILED``, and, being terminal
   in turn, takes what waits for it along.
 
+RetryJob on a FAILED job brings back what its failure cancelled (:meth:`Dependencies.cancelled_chain`,
+then :meth:`Dependencies.revive`): each
+job CANCELLED with ``DEPENDENCY_FAILED`` down the chain from it waits SCHEDULED again, unless another
+job it depends on is still FAILED or CANCELLED (or no longer stored), in which case it could never
+start and stays as it is.
+
 At submission (:meth:`Dependencies.find`, then :meth:`Dependencies.waiting_for`) every job named
 must exist and be visible to the caller, and none may already be FAILED or CANCELLED: such a job
 could never start, so it is refused rather than stored. What a job still waits for is worked out
@@ -24,6 +30,7 @@ scheduler (``moved``, ``later``) like any other.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from control import jobs
@@ -34,9 +41,19 @@ from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavail
 if TYPE_CHECKING:
     from control.scheduler import Scheduler
 
-__all__ = ["Dependencies"]
+__all__ = ["CancelledChain", "Dependencies"]
 
 _BROKEN = (JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class CancelledChain:
+    """What a failed job's failure cancelled down the chain (:meth:`Dependencies.cancelled_chain`)."""
+
+    jobs: dict[str, JobRecord]
+    """The jobs CANCELLED with DEPENDENCY_FAILED, by id."""
+    others: dict[str, JobRecord | None]
+    """The finished jobs they depend on besides (None: no longer stored)."""
 
 
 class Dependencies:
@@ -82,6 +99,59 @@ class Dependencies:
         else:
             jobs.promote(job, now)
             s.moved(job, JobState.SCHEDULED)
+
+    async def cancelled_chain(self, failed_id: str) -> CancelledChain:
+        """Read what the failure of ``failed_id`` cancelled down the chain, and the finished jobs those
+        depend on besides, for :meth:`revive` (only reads: nothing changes)."""
+        s = self.s
+        chain: dict[str, JobRecord] = {}
+        frontier = [failed_id]
+        while frontier:
+            for job in await s.store.cancelled_dependents(frontier.pop()):
+                if job.id not in chain and job.id not in s.active:
+                    chain[job.id] = job
+                    frontier.append(job.id)
+        others: dict[str, JobRecord | None] = {}
+        for job in chain.values():
+            for dep in job.depends_on:
+                if dep != failed_id and dep not in chain and dep not in s.active and dep not in others:
+                    others[dep] = s.recent.get(dep) or await s.store.get(dep)
+        return CancelledChain(chain, others)
+
+    def revive(self, retried: JobRecord, chain: CancelledChain, now: float) -> list[JobRecord]:
+        """``retried`` is live again (RetryJob): the jobs of ``chain`` that could now start wait SCHEDULED
+        again for what they depend on; returns them, moved (counts and waits included; the caller
+        stores them). No ``await`` may come between ``retried`` going live and this: a retried job that
+        ended meanwhile would leave its dependents waiting for ever."""
+        s = self.s
+        # Leave out, until none is left to leave out, each job that depends on one that stays broken
+        # (FAILED, CANCELLED and not coming back, or no longer stored): it could never start.
+        fine = {retried.id, *chain.jobs}
+        changed = True
+        while changed:
+            changed = False
+            for job_id, job in chain.jobs.items():
+                if job_id in fine and not all(self._can_end_well(d, fine, chain.others) for d in job.depends_on):
+                    fine.discard(job_id)
+                    changed = True
+        revived = [job for job_id, job in chain.jobs.items() if job_id in fine]
+        live = s.active
+        for job in revived:
+            waiting = frozenset(d for d in job.depends_on if d in fine or (d in live and not live[d].state.terminal))
+            jobs.revive(job, now, waiting)
+            s.recent.discard(job.id)
+            s.active[job.id] = job
+            s.counts[JobState.CANCELLED] -= 1
+            s.counts[JobState.SCHEDULED] += 1
+            self.wait(job)
+        return revived
+
+    def _can_end_well(self, dep_id: str, fine: set[str], stored: dict[str, JobRecord | None]) -> bool:
+        """Whether dependency ``dep_id`` has SUCCEEDED, or still may."""
+        if dep_id in fine:
+            return True
+        known = self.s.active.get(dep_id) or self.s.recent.get(dep_id) or stored.get(dep_id)
+        return known is not None and known.state not in _BROKEN
 
     async def find(self, subs: Sequence[Submission], batch: bool, caller: str) -> dict[str, JobRecord]:
         """Check that every job ``subs`` depend on exists and that ``caller`` may see it; returns the

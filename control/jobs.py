@@ -68,9 +68,10 @@ ALLOWED: dict[JobState, frozenset[JobState]] = {
     ),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset({JobState.PENDING}),
-    JobState.CANCELLED: frozenset(),
+    JobState.CANCELLED: frozenset({JobState.SCHEDULED}),
 }
-"""The allowed transitions: from-state -> to-states."""
+"""The allowed transitions: from-state -> to-states. CANCELLED -> SCHEDULED only for a job cancelled for
+a failed dependency when that dependency is retried (:func:`revive`)."""
 
 # Error codes recorded on jobs (JobError.code).
 ERROR = "ERROR"
@@ -339,6 +340,18 @@ def cancel(job: JobRecord, now: float, code: str = CANCELLED, message: str = "ca
     job.finished_at = now
     job.lease_expires_at = None
     return before
+
+
+def revive(job: JobRecord, now: float, waiting_on: frozenset[str]) -> None:
+    """CANCELLED for a failed dependency -> SCHEDULED, waiting for ``waiting_on`` again: the job it
+    depended on was retried (RetryJob). Such a job never started, so it has no attempt to undo."""
+    if job.error_code != DEPENDENCY_FAILED:
+        raise FailedPrecondition(f"job {job.id!r} was not cancelled for a failed dependency")
+    _move(job, JobState.SCHEDULED, now)
+    job.waiting_on = waiting_on
+    job.error_code = job.error_message = ""
+    job.finished_at = None
+    job.ready_at = max(now, job.scheduled_at or now)
 
 
 def redrive(job: JobRecord, now: float) -> None:

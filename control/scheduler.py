@@ -526,16 +526,22 @@ class Scheduler:
                 )
             if job.state is not JobState.FAILED:
                 raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
+            chain = await self.dependencies.cancelled_chain(job_id)
             self.recent.discard(job_id)  # live again: reads must see the record as it changes
-            jobs.redrive(job, self.clock.now())
+            now = self.clock.now()
+            jobs.redrive(job, now)
             self.active[job.id] = job
             self.counts[JobState.FAILED] -= 1
             self.counts[job.state] += 1
             self._enqueue(job)
-            self.store.update([job])
+            revived = self.dependencies.revive(job, chain, now)
+            self.store.update([job, *revived])
             await self._commit()
-        logger.info(logs.JOB_RETRIED, extra={"job_id": job.id, "attempts": job.attempts})
-        self.watchers.announce(job)
+        logger.info(
+            logs.JOB_RETRIED, extra={"job_id": job.id, "attempts": job.attempts, "revived": [r.id for r in revived]}
+        )
+        for changed in (job, *revived):
+            self.watchers.announce(changed)
         return job
 
     async def purge(self, state: JobState, before: float, limit: int) -> int:

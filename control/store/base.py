@@ -84,6 +84,11 @@ class Store(Protocol):
     # reads
     async def get(self, job_id: str) -> JobRecord | None: ...
 
+    async def cancelled_dependents(self, job_id: str) -> list[JobRecord]:
+        """The jobs CANCELLED with DEPENDENCY_FAILED whose ``depends_on`` names ``job_id`` (a scan of the
+        cancelled jobs: for RetryJob, not for a hot path)."""
+        ...
+
     async def list_jobs(
         self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
     ) -> JobPage:

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from control.jobs import TERMINAL, JobRecord, JobState
+from control.jobs import DEPENDENCY_FAILED, TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
 from corral import logs
@@ -398,6 +398,17 @@ class PostgresStore:
         def q(c: psycopg.Connection[Any]) -> JobRecord | None:
             row = c.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = %s", (job_id,)).fetchone()
             return record(row) if row else None
+
+        return await self._read(q)
+
+    async def cancelled_dependents(self, job_id: str) -> list[JobRecord]:
+        def q(c: psycopg.Connection[Any]) -> list[JobRecord]:
+            rows = c.execute(
+                f"SELECT {COLUMNS} FROM jobs WHERE state = %s AND error_code = %s"
+                " AND position(%s in ' ' || depends_on || ' ') > 0 ORDER BY seq",
+                (int(JobState.CANCELLED), DEPENDENCY_FAILED, f" {job_id} "),
+            ).fetchall()
+            return [record(row) for row in rows]
 
         return await self._read(q)
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, TypeVar
 
-from control.jobs import TERMINAL, JobRecord, JobState
+from control.jobs import DEPENDENCY_FAILED, TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.lock import DatabaseLock
 from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
@@ -278,6 +278,18 @@ class SQLiteStore:
             return record(row) if row else None
 
         result: JobRecord | None = await self._read(q)
+        return result
+
+    async def cancelled_dependents(self, job_id: str) -> list[JobRecord]:
+        def q(c: sqlite3.Connection) -> list[JobRecord]:
+            rows = c.execute(
+                f"SELECT {COLUMNS} FROM jobs WHERE state = ? AND error_code = ?"
+                " AND instr(' ' || depends_on || ' ', ?) > 0 ORDER BY seq",
+                (int(JobState.CANCELLED), DEPENDENCY_FAILED, f" {job_id} "),
+            ).fetchall()
+            return [record(row) for row in rows]
+
+        result: list[JobRecord] = await self._read(q)
         return result
 
     async def list_jobs(

@@ -52,6 +52,42 @@ def test_a_failed_dependency_cancels_the_chain(control_plane: ControlProc, spawn
     assert wait_done(control_plane, other.id).state == S.SUCCEEDED
 
 
+def test_retrying_a_failed_dependency_brings_back_the_chain_its_failure_cancelled(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    spawn_worker(control_plane, threads=2)
+    # Given A, which fails once (for good: one attempt), and Y, which fails for ever; B needs A, C needs B,
+    # D needs A and Y, E needs A and a job that SUCCEEDED
+    ok = submit(control_plane, "noop")
+    assert wait_done(control_plane, ok.id).state == S.SUCCEEDED
+    a = submit(control_plane, "failing", {"fail_attempts": 1}, max_attempts=1, scheduled_at=_in(0.5))
+    y = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=_in(0.5))
+    b = submit(control_plane, "noop", depends_on=[a.id])
+    c = submit(control_plane, "noop", depends_on=[b.id])
+    d = submit(control_plane, "noop", depends_on=[a.id, y.id])
+    e = submit(control_plane, "noop", depends_on=[a.id, ok.id])
+    assert wait_done(control_plane, a.id).state == S.FAILED
+    assert wait_done(control_plane, y.id).state == S.FAILED
+    for job in (b, c, d, e):
+        assert wait_done(control_plane, job.id).error.code == "DEPENDENCY_FAILED"
+    # When A is retried
+    control_plane.jobs.RetryJob(jobs_pb2.RetryJobRequest(id=a.id))
+    # Then its chain runs again after it, each job once: B, C and E; D could never start (Y failed), so
+    # it stays cancelled
+    done = {job.id: wait_done(control_plane, job.id) for job in (a, b, c, e)}
+    assert {j.state for j in done.values()} == {S.SUCCEEDED}
+    assert {done[j.id].attempts for j in (b, c, e)} == {1}
+    assert done[b.id].started_at.ToNanoseconds() >= done[a.id].finished_at.ToNanoseconds()
+    assert done[c.id].started_at.ToNanoseconds() >= done[b.id].finished_at.ToNanoseconds()
+    assert done[e.id].error.code == "" and list(done[e.id].waiting_on) == []
+    still = control_plane.get(d.id)
+    assert (still.state, still.error.code, still.attempts) == (S.CANCELLED, "DEPENDENCY_FAILED", 0)
+    # and the counts agree with the jobs
+    stats = control_plane.jobs.GetStats(jobs_pb2.GetStatsRequest())
+    counts = {state: n for state, n in stats.jobs_by_status.items() if n}
+    assert counts == {"SUCCEEDED": 5, "FAILED": 1, "CANCELLED": 1}
+
+
 def test_cancelling_a_dependency_cancels_its_dependents(control_plane: ControlProc) -> None:
     a = submit(control_plane, "noop", scheduled_at=_in(3600))
     b = submit(control_plane, "noop", depends_on=[a.id])

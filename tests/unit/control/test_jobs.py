@@ -72,12 +72,25 @@ def test_hand_back_does_not_charge_an_attempt() -> None:
     assert job.charged_attempts == 0
 
 
-def test_terminal_states_allow_nothing_but_redrive() -> None:
+def test_terminal_states_allow_nothing_but_redrive_and_revival() -> None:
     assert ALLOWED[JobState.SUCCEEDED] == frozenset()
-    assert ALLOWED[JobState.CANCELLED] == frozenset()
+    assert ALLOWED[JobState.CANCELLED] == frozenset({JobState.SCHEDULED})
     job = make()
     jobs.cancel(job, 101.0)
     with pytest.raises(FailedPrecondition):
         jobs.cancel(job, 102.0)
     with pytest.raises(FailedPrecondition):
         jobs.redrive(job, 102.0)
+    # a job cancelled by request stays cancelled: only a failed dependency's cancellation is undone
+    with pytest.raises(FailedPrecondition, match="not cancelled for a failed dependency"):
+        jobs.revive(job, 102.0, frozenset({"dep"}))
+    assert job.state is JobState.CANCELLED
+
+
+def test_a_job_cancelled_for_a_failed_dependency_waits_again_when_it_is_retried() -> None:
+    job = make(scheduled_at=200.0)
+    job.waiting_on = frozenset({"dep"})
+    jobs.cancel(job, 101.0, jobs.DEPENDENCY_FAILED, "job 'dep', which it depends on, ended FAILED")
+    jobs.revive(job, 150.0, frozenset({"dep"}))
+    assert (job.state, job.waiting_on, job.error_code, job.error_message) == (JobState.SCHEDULED, {"dep"}, "", "")
+    assert (job.finished_at, job.ready_at, job.attempts) == (None, 200.0, 0)
