@@ -116,8 +116,8 @@ def test_jobs_that_ask_for_gpus_are_not_backlog_for_workers_without_them(
     spawn_worker(cp, threads=1)
     busy = submit_many(cp, [request("sleep", {"seconds": 30})])
     gpu_jobs = [request("sleep", {"seconds": 1}) for _ in range(4)]
-    for job in gpu_jobs:
-        job.gpu_count = 1
+    for gpu_job in gpu_jobs:
+        gpu_job.gpu_count = 1
     submit_many(cp, gpu_jobs)
     # When three plain jobs queue behind the busy one
     submit_many(cp, [request("sleep", {"seconds": 30}) for _ in range(3)])
@@ -125,5 +125,5 @@ def test_jobs_that_ask_for_gpus_are_not_backlog_for_workers_without_them(
     st = until(status_when(rest, "readyThreads", 3), what="the plain jobs in the backlog")
     assert st["readyJobs"] == 3
     assert (st["lastAction"], st["lastActionReason"], st["lastActionStep"]) == ("up", "backlog", 2)
-    for job in busy:
-        cp.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id))
+    for running in busy:
+        cp.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=running.id))
