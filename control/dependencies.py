@@ -10,10 +10,9 @@ not SUCCEEDED yet, and is in no queue meanwhile. When one of those jobs reaches 
   in turn, takes what waits for it along.
 
 RetryJob on a FAILED job brings back what its failure cancelled (:meth:`Dependencies.cancelled_chain`,
-then :meth:`Dependencies.revive`): each
-job CANCELLED with ``DEPENDENCY_FAILED`` down the chain from it waits SCHEDULED again, unless another
-job it depends on is still FAILED or CANCELLED (or no longer stored), in which case it could never
-start and stays as it is.
+then :meth:`Dependencies.revive`): each job CANCELLED with ``DEPENDENCY_FAILED`` down the chain from it
+waits SCHEDULED again, unless another job it depends on is still FAILED or CANCELLED (or no longer
+stored), in which case it could never start and stays as it is.
 
 At submission (:meth:`Dependencies.find`, then :meth:`Dependencies.waiting_for`) every job named
 must exist and be visible to the caller, and none may already be FAILED or CANCELLED: such a job
