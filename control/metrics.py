@@ -6,8 +6,9 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
   ``corral_queue_depth{queue="ready"|"scheduled"}``, ``corral_jobs{state}``,
   ``corral_dead_letter_jobs``, ``corral_workers{state}``, ``corral_worker_heartbeat_age_max_seconds``
   (the oldest heartbeat), ``corral_ready``, and per owner (control.shares)
-  ``corral_owner_thread_seconds_total{owner,group}``, ``corral_owner_gpu_seconds_total{owner,group}`` and
-  ``corral_owner_running_jobs{owner,group}``; the connected workers' ``corral_gpus{state}`` and
+  ``corral_owner_thread_seconds_total{owner,group}``, ``corral_owner_gpu_seconds_total{owner,group}``,
+  ``corral_owner_running_jobs{owner,group}`` and, per share (a group, or an owner in none),
+  ``corral_share_dominant{share}``; the connected workers' ``corral_gpus{state}`` and
   ``corral_memory_mb{state}`` (held or free).
 * Events, bumped where they happen (:class:`Metrics`; a cached labelled child costs about 1 µs):
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
@@ -276,6 +277,16 @@ class StateCollector(Collector):
         for owner, n in usage.running_jobs.items():
             running.add_metric([owner, group_of.get(owner, "")], n)
         yield running
+        capacity = self.s.registry.capacity()
+        dominant = GaugeMetricFamily(
+            "corral_share_dominant",
+            "Each share's (a group's, or an owner's in none) dominant share now: the largest part of the "
+            "connected workers' threads, GPUs or memory its running jobs hold (what fair share evens out).",
+            labels=["share"],
+        )
+        for share in sorted(usage.shares()):
+            dominant.add_metric([share], usage.dominant_share(share, capacity))
+        yield dominant
 
 
 class ExecLimitsCollector(Collector):

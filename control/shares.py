@@ -150,6 +150,11 @@ class OwnerUsage:
         """Whose share ``owner``'s jobs count against: its group, else itself."""
         return self.group_of.get(owner, owner)
 
+    def shares(self) -> set[str]:
+        """The shares whose jobs hold anything now."""
+        held = (self.share_threads, self.share_gpus, self.share_memory_mb)
+        return {share for counter in held for share, n in counter.items() if n}
+
     def dominant_share(self, share: str, capacity: Capacity) -> float:
         """The largest part of ``capacity`` (threads, GPUs, memory) that the jobs of ``share`` hold.
 

@@ -85,6 +85,10 @@ def test_fair_share_counts_the_gpus_an_owner_holds_not_only_its_threads(fair_gpu
     hog = alice.submit("sleep", {"seconds": 120}, gpu_count=2).id
     bobs = _sleeps(bob, 3, 120)
     wait_until(lambda: all(cp.get(i).state == RUNNING for i in [hog, *bobs]), what="a full worker")
+    # (as /metrics shows: alice holds all of the GPUs, bob three quarters of the threads)
+    metrics = scrape(Rest(cp.http_port))
+    shares = {k: v for k, v in metrics.items() if k.startswith("corral_share_dominant")}
+    assert shares == {'corral_share_dominant{share="alice"}': 1.0, 'corral_share_dominant{share="bob"}': 0.75}
     # When each queues a plain job, and then a thread frees
     alice_next = alice.submit("sleep", {"seconds": 0.2}).id
     bob_next = bob.submit("sleep", {"seconds": 0.2}).id
