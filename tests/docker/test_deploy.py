@@ -204,6 +204,8 @@ def test_the_dashboard_shows_what_an_operator_watches() -> None:
         "Run time by type (p50 / p95)": "histogram_quantile(0.95,",
         "Autoscaler actions": "corral_autoscaler_decisions_total",
         "Autoscaled workers": "corral_autoscaler_workers",
+        "Dominant share": "corral_share_dominant",
+        "Usage by owner": "corral_owner_gpu_seconds_total",
     }
     for title, expr in wanted.items():
         assert expr in by_title.get(title, ""), f"panel {title!r} should query {expr!r}"
