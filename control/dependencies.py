@@ -103,13 +103,7 @@ class Dependencies:
         """Read what the failure of ``failed_id`` cancelled down the chain, and the finished jobs those
         depend on besides, for :meth:`revive` (only reads: nothing changes)."""
         s = self.s
-        chain: dict[str, JobRecord] = {}
-        frontier = [failed_id]
-        while frontier:
-            for job in await s.store.cancelled_dependents(frontier.pop()):
-                if job.id not in chain and job.id not in s.active:
-                    chain[job.id] = job
-                    frontier.append(job.id)
+        chain = {job.id: job for job in await s.store.cancelled_chain(failed_id) if job.id not in s.active}
         others: dict[str, JobRecord | None] = {}
         for job in chain.values():
             for dep in job.depends_on:

@@ -84,9 +84,11 @@ class Store(Protocol):
     # reads
     async def get(self, job_id: str) -> JobRecord | None: ...
 
-    async def cancelled_dependents(self, job_id: str) -> list[JobRecord]:
-        """The jobs CANCELLED with DEPENDENCY_FAILED whose ``depends_on`` names ``job_id`` (a scan of the
-        cancelled jobs: for RetryJob, not for a hot path)."""
+    async def cancelled_chain(self, job_id: str) -> list[JobRecord]:
+        """The jobs CANCELLED with DEPENDENCY_FAILED down the chain from ``job_id``: those whose
+        ``depends_on`` names it, those whose ``depends_on`` names one of those, and so on (one read of
+        the cancelled jobs' ids and dependencies, whatever the chain's length: for RetryJob, not for a
+        hot path)."""
         ...
 
     async def list_jobs(

@@ -41,7 +41,7 @@ import psycopg
 
 from control.jobs import DEPENDENCY_FAILED, TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
-from control.store.rows import COLUMNS, first_page, insert_row, record, update_row
+from control.store.rows import COLUMNS, chain_below, first_page, insert_row, record, update_row
 from corral import logs
 from corral.dburl import describe
 from corral.errors import Unavailable
@@ -401,14 +401,19 @@ class PostgresStore:
 
         return await self._read(q)
 
-    async def cancelled_dependents(self, job_id: str) -> list[JobRecord]:
+    async def cancelled_chain(self, job_id: str) -> list[JobRecord]:
         def q(c: psycopg.Connection[Any]) -> list[JobRecord]:
-            rows = c.execute(
-                f"SELECT {COLUMNS} FROM jobs WHERE state = %s AND error_code = %s"
-                " AND position(%s in ' ' || depends_on || ' ') > 0 ORDER BY seq",
-                (int(JobState.CANCELLED), DEPENDENCY_FAILED, f" {job_id} "),
+            links = c.execute(
+                "SELECT id, depends_on FROM jobs WHERE state = %s AND error_code = %s",
+                (int(JobState.CANCELLED), DEPENDENCY_FAILED),
             ).fetchall()
-            return [record(row) for row in rows]
+            ids = chain_below(job_id, links)
+            out: list[JobRecord] = []
+            for at in range(0, len(ids), 500):
+                part = ids[at : at + 500]
+                rows = c.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({','.join(['%s'] * len(part))})", part)
+                out.extend(record(row) for row in rows.fetchall())
+            return sorted(out, key=lambda job: job.seq)
 
         return await self._read(q)
 

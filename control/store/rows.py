@@ -98,3 +98,20 @@ def first_page(rows: Iterable[Sequence[Any]]) -> list[Sequence[Any]]:
             break
         page.append(row)
     return page
+
+
+def chain_below(root: str, links: Iterable[Sequence[str]]) -> list[str]:
+    """The ids of the jobs down the chain from ``root``, nearest first: ``links`` holds ``(id,
+    depends_on)`` of each job that may be in it (``depends_on`` as its column keeps it)."""
+    below: dict[str, list[str]] = {}
+    for job_id, depends_on in links:
+        for dep in depends_on.split():
+            below.setdefault(dep, []).append(job_id)
+    found: dict[str, None] = {}
+    frontier = [root]
+    while frontier:
+        for job_id in below.get(frontier.pop(0), ()):
+            if job_id not in found:
+                found[job_id] = None
+                frontier.append(job_id)
+    return list(found)

@@ -148,21 +148,26 @@ def test_dependencies_survive_reopen_and_states_are_read_by_id(location: str) ->
         assert s.states(["job-1", "job-2", "gone"]) == {"job-1": JobState.SUCCEEDED, "job-2": JobState.PENDING}
 
 
-def test_cancelled_dependents_of_a_job_are_found_by_its_exact_id(location: str) -> None:
-    # job-1 failed; job-2 and job-4 were cancelled for it; job-3 was cancelled by request; job-5 was
-    # cancelled for job-11, whose id starts like job-1's; job-6 waits for job-1
-    jobs_ = [record(n) for n in range(1, 7)]
-    for job in jobs_[1:5]:
-        job.state = JobState.CANCELLED
-    jobs_[1].depends_on, jobs_[1].error_code = ("job-1",), "DEPENDENCY_FAILED"
+def test_the_chain_a_failure_cancelled_is_found_by_exact_ids_however_long(location: str) -> None:
+    # job-1 failed; job-2 and job-4 were cancelled for it, job-7 for job-2, and job-8 for job-7;
+    # job-3 was cancelled by request; job-5 was cancelled for job-11, whose id starts like job-1's;
+    # job-6 waits for job-1
+    jobs_ = [record(n) for n in range(1, 9)]
+    for job in (*jobs_[1:5], *jobs_[6:8]):
+        job.state, job.error_code = JobState.CANCELLED, "DEPENDENCY_FAILED"
+    jobs_[1].depends_on = ("job-1",)
     jobs_[2].depends_on, jobs_[2].error_code = ("job-1",), "CANCELLED"
-    jobs_[3].depends_on, jobs_[3].error_code = ("job-0", "job-1"), "DEPENDENCY_FAILED"
-    jobs_[4].depends_on, jobs_[4].error_code = ("job-11",), "DEPENDENCY_FAILED"
+    jobs_[3].depends_on = ("job-0", "job-1")
+    jobs_[4].depends_on = ("job-11",)
     jobs_[5].depends_on = ("job-1",)
+    jobs_[6].depends_on = ("job-2", "job-6")
+    jobs_[7].depends_on = ("job-7",)
     with reopened(location, jobs_) as s:
-        assert [j.id for j in run(s.cancelled_dependents("job-1"))] == ["job-2", "job-4"]
-        assert [j.id for j in run(s.cancelled_dependents("job-11"))] == ["job-5"]
-        assert run(s.cancelled_dependents("job")) == []
+        assert [j.id for j in run(s.cancelled_chain("job-1"))] == ["job-2", "job-4", "job-7", "job-8"]
+        assert [j.id for j in run(s.cancelled_chain("job-11"))] == ["job-5"]
+        assert run(s.cancelled_chain("job")) == []
+        chain = run(s.cancelled_chain("job-1"))
+        assert chain[2].depends_on == ("job-2", "job-6") and chain[2].error_code == "DEPENDENCY_FAILED"
 
 
 def test_worker_selectors_survive_reopen(location: str) -> None:
