@@ -39,9 +39,9 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from control.jobs import DEPENDENCY_FAILED, TERMINAL, JobRecord, JobState
+from control.jobs import TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
-from control.store.rows import COLUMNS, chain_below, first_page, insert_row, record, update_row
+from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
 from corral import logs
 from corral.dburl import describe
 from corral.errors import Unavailable
@@ -403,17 +403,7 @@ class PostgresStore:
 
     async def cancelled_chain(self, job_id: str) -> list[JobRecord]:
         def q(c: psycopg.Connection[Any]) -> list[JobRecord]:
-            links = c.execute(
-                "SELECT id, depends_on FROM jobs WHERE state = %s AND error_code = %s",
-                (int(JobState.CANCELLED), DEPENDENCY_FAILED),
-            ).fetchall()
-            ids = chain_below(job_id, links)
-            out: list[JobRecord] = []
-            for at in range(0, len(ids), 500):
-                part = ids[at : at + 500]
-                rows = c.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({','.join(['%s'] * len(part))})", part)
-                out.extend(record(row) for row in rows.fetchall())
-            return sorted(out, key=lambda job: job.seq)
+            return read_cancelled_chain(c, "%s", job_id)
 
         return await self._read(q)
 

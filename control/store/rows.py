@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from control.jobs import JobRecord, JobState
+from control.jobs import DEPENDENCY_FAILED, JobRecord, JobState
 
 COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
@@ -115,3 +115,19 @@ def chain_below(root: str, links: Iterable[Sequence[str]]) -> list[str]:
                 found[job_id] = None
                 frontier.append(job_id)
     return list(found)
+
+
+def read_cancelled_chain(conn: Any, placeholder: str, job_id: str) -> list[JobRecord]:
+    """:meth:`Store.cancelled_chain` on ``conn`` (a SQLite or PostgreSQL connection, whose parameters are
+    written ``placeholder``): one read of the cancelled jobs' dependencies, then the chain's rows."""
+    links = conn.execute(
+        f"SELECT id, depends_on FROM jobs WHERE state = {placeholder} AND error_code = {placeholder}",
+        (int(JobState.CANCELLED), DEPENDENCY_FAILED),
+    ).fetchall()
+    ids = chain_below(job_id, links)
+    out: list[JobRecord] = []
+    for at in range(0, len(ids), 500):
+        part = ids[at : at + 500]
+        marks = ",".join([placeholder] * len(part))
+        out.extend(record(row) for row in conn.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({marks})", part))
+    return sorted(out, key=lambda job: job.seq)

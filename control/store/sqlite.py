@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, TypeVar
 
-from control.jobs import DEPENDENCY_FAILED, TERMINAL, JobRecord, JobState
+from control.jobs import TERMINAL, JobRecord, JobState
 from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.lock import DatabaseLock
-from control.store.rows import COLUMNS, chain_below, first_page, insert_row, record, update_row
+from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
 from corral.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -282,17 +282,7 @@ class SQLiteStore:
 
     async def cancelled_chain(self, job_id: str) -> list[JobRecord]:
         def q(c: sqlite3.Connection) -> list[JobRecord]:
-            links = c.execute(
-                "SELECT id, depends_on FROM jobs WHERE state = ? AND error_code = ?",
-                (int(JobState.CANCELLED), DEPENDENCY_FAILED),
-            ).fetchall()
-            ids = chain_below(job_id, links)
-            out: list[JobRecord] = []
-            for at in range(0, len(ids), 500):
-                part = ids[at : at + 500]
-                rows = c.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({','.join(['?'] * len(part))})", part)
-                out.extend(record(row) for row in rows.fetchall())
-            return sorted(out, key=lambda job: job.seq)
+            return read_cancelled_chain(c, "?", job_id)
 
         result: list[JobRecord] = await self._read(q)
         return result
