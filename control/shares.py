@@ -158,7 +158,8 @@ class OwnerUsage:
     def dominant_share(self, share: str, capacity: Capacity) -> float:
         """The largest part of ``capacity`` (threads, GPUs, memory) that the jobs of ``share`` hold.
 
-        With no worker connected, the part of one thread: the threads held still order the shares.
+        With no worker connected (nothing to take a part of), the number of threads held: that still
+        orders the shares.
         """
         part = self.share_threads[share] / max(1, capacity.threads)
         if capacity.gpus and (gpus := self.share_gpus[share]):
