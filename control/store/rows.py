@@ -101,7 +101,7 @@ def first_page(rows: Iterable[Sequence[Any]]) -> list[Sequence[Any]]:
 
 
 def chain_below(root: str, links: Iterable[Sequence[str]]) -> list[str]:
-    """The ids of the jobs down the chain from ``root``, nearest first: ``links`` holds ``(id,
+    """The ids of the jobs down the chain from ``root``, in no particular order: ``links`` holds ``(id,
     depends_on)`` of each job that may be in it (``depends_on`` as its column keeps it)."""
     below: dict[str, list[str]] = {}
     for job_id, depends_on in links:
@@ -110,7 +110,7 @@ def chain_below(root: str, links: Iterable[Sequence[str]]) -> list[str]:
     found: dict[str, None] = {}
     frontier = [root]
     while frontier:
-        for job_id in below.get(frontier.pop(0), ()):
+        for job_id in below.get(frontier.pop(), ()):
             if job_id not in found:
                 found[job_id] = None
                 frontier.append(job_id)
