@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib import metadata
 
 GRPC_EXPERIMENTS = "-event_engine_client,-event_engine_listener,-event_engine_callback_cq"
 """The experiments Corral turns off (see the module docstring)."""
@@ -75,6 +74,10 @@ def keepalive(every_sec: float, timeout_sec: float) -> list[tuple[str, int]]:
 
 
 def _grpcio_version() -> str:
+    # Imported here: most processes (runner processes, children of a worker) inherit the setting and
+    # never ask, and importlib.metadata costs a few hundredths of a second at every start.
+    from importlib import metadata
+
     try:
         return metadata.version("grpcio")
     except metadata.PackageNotFoundError:

@@ -27,9 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import docker
-import docker.errors
-
 from control.tls import ContainerTls
 
 __all__ = [
@@ -118,7 +115,7 @@ class DockerBackend:
         """``client_factory`` builds a docker client (default: ``docker.from_env`` with the API timeout,
         so DOCKER_HOST and friends apply)."""
         self.spec = spec
-        self._factory = client_factory or (lambda: docker.from_env(timeout=int(max(1.0, spec.api_timeout_sec))))
+        self._factory = client_factory or (lambda: _sdk().from_env(timeout=int(max(1.0, spec.api_timeout_sec))))
         self._client: Any = None
         self._lock = threading.Lock()  # calls come from several threads (parallel starts, removals)
 
@@ -220,18 +217,20 @@ class DockerBackend:
     def remove(self, container_id: str, stop_timeout_sec: float = 10.0) -> None:
         """Stop (SIGTERM, SIGKILL after ``stop_timeout_sec``) and remove a container; gone already is fine."""
 
+        errors = _sdk().errors
+
         def stop_and_remove() -> None:
             try:
                 container = self._get_client().containers.get(container_id)
-            except docker.errors.NotFound:
+            except errors.NotFound:
                 return
             if container.status in ("running", "restarting", "paused"):
                 container.stop(timeout=max(0, round(stop_timeout_sec)))
             try:
                 container.remove(force=True)
-            except docker.errors.NotFound:
+            except errors.NotFound:
                 pass
-            except docker.errors.APIError as exc:
+            except errors.APIError as exc:
                 if exc.status_code != 409:  # 409: a removal is already in progress: it will be gone
                     raise
 
@@ -264,20 +263,30 @@ class DockerBackend:
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         """Run one Docker interaction, turning every failure into a BackendError."""
+        errors = _sdk().errors
         try:
             return fn()
         except BackendError:
             raise
-        except docker.errors.ImageNotFound as exc:
+        except errors.ImageNotFound as exc:
             raise BackendError("image_missing", str(exc)) from exc
-        except docker.errors.APIError as exc:
+        except errors.APIError as exc:
             raise BackendError("docker_api", f"the Docker API refused: {exc.explanation or exc}") from exc
-        except (docker.errors.DockerException, OSError) as exc:  # requests' errors are OSErrors
+        except (errors.DockerException, OSError) as exc:  # requests' errors are OSErrors
             self.close()
             raise BackendError(
                 "docker_unreachable",
                 f"Docker is unreachable (DOCKER_HOST={_docker_host()}): {exc}; the autoscaler retries every interval",
             ) from exc
+
+
+def _sdk() -> Any:  # the SDK has no type hints
+    """The docker SDK, imported when a backend first needs it: importing it (and requests) takes about a
+    tenth of a second, which a control plane that never runs the docker mode need not spend at start."""
+    import docker
+    import docker.errors
+
+    return docker
 
 
 def _docker_host() -> str:

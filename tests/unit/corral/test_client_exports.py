@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+
+import pytest
+
 import corral
 import corral.cli
 
@@ -46,3 +50,15 @@ def test_corral_exports_exactly_the_public_names() -> None:
 def test_the_cli_package_exports_main_for_the_console_script() -> None:
     assert corral.cli.__all__ == ["main"]
     assert callable(corral.cli.main)
+
+
+def test_each_public_name_is_its_home_module_s_object_and_listed_by_dir() -> None:
+    for name in corral.__all__:
+        value = getattr(corral, name)
+        assert getattr(importlib.import_module(value.__module__), name) is value
+        assert name in dir(corral)
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="'NoSuchThing'"):
+        _ = corral.NoSuchThing  # type: ignore[attr-defined]
