@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Any
 
 from corral.jobtypes import MAX_JSON_DEPTH, too_deep
-from runner import jobs as _builtin_jobs  # noqa: F401  (registers the built-in types)
 from runner.errors import JobFailed
 from runner.plugins import load_plugins
 from runner.registry import JobContext, JobType, all_types, get, register
