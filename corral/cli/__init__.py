@@ -15,6 +15,25 @@ Modules, one concern each:
 - ``demoboard``   the demo's live scoreboard and results table.
 """
 
-from corral.cli.main import main
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from corral.cli.main import main
 
 __all__ = ["main"]
+
+
+def __getattr__(name: str) -> object:
+    """Load :func:`main` on first use (PEP 562).
+
+    ``python -m control`` and ``python -m worker`` import ``corral.cli.config_check`` from this
+    package; the commands, their parser and the terminal library behind ``main`` would add about a
+    twentieth of a second to every start of them."""
+    if name != "main":
+        raise AttributeError(f"module 'corral.cli' has no attribute {name!r}")
+    from corral.cli.main import main as entry  # the import binds the module here as `main` ...
+
+    globals()["main"] = entry  # ... and the entry point replaces it, as the eager import did
+    return entry

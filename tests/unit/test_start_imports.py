@@ -65,6 +65,14 @@ def test_a_control_plane_loads_the_docker_sdk_only_when_its_docker_mode_needs_it
     assert "docker" not in top_level(loaded_after("import control.__main__"))
 
 
+def test_control_planes_and_workers_load_the_setting_checks_but_not_the_cli_commands() -> None:
+    for entry in ("control.__main__", "worker.__main__"):
+        modules = loaded_after(f"import {entry}")
+        assert "corral.cli.config_check" in modules
+        assert "rich" not in top_level(modules)
+        assert "corral.cli.main" not in modules
+
+
 def test_the_public_names_load_on_first_use_with_the_grpc_defaults_set_before_grpc() -> None:
     modules = loaded_after("import corral")
     assert "grpc" not in top_level(modules)
