@@ -46,6 +46,7 @@ from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
 from control.metrics import Metrics
 from control.queue import DelayedQueue, LeaseQueue, QueueOrder, ReadyQueue
+from control.queue_view import DrainRate, QueuePage, queue_page
 from control.recent import RecentJobs
 from control.registry import Assignment, Needs, WorkerEntry, WorkerRegistry
 from control.shares import OwnerQueues, OwnerUsage, ShareRules
@@ -129,6 +130,8 @@ class Scheduler:
             else ReadyQueue(self._is_queued, self.order)
         )
         self.delayed = DelayedQueue()
+        self.drain = DrainRate()
+        """Recent starts: the rate the queue view's estimated starts go by."""
         self.started_at = time.time()
         self.on_change: Callable[[], None] = lambda: None
         """Called when readiness may have changed (a worker came, left or started draining)."""
@@ -468,6 +471,14 @@ class Scheduler:
     ) -> JobPage:
         return await self.store.list_jobs(states, job_type, limit, offset, owners)
 
+    def queue(self, job_type: str, limit: int, offset: int, owners: Sequence[str] = ()) -> QueuePage:
+        """PENDING jobs in queue order, with their places and estimated starts (control.queue_view).
+
+        Read from memory, where every PENDING job is; the records are live, so a caller converts
+        them before it awaits anything."""
+        pending = [j for j in self.active.values() if j.state is JobState.PENDING]
+        return queue_page(pending, self.order, self.drain, self.clock.now(), job_type, owners, limit, offset)
+
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
         """The job now, then after each committed change, until a terminal state.
 
@@ -643,6 +654,7 @@ class Scheduler:
         for job in deferred:
             self._enqueue(job)
         if leased:
+            self.drain.started(now, len(leased))
 
             def send() -> None:
                 for wid, batch in batches.items():

@@ -190,6 +190,13 @@ class AsyncClient:
         response = await self._unary(lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner))
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
+    async def queue(self, *, type: str = "", limit: int = 50, offset: int = 0, owner: str = "") -> JobPage:
+        """Return a page of the queue (see :meth:`corral.Client.queue`)."""
+        response = await self._unary(
+            lambda c: c.jobs.ListJobs, list_request((), type, limit, offset, owner, queue=True)
+        )
+        return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
+
     async def cancel(self, id: str) -> Job:
         """Cancel a job that has not finished (a running one is killed) and return it."""
         pb = await self._unary(lambda c: c.jobs.CancelJob, by_id(jobs_pb2.CancelJobRequest, id))

@@ -224,6 +224,13 @@ class Client:
         response = self._unary(lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner))
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
+    def queue(self, *, type: str = "", limit: int = 50, offset: int = 0, owner: str = "") -> JobPage:
+        """Return a page of the queue: PENDING jobs in the order they are offered to workers, each with
+        its :attr:`~Job.queue_position` among all of them and its :attr:`~Job.estimated_start`, filtered
+        by type and owner, with the total that match."""
+        response = self._unary(lambda c: c.jobs.ListJobs, list_request((), type, limit, offset, owner, queue=True))
+        return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
+
     def cancel(self, id: str) -> Job:
         """Cancel a job that has not finished (a running one is killed) and return it."""
         pb = self._unary(lambda c: c.jobs.CancelJob, by_id(jobs_pb2.CancelJobRequest, id))
@@ -365,9 +372,10 @@ def call_timeout(value: float | None) -> float | None:
 
 
 def list_request(
-    status: Iterable[JobState | str], type: str, limit: int, offset: int, owner: str = ""
+    status: Iterable[JobState | str], type: str, limit: int, offset: int, owner: str = "", queue: bool = False
 ) -> jobs_pb2.ListJobsRequest:
-    """Build a ``ListJobsRequest``; states may be given by name (case-insensitive)."""
+    """Build a ``ListJobsRequest``; states may be given by name (case-insensitive); ``queue``: the queue
+    view (order QUEUE) instead of newest first."""
     if isinstance(status, str | JobState):
         status = [status]
     states = [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
@@ -376,4 +384,6 @@ def list_request(
     put(request, "limit", limit)
     put(request, "offset", offset)
     put(request, "owner", owner)
+    if queue:
+        request.order = jobs_pb2.ListJobsRequest.QUEUE
     return request

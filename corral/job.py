@@ -140,6 +140,11 @@ class Job:
     """GPUs the job holds while it runs (0: none)."""
     memory_mb: int = 0
     """Memory the job holds while it runs, in MiB (0: none reserved)."""
+    queue_position: int = 0
+    """From :meth:`Client.queue` only: its place among all PENDING jobs, 1 for the next (else 0)."""
+    estimated_start: datetime | None = None
+    """From :meth:`Client.queue` only: when it should start at the rate the queue has drained over the
+    last 15 minutes (None when nothing started in that time)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -181,6 +186,10 @@ class Job:
             waiting_on=list(pb.waiting_on),
             gpu_count=pb.gpu_count,
             memory_mb=pb.memory_mb,
+            queue_position=pb.queue_position,
+            estimated_start=(
+                timestamp_to_datetime(pb.estimated_start_time) if pb.HasField("estimated_start_time") else None
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from control.admission import Submission, check_labels
 from control.admission.validation import MAX_TYPE, check_text
 from control.autoscale import AutoscalerState
 from control.jobs import JobRecord
+from control.queue_view import QueuedJob
 from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
 from control.store import JobTypeEntry
@@ -179,6 +180,14 @@ def job(j: JobRecord) -> jobs_pb2.Job:
     _set_time(out.started_at, j.started_at)
     _set_time(out.finished_at, j.finished_at)
     _set_time(out.ready_at, j.ready_at)
+    return out
+
+
+def queued_job(q: QueuedJob) -> jobs_pb2.Job:
+    """The proto of a job in the queue view: the job, its place and its estimated start."""
+    out = job(q.job)
+    out.queue_position = q.position
+    _set_time(out.estimated_start_time, q.estimated_start)
     return out
 
 

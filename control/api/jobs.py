@@ -99,6 +99,15 @@ class JobServicer:
         owners = self.s.access.listed_owners(PRINCIPAL.get(), request.owner)
         if owners is None:  # another's jobs, which this caller may not see
             return jobs_pb2.ListJobsResponse(total=0)
+        if request.order == jobs_pb2.ListJobsRequest.QUEUE:
+            if any(state is not JobState.PENDING for state in states):
+                raise InvalidArgument(
+                    "status", "the queue (order QUEUE) holds PENDING jobs only: leave status empty or PENDING"
+                )
+            queue = self.s.queue(request.type, limit, request.offset, owners)
+            return jobs_pb2.ListJobsResponse(jobs=[convert.queued_job(q) for q in queue.jobs], total=queue.total)
+        if request.order != jobs_pb2.ListJobsRequest.NEWEST_FIRST:
+            raise InvalidArgument("order", f"unknown order {request.order}")
         page = await self.s.list_jobs(states, request.type, limit, request.offset, owners)
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import closing
+from datetime import UTC, datetime
 
 from corral.cli import render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
-from corral.job import Job, JobState
+from corral.job import Job, JobPage, JobState
 
 __all__ = ["cancel", "drain", "get", "list_jobs", "retry", "stats", "submit", "watch", "workers"]
 
@@ -82,11 +83,29 @@ def list_jobs(args: argparse.Namespace) -> int:
         return ExitCode.OK
     out = render.console()
     out.print(render.jobs_table(page.jobs))
-    end = args.offset + len(page.jobs)
-    shown = f"{args.offset + 1}-{end}" if page.jobs else "none"
-    more = f"; next page: --offset {end}" if page.jobs and end < page.total else ""
-    out.print(f"[dim]{shown} of {page.total} jobs{more}[/]")
+    out.print(_page_footer(page, args.offset, "jobs"))
     return ExitCode.OK
+
+
+def queue(args: argparse.Namespace) -> int:
+    """``corral queue``: PENDING jobs in the order workers will get them, with estimated starts."""
+    with _client(args) as client:
+        page = client.queue(type=args.type, limit=args.limit, offset=args.offset, owner=args.owner)
+    if args.json:
+        render.print_json({"jobs": [j.to_dict() for j in page.jobs], "total": page.total})
+        return ExitCode.OK
+    out = render.console()
+    out.print(render.queue_table(page.jobs, datetime.now(UTC)))
+    out.print(_page_footer(page, args.offset, "queued jobs"))
+    return ExitCode.OK
+
+
+def _page_footer(page: JobPage, offset: int, noun: str) -> str:
+    """``1-50 of 120 jobs; next page: --offset 50``, dimmed."""
+    end = offset + len(page.jobs)
+    shown = f"{offset + 1}-{end}" if page.jobs else "none"
+    more = f"; next page: --offset {end}" if page.jobs and end < page.total else ""
+    return f"[dim]{shown} of {page.total} {noun}{more}[/]"
 
 
 def cancel(args: argparse.Namespace) -> int:

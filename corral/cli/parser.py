@@ -226,11 +226,19 @@ def _add_client_commands(
     p.add_argument(
         "--status", type=values.job_state, action="append", default=[], metavar="S", help="state(s), repeatable"
     )
-    p.add_argument("--type", default="", help="only jobs of this type")
-    p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
-    p.add_argument("--limit", type=values.positive_int, default=50, help="1..1000 (default 50)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    _add_page_flags(p)
     p.set_defaults(handler=commands.list_jobs)
+
+    p = sub.add_parser(
+        "queue",
+        parents=[parent],
+        help="the PENDING jobs in the order workers will get them, with estimated starts",
+        description="The PENDING jobs in the order workers will get them (priority, then the time each became "
+        "ready), each with its place among all queued jobs and when it should start at the rate the queue "
+        "drained over the last 15 minutes.",
+    )
+    _add_page_flags(p)
+    p.set_defaults(handler=commands.queue)
 
     p = sub.add_parser("stats", parents=[parent], help="queue depth, workers, jobs by status, success rate")
     p.set_defaults(handler=commands.stats)
@@ -239,3 +247,11 @@ def _add_client_commands(
     p = sub.add_parser("drain", parents=[parent], help="stop giving a worker jobs; it finishes them and leaves")
     p.add_argument("id", metavar="WORKER_ID", help="worker id (see `corral workers`)")
     p.set_defaults(handler=commands.drain)
+
+
+def _add_page_flags(p: argparse.ArgumentParser) -> None:
+    """The filters and paging of a command that lists jobs (``list``, ``queue``)."""
+    p.add_argument("--type", default="", help="only jobs of this type")
+    p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
+    p.add_argument("--limit", type=values.positive_int, default=50, help="1..1000 (default 50)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")

@@ -198,6 +198,50 @@ def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:
     return table
 
 
+def queue_table(jobs: Iterable[Job], now: datetime) -> Table:
+    """``corral queue``: one row per PENDING job in queue order, with how long it has waited and when it
+    should start (as of ``now``)."""
+    jobs = list(jobs)
+    owners = any(job.owner for job in jobs)
+    table = Table(box=box.SIMPLE_HEAD)
+    columns = ("#", "id", "name", "type", "prio", "threads", "waited", "starts in")
+    for column in columns + (("owner",) if owners else ()):
+        table.add_column(column, no_wrap=column in ("#", "id"), justify="right" if column == "#" else "left")
+    for job in jobs:
+        waited = (now - job.ready_at).total_seconds() if job.ready_at else 0.0
+        starts = (job.estimated_start - now).total_seconds() if job.estimated_start else None
+        cells = [
+            str(job.queue_position),
+            job.id,
+            job.name or "-",
+            job.type,
+            str(job.priority),
+            str(job.thread_demand),
+            duration(waited),
+            "unknown" if starts is None else f"~{duration(starts)}",
+        ]
+        table.add_row(*cells, *([job.owner or "-"] if owners else []))
+    return table
+
+
+def duration(seconds: float) -> str:
+    """A span for people: ``0.4s``, ``42s``, ``3m05s``, ``2h07m``, ``3d04h`` (negative spans as 0)."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
 def job_line(job: Job) -> Text:
     """One line about a job's latest change, for ``corral watch``."""
     line = Text(datetime.now().strftime("%H:%M:%S.%f")[:-3] + "  ", style="dim")

@@ -137,6 +137,8 @@ class Job(_message.Message):
     WAITING_ON_FIELD_NUMBER: _builtins.int
     GPU_COUNT_FIELD_NUMBER: _builtins.int
     MEMORY_MB_FIELD_NUMBER: _builtins.int
+    QUEUE_POSITION_FIELD_NUMBER: _builtins.int
+    ESTIMATED_START_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -172,6 +174,10 @@ class Job(_message.Message):
     """GPUs the job holds while it runs (see SubmitJobRequest.gpu_count)."""
     memory_mb: _builtins.int
     """Memory the job holds while it runs, in MiB (see SubmitJobRequest.memory_mb)."""
+    queue_position: _builtins.int
+    """Output only, set on PENDING jobs listed with ListJobsRequest.order QUEUE: the job's place among
+    all PENDING jobs in the order they are offered to workers (1: next). 0 otherwise.
+    """
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -203,6 +209,12 @@ class Job(_message.Message):
     @_builtins.property
     def waiting_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Output only. Those of depends_on that have not SUCCEEDED yet: while any is left, the job waits."""
+
+    @_builtins.property
+    def estimated_start_time(self) -> _timestamp_pb2.Timestamp:
+        """Output only, set with queue_position: when the job should start if the queue goes on draining at
+        the rate it has over the last 15 minutes. Unset when no job started in that time.
+        """
 
     def __init__(
         self,
@@ -238,10 +250,12 @@ class Job(_message.Message):
         waiting_on: _abc.Iterable[_builtins.str] | None = ...,
         gpu_count: _builtins.int = ...,
         memory_mb: _builtins.int = ...,
+        queue_position: _builtins.int = ...,
+        estimated_start_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "estimated_start_time", b"estimated_start_time", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "estimated_start_time", b"estimated_start_time", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_position", b"queue_position", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -491,11 +505,35 @@ Global___GetJobRequest: _TypeAlias = GetJobRequest  # noqa: Y015
 class ListJobsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    class _Order:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _OrderEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ListJobsRequest._Order.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        NEWEST_FIRST: ListJobsRequest._Order.ValueType  # 0
+        """By submission, newest first."""
+        QUEUE: ListJobsRequest._Order.ValueType  # 1
+        """The queue: PENDING jobs only (status must be empty or PENDING), in the order they are offered
+        to workers (priority, aged by CORRAL_PRIORITY_AGING_SEC, then the time each became ready),
+        each with its queue_position and estimated_start_time.
+        """
+
+    class Order(_Order, metaclass=_OrderEnumTypeWrapper): ...
+    NEWEST_FIRST: ListJobsRequest.Order.ValueType  # 0
+    """By submission, newest first."""
+    QUEUE: ListJobsRequest.Order.ValueType  # 1
+    """The queue: PENDING jobs only (status must be empty or PENDING), in the order they are offered
+    to workers (priority, aged by CORRAL_PRIORITY_AGING_SEC, then the time each became ready),
+    each with its queue_position and estimated_start_time.
+    """
+
     STATUS_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
+    ORDER_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """Only jobs of this type (all types when empty)."""
     limit: _builtins.int
@@ -505,6 +543,7 @@ class ListJobsRequest(_message.Message):
     """Only jobs of this owner (all owners when empty). With CORRAL_JOB_VISIBILITY=owner a client
     that is not an admin sees only its own jobs whatever this says.
     """
+    order: Global___ListJobsRequest.Order.ValueType
     @_builtins.property
     def status(self) -> _containers.RepeatedScalarFieldContainer[Global___Job.State.ValueType]:
         """Only jobs in one of these states (all states when empty)."""
@@ -517,10 +556,11 @@ class ListJobsRequest(_message.Message):
         limit: _builtins.int = ...,
         offset: _builtins.int = ...,
         owner: _builtins.str = ...,
+        order: Global___ListJobsRequest.Order.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "owner", b"owner", "status", b"status", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "order", b"order", "owner", b"owner", "status", b"status", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -536,7 +576,7 @@ class ListJobsResponse(_message.Message):
     """Jobs matching the filters, ignoring limit and offset."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
-        """Newest first."""
+        """Newest first, or in queue order (ListJobsRequest.order)."""
 
     def __init__(
         self,

@@ -65,6 +65,7 @@ def test_query_fields_leave_out_path_and_body_fields() -> None:
         "limit",
         "offset",
         "owner",
+        "order",
     ]
     assert routes["JobService.GetJob"].query_fields() == []
     assert routes["JobService.SubmitJob"].query_fields() == []  # body "*"
