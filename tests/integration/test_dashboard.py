@@ -211,7 +211,7 @@ def test_the_job_list_the_script_asks_for_is_one_page_of_what_the_bridge_filters
     script = load_page(rest).script
     keys = set(re.findall(r'listQuery\.set\("(\w+)"', script))
     (page_size,) = re.findall(r"const PAGE_SIZE = (\d+);", script)
-    assert keys == {"status", "type", "limit", "offset"}, keys
+    assert keys == {"status", "type", "limit", "offset", "order"}, keys
     assert 1 <= int(page_size) <= 100, "the page must not load the whole list"
 
     # And three jobs of a type of their own
@@ -226,6 +226,11 @@ def test_the_job_list_the_script_asks_for_is_one_page_of_what_the_bridge_filters
     assert reply.status == 200, reply.body
     answer = reply.json()
     assert int(answer["total"]) == 3 and len(answer["jobs"]) == 1
+
+    # And its queue view (order instead of status) is one the bridge understands too
+    queued = rest.get(f"/v1/jobs?order=QUEUE&type={kind}&limit=2&offset=0")
+    assert queued.status == 200, queued.body
+    assert all(job["state"] == "PENDING" and job["queuePosition"] >= 1 for job in queued.json().get("jobs", []))
 
 
 # ---- auth ------------------------------------------------------------------------------------------

@@ -116,6 +116,13 @@
       `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
   }
 
+  function queuePlace(job) {
+    // "#3 · ~12.00 s": its place in the queue, and how long until its estimated start (when known).
+    const at = parseTime(job.estimatedStartTime);
+    const wait = at ? ` · ~${fmtSeconds(Math.max(0, (at.getTime() - Date.now()) / 1000))}` : "";
+    return `#${job.queuePosition}${wait}`;
+  }
+
   function fmtSeconds(value) {
     if (value === undefined || value === null) return "—";
     const s = Number(value);
@@ -176,7 +183,10 @@
   async function loadJobs() {
     const key = jobsKey();
     const listQuery = new URLSearchParams();
-    if (view.state) listQuery.set("status", view.state);
+    // The queue view: PENDING jobs in the order workers will get them, each with its place and an
+    // estimated start (shown in the Queue column instead of the time queued, which only a start fixes).
+    if (view.state === "QUEUE") listQuery.set("order", "QUEUE");
+    else if (view.state) listQuery.set("status", view.state);
     if (view.type) listQuery.set("type", view.type);
     listQuery.set("limit", String(PAGE_SIZE));
     listQuery.set("offset", String(view.offset));
@@ -223,7 +233,7 @@
         h("td", { class: "mono user" }, job.workerId || ""),
         h("td", { class: "user" }, job.owner || ""),
         h("td", {}, fmtTime(job.createdAt)),
-        h("td", { class: "num" }, job.startedAt ? fmtSeconds(job.queueSeconds) : "—"),
+        h("td", { class: "num" }, job.queuePosition ? queuePlace(job) : job.startedAt ? fmtSeconds(job.queueSeconds) : "—"),
         h("td", { class: "num" }, job.startedAt ? fmtSeconds(job.execSeconds) : "—"),
       );
     });
