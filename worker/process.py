@@ -29,7 +29,12 @@ from runner.wire import RESPONSE
 
 __all__ = ["RunnerProcess", "describe_exit"]
 
-_READ_SIZE = 1 << 18
+_READ_SIZE = 1 << 16
+"""Bytes asked for per read of a runner's answers: a pipe holds 64 KiB, so one read never returns more.
+More costs a syscall triple per answer: CPython allocates the whole size first, and glibc's malloc
+serves a block over its mmap threshold (128 KiB by default) with mmap, then mremap to shrink it to
+what came, then munmap (measured: +15% of the worker agent's CPU per noop job). A process that had
+once freed a large block, such as one that imported numpy, hid that by raising the threshold."""
 
 
 class RunnerProcess:
