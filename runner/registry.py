@@ -76,7 +76,11 @@ def _load_builtins() -> None:
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True  # first: the built-ins' own @register calls come back here
-        import runner.jobs  # noqa: F401
+        try:
+            import runner.jobs  # noqa: F401
+        except BaseException:
+            _builtins_loaded = False  # say so again at the next use, rather than run without them
+            raise
 
 
 def register(cls: _T) -> _T:

@@ -81,3 +81,20 @@ def test_the_public_names_load_on_first_use_with_the_grpc_defaults_set_before_gr
     assert modules.index("corral.transport") < modules.index("grpc")
     modules = loaded_after("from corral import AsyncClient")
     assert modules.index("corral.transport") < modules.index("grpc")
+
+
+def test_built_ins_that_fail_to_load_fail_every_use_until_they_load() -> None:
+    code = (
+        "import sys\n"
+        "from runner import registry\n"
+        "sys.modules['runner.jobs'] = None  # its import now fails\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        "        registry.get('noop')\n"
+        "    except ImportError:\n"
+        "        print('refused')\n"
+        "del sys.modules['runner.jobs']\n"
+        "print(registry.get('noop').name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["refused", "refused", "noop"], out.stderr
