@@ -2,6 +2,6 @@
 
 import sys
 
-from corral.cli.main import main
+from corral.cli import main  # the package's entry point (importing the submodule by name would rebind it)
 
 sys.exit(main())

@@ -17,7 +17,7 @@ from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
 from corral.job import Job, JobPage, JobState
 
-__all__ = ["cancel", "drain", "get", "list_jobs", "queue", "retry", "stats", "submit", "watch", "workers"]
+__all__ = ["cancel", "drain", "get", "list_jobs", "output", "queue", "retry", "stats", "submit", "watch", "workers"]
 
 
 def submit(args: argparse.Namespace) -> int:

@@ -52,6 +52,21 @@ def test_the_cli_package_exports_main_for_the_console_script() -> None:
     assert callable(corral.cli.main)
 
 
+def test_python_m_corral_cli_runs_the_same_entry_point_and_leaves_it_in_place() -> None:
+    import runpy
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["corral", "--help"]
+    try:
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_module("corral.cli", run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert ended.value.code == 0
+    assert callable(corral.cli.main) and corral.cli.main.__module__ == "corral.cli.main"
+
+
 def test_each_public_name_is_its_home_module_s_object_and_listed_by_dir() -> None:
     for name in corral.__all__:
         value = getattr(corral, name)
