@@ -29,34 +29,44 @@ from typing import TYPE_CHECKING
 
 from corral import transport  # noqa: F401  (first: sets gRPC transport defaults before grpc loads)
 
-if TYPE_CHECKING:
-    from corral.aio import AsyncClient
-    from corral.client import Client
-    from corral.cluster import AutoscalerStatus, Stats, WorkerInfo, WorkerState
-    from corral.errors import (
-        AlreadyExists,
-        CorralError,
-        DeadlineExceeded,
-        FailedPrecondition,
-        Internal,
-        InvalidArgument,
-        NotFound,
-        PermissionDenied,
-        RateLimited,
-        StaleAttempt,
-        Unauthenticated,
-        Unavailable,
-    )
-    from corral.job import Job, JobError, JobPage, JobState
-    from corral.spec import JobSpec
+if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
+    from corral.aio import AsyncClient as AsyncClient
+    from corral.client import Client as Client
+    from corral.cluster import AutoscalerStatus as AutoscalerStatus
+    from corral.cluster import Stats as Stats
+    from corral.cluster import WorkerInfo as WorkerInfo
+    from corral.cluster import WorkerState as WorkerState
+    from corral.errors import AlreadyExists as AlreadyExists
+    from corral.errors import CorralError as CorralError
+    from corral.errors import DeadlineExceeded as DeadlineExceeded
+    from corral.errors import FailedPrecondition as FailedPrecondition
+    from corral.errors import Internal as Internal
+    from corral.errors import InvalidArgument as InvalidArgument
+    from corral.errors import NotFound as NotFound
+    from corral.errors import PermissionDenied as PermissionDenied
+    from corral.errors import RateLimited as RateLimited
+    from corral.errors import StaleAttempt as StaleAttempt
+    from corral.errors import Unauthenticated as Unauthenticated
+    from corral.errors import Unavailable as Unavailable
+    from corral.job import Job as Job
+    from corral.job import JobError as JobError
+    from corral.job import JobPage as JobPage
+    from corral.job import JobState as JobState
+    from corral.spec import JobSpec as JobSpec
 
-# The public names load on first use (PEP 562): a process that needs only a leaf module, such as a
-# runner process reading corral.jobtypes, then does not import gRPC, protobuf and the clients (about
-# a tenth of a second and 15 MB in each runner process).
+# The public names, grouped by concept, and the module each lives in. They load on first use (PEP 562):
+# a process that needs only a leaf module, such as a runner process reading corral.jobtypes, then does
+# not import gRPC, protobuf and the clients (about a tenth of a second and 15 MB in each runner process).
 _HOMES = {
+    # Clients
     "AsyncClient": "corral.aio",
     "Client": "corral.client",
+    # Jobs
+    **dict.fromkeys(("Job", "JobError", "JobPage", "JobState"), "corral.job"),
+    "JobSpec": "corral.spec",
+    # Cluster
     **dict.fromkeys(("AutoscalerStatus", "Stats", "WorkerInfo", "WorkerState"), "corral.cluster"),
+    # Errors
     **dict.fromkeys(
         (
             "AlreadyExists",
@@ -74,9 +84,8 @@ _HOMES = {
         ),
         "corral.errors",
     ),
-    **dict.fromkeys(("Job", "JobError", "JobPage", "JobState"), "corral.job"),
-    "JobSpec": "corral.spec",
 }
+__all__ = list(_HOMES)
 
 
 def __getattr__(name: str) -> object:
@@ -94,34 +103,3 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     """The module's names, the lazily loaded public ones included."""
     return sorted({*globals(), *_HOMES})
-
-
-__all__ = [  # noqa: RUF022 (grouped by concept, sorted within a group)
-    # Clients
-    "AsyncClient",
-    "Client",
-    # Jobs
-    "Job",
-    "JobError",
-    "JobPage",
-    "JobSpec",
-    "JobState",
-    # Cluster
-    "AutoscalerStatus",
-    "Stats",
-    "WorkerInfo",
-    "WorkerState",
-    # Errors
-    "AlreadyExists",
-    "CorralError",
-    "DeadlineExceeded",
-    "FailedPrecondition",
-    "Internal",
-    "InvalidArgument",
-    "NotFound",
-    "PermissionDenied",
-    "RateLimited",
-    "StaleAttempt",
-    "Unauthenticated",
-    "Unavailable",
-]
