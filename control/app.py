@@ -12,7 +12,7 @@ import logging
 import random
 from collections.abc import Callable
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -20,6 +20,7 @@ from control.admission import IdempotencySweeper
 from control.api import (
     MAX_MESSAGE_BYTES,
     SERVICES,
+    AccountServicer,
     AdminServicer,
     Health,
     JobServicer,
@@ -45,6 +46,9 @@ from control.token_reload import TokenFileWatcher
 from corral import logs
 from corral.dburl import describe
 from corral.transport import host_port, loopback
+
+if TYPE_CHECKING:
+    from control.accounts import Accounts
 
 _T = TypeVar("_T")
 
@@ -82,6 +86,8 @@ class ControlPlane:
         self.autoscaler: Autoscaler | None = None
         self.token_watcher: TokenFileWatcher | None = None
         """Reloads CORRAL_AUTH_TOKEN_FILE (set when that file is in use)."""
+        self.accounts: Accounts | None = None
+        """The accounts people log in to (CORRAL_ACCOUNTS; None when off)."""
         self._server: grpc.aio.Server | None = None
         self.failed = asyncio.Event()
         """Set when the store could not be written: the process should stop (see _refresh_readiness)."""
@@ -127,12 +133,16 @@ class ControlPlane:
         reaper = Reaper(scheduler)
         self.autoscaler = Autoscaler(cfg, scheduler, sessions, self.metrics, self.clock)
         scheduler.on_change = self._update_readiness
+        accounts = self.accounts = self._accounts()
         servicers = (
             JobServicer(scheduler),
             WorkerServicer(sessions),
             AdminServicer(sessions, autoscaler=self.autoscaler),
+            AccountServicer(accounts, scheduler.access),
         )
-        auth = Authenticator.from_config(cfg)
+        auth = Authenticator.from_config(cfg, accounts)
+        if accounts is not None and auth is not None:
+            accounts.reserved = lambda: auth.token_names
         if auth is not None:
             auth.on_refused = lambda role: self.metrics.auth_refused.labels(role.value).inc()
             if cfg.auth_token_file:
@@ -273,6 +283,17 @@ class ControlPlane:
         if self._server is not None:
             await self._server.wait_for_termination()
 
+    def _accounts(self) -> Accounts | None:
+        """The accounts (CORRAL_ACCOUNTS), read from the store that this process now leads."""
+        cfg = self.config
+        if cfg.accounts == "off" or self.store is None:
+            return None
+        from control.accounts import Accounts  # bcrypt and the JWT library only where accounts are on
+
+        accounts = Accounts(self.store, cfg.accounts, cfg.login_ttl_sec, cfg.password_rounds, clock=self.clock)
+        accounts.on_login = lambda outcome: self.metrics.logins.labels(outcome).inc()
+        return accounts
+
     async def stop(self) -> None:
         """Stop intake, let in-flight calls finish (up to the shutdown grace), persist, close. Idempotent.
 
@@ -305,6 +326,8 @@ class ControlPlane:
             except Exception:
                 logger.exception("final_commit_failed")
             self.store.close()
+        if self.accounts is not None:
+            self.accounts.close()
         logger.info(logs.CONTROL_STOPPED)
 
     async def __aenter__(self) -> ControlPlane:

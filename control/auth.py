@@ -5,9 +5,12 @@ Roles, by service (:func:`role_of`)::
     grpc.health.v1.Health      OPEN    liveness/readiness probes answer without credentials
     corral.v1.WorkerService    WORKER  the worker token (CORRAL_WORKER_TOKEN); with CORRAL_TLS_CLIENT_CA
                                        also a client certificate verified by that CA (mutual TLS)
-    anything else              CLIENT  a client token (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE):
-                                       JobService, AdminService, server reflection, and any service
-                                       added later (deny by default)
+    AccountService Login,      ANYONE  no credentials needed; credentials sent anyway are checked
+      Register                         (the servicer asks for an admin where registration is closed)
+    anything else              CLIENT  a client token (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE) or
+                                       a login (control.accounts): JobService, AdminService, the rest
+                                       of AccountService, server reflection, and any service added
+                                       later (deny by default)
 
 A client token never passes as the worker token and the worker token never passes as a client token.
 A role whose credentials are not configured is open: no client tokens, no client auth (the default).
@@ -30,15 +33,18 @@ import hmac
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from corral.errors import Unauthenticated
 
 if TYPE_CHECKING:
+    from control.accounts import Accounts
     from control.config import ControlConfig
 
 __all__ = [
+    "LOGIN_EXPIRES",
     "MIN_TOKEN_CHARS",
     "WORKER_PRINCIPAL",
     "Authenticator",
@@ -62,11 +68,17 @@ _TOKEN = re.compile(r"[!-~]+")
 _NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 _BEARER = "bearer "
 
+LOGIN_EXPIRES: ContextVar[float | None] = ContextVar("corral_login_expires", default=None)
+"""When the current call's login (control.accounts) expires; None when it came with a configured
+token, or with none. Set by every client credentials check."""
+
 
 class Role(enum.Enum):
     """What a call needs."""
 
     OPEN = "open"
+    ANYONE = "anyone"
+    """No credentials needed, but credentials sent are checked (a wrong token is still refused)."""
     CLIENT = "client"
     WORKER = "worker"
 
@@ -75,14 +87,19 @@ OPEN_SERVICES = frozenset({"grpc.health.v1.Health"})
 """Services every caller may use: Kubernetes probes carry no credentials."""
 WORKER_SERVICES = frozenset({"corral.v1.WorkerService"})
 """Services only workers use."""
+ANYONE_METHODS = frozenset({"corral.v1.AccountService/Login", "corral.v1.AccountService/Register"})
+"""Methods a caller without credentials may call: how one gets credentials."""
 
 
-def role_of(service: str) -> Role:
-    """The role a call to ``service`` (full name, ``corral.v1.JobService``) needs; deny by default."""
+def role_of(service: str, method: str = "") -> Role:
+    """The role a call to ``method`` of ``service`` (full name, ``corral.v1.JobService``) needs; deny by
+    default."""
     if service in OPEN_SERVICES:
         return Role.OPEN
     if service in WORKER_SERVICES:
         return Role.WORKER
+    if f"{service}/{method}" in ANYONE_METHODS:
+        return Role.ANYONE
     return Role.CLIENT
 
 
@@ -189,17 +206,27 @@ class Authenticator:
     """Checks the credentials of one call for a :class:`Role`; see the module docstring.
 
     Args:
-        clients: Client token -> principal. Empty: client calls need no token.
+        clients: Client token -> principal. Empty: client calls need no token (unless ``accounts``).
         worker_token: The token workers must present. Empty: none needed.
         worker_cert: Whether workers must also present a client certificate verified by the
             server's client CA (checked by the gRPC layer, which sees the TLS session).
+        accounts: Logins accepted as client credentials too (CORRAL_ACCOUNTS); client calls then
+            always need credentials.
     """
 
-    def __init__(self, clients: Mapping[str, str], worker_token: str = "", worker_cert: bool = False) -> None:
+    def __init__(
+        self,
+        clients: Mapping[str, str],
+        worker_token: str = "",
+        worker_cert: bool = False,
+        accounts: Accounts | None = None,
+    ) -> None:
         keyed = self._keyed = _Keyed(os.urandom(32))
         self._clients = {keyed.mac(token): principal for token, principal in clients.items()}
+        self._names = frozenset(clients.values())
         self._worker = keyed.mac(worker_token) if worker_token else None
-        self.client_auth = bool(clients)
+        self.accounts = accounts
+        self.client_auth = bool(clients) or accounts is not None
         """Whether client calls need a client token."""
         self.worker_cert = worker_cert
         """Whether workers need a verified client certificate."""
@@ -209,14 +236,19 @@ class Authenticator:
         """Called with the role a call needed each time its token is refused (the metrics count them)."""
 
     @classmethod
-    def from_config(cls, config: ControlConfig) -> Authenticator | None:
+    def from_config(cls, config: ControlConfig, accounts: Accounts | None = None) -> Authenticator | None:
         """The authenticator the settings ask for, or None when nothing needs credentials.
 
         The settings were checked by ``ControlConfig.check``, so the token file reads and parses here.
         """
         clients = client_tokens(config.auth_tokens, config.auth_token_file)
-        auth = cls(clients, config.worker_token, worker_cert=bool(config.tls_client_ca))
+        auth = cls(clients, config.worker_token, worker_cert=bool(config.tls_client_ca), accounts=accounts)
         return auth if auth.client_auth or auth.worker_auth else None
+
+    @property
+    def token_names(self) -> frozenset[str]:
+        """The principals of the configured client tokens (names an account may not take)."""
+        return self._names
 
     def replace_clients(self, clients: Mapping[str, str]) -> None:
         """Accept exactly ``clients`` (token -> principal) from now on: a reloaded token file.
@@ -226,13 +258,14 @@ class Authenticator:
         Raises:
             TokenError: ``clients`` is empty while client auth is on, or it holds the worker token.
         """
-        if self.client_auth and not clients:
+        if self.client_auth and not clients and self.accounts is None:
             raise TokenError("no client token left: client auth stays on, so every client would be refused")
         keyed = self._keyed
         macs = {keyed.mac(token): principal for token, principal in clients.items()}
         if self._worker is not None and self._worker in macs:
             raise TokenError("a client token equals CORRAL_WORKER_TOKEN")
         self._clients = macs  # one assignment: a call sees the old set or the new one, never a mix
+        self._names = frozenset(clients.values())
 
     def authenticate(self, role: Role, authorization: str | bytes | None) -> str | None:
         """The principal of a call presenting ``authorization`` for ``role``; None when the role is open.
@@ -250,13 +283,20 @@ class Authenticator:
             raise
 
     def _check(self, role: Role, authorization: str | bytes | None) -> str | None:
+        if role is Role.ANYONE:
+            return None if authorization is None else self._check(Role.CLIENT, authorization)
         if role is Role.CLIENT:
+            LOGIN_EXPIRES.set(None)  # a connection's next call must not inherit this one's login
             if not self.client_auth:
                 return None
             token = self._token(authorization)
             principal = self._clients.get(self._keyed.mac(token))
             if principal is not None:
                 return principal
+            # A login is a JWT: three parts joined by dots (a configured token may look so too, and was
+            # looked up first).
+            if self.accounts is not None and token.count(".") == 2:
+                return self.accounts.verify(token)
             if self._worker is not None and hmac.compare_digest(self._keyed.mac(token), self._worker):
                 raise Unauthenticated("the worker token cannot call the client API: use a client token")
             raise Unauthenticated("invalid token")

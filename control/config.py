@@ -23,6 +23,10 @@ from corral.event_loop import LOOPS
 
 T = TypeVar("T")
 
+ACCOUNT_MODES = ("off", "admin", "open")
+"""The values of CORRAL_ACCOUNTS."""
+_ACCOUNT_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+
 
 class ConfigError(ValueError):
     """Raised when a setting is missing its rule: the message names the variable and the rule."""
@@ -116,8 +120,15 @@ class ControlConfig:
     """CORRAL_GROUPS: ``physics=alice,bob;bio=carol``: client token names by group, one group each; what
     ``group`` visibility and fair share (control.shares) go by."""
     auth_admins: tuple[str, ...] = ()
-    """CORRAL_AUTH_ADMINS: comma-separated client token names that see and manage every job and may call
-    AdminService when CORRAL_JOB_VISIBILITY=owner."""
+    """CORRAL_AUTH_ADMINS: comma-separated client token (or account) names that see and manage every job
+    and may call AdminService when CORRAL_JOB_VISIBILITY=owner, and manage accounts."""
+    accounts: str = "off"
+    """CORRAL_ACCOUNTS: off | admin | open. ``admin``: people log in with a name and a password to
+    accounts that admins create; ``open``: anyone may register one (control.accounts)."""
+    login_ttl_sec: float = 3600.0
+    """CORRAL_LOGIN_TTL_SEC: 60..2592000 (30 days); how long a login lasts."""
+    password_rounds: int = 12
+    """CORRAL_PASSWORD_ROUNDS: 10..16; bcrypt's cost (each one more doubles a login's work)."""
     fair_share: str = "off"
     """CORRAL_FAIR_SHARE: on | off. ``on``: a freed slot goes to the owner with the smallest dominant share
     (the largest part of the workers' threads, GPUs or memory its running jobs hold) for its weight
@@ -306,6 +317,7 @@ class ControlConfig:
             clients = client_tokens(self.auth_tokens, self.auth_token_file)
         except TokenError as exc:
             raise ConfigError(str(exc)) from None
+        self._check_accounts(bool(clients))
         self._check_visibility(set(clients.values()))
         if self.worker_token:
             problem = token_problem(self.worker_token)
@@ -313,10 +325,26 @@ class ControlConfig:
                 raise ConfigError(f"CORRAL_WORKER_TOKEN: {problem}")
             if self.worker_token in clients:
                 raise ConfigError("CORRAL_WORKER_TOKEN must differ from every client token")
-        elif clients and not self.tls_client_ca:
+        elif (clients or self.accounts != "off") and not self.tls_client_ca:
             raise ConfigError(
-                "CORRAL_WORKER_TOKEN must be set when client tokens are (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE),"
-                " else anyone could register a worker and take jobs (or set CORRAL_TLS_CLIENT_CA)"
+                "CORRAL_WORKER_TOKEN must be set when client tokens are (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE)"
+                " or accounts (CORRAL_ACCOUNTS), else anyone could register a worker and take jobs (or set"
+                " CORRAL_TLS_CLIENT_CA)"
+            )
+
+    def _check_accounts(self, has_tokens: bool) -> None:
+        _rule(self.accounts in ACCOUNT_MODES, "CORRAL_ACCOUNTS", "must be off, admin or open", self.accounts)
+        _rule(
+            60 <= self.login_ttl_sec <= 2_592_000,
+            "CORRAL_LOGIN_TTL_SEC",
+            "must be 60..2592000 (a minute to 30 days)",
+            self.login_ttl_sec,
+        )
+        _rule(10 <= self.password_rounds <= 16, "CORRAL_PASSWORD_ROUNDS", "must be 10..16", self.password_rounds)
+        if self.accounts == "admin" and not has_tokens:
+            raise ConfigError(
+                "CORRAL_ACCOUNTS=admin needs a client token (CORRAL_AUTH_TOKENS, CORRAL_AUTH_TOKEN_FILE) to create"
+                " the first account with; or use CORRAL_ACCOUNTS=open, where anyone may register"
             )
 
     def _check_visibility(self, principals: set[str]) -> None:
@@ -326,17 +354,21 @@ class ControlConfig:
             "must be all, group or owner",
             self.job_visibility,
         )
-        if self.job_visibility != "all" and not principals:
+        accounts = self.accounts != "off"  # their names are known only at run time
+        if self.job_visibility != "all" and not principals and not accounts:
             raise ConfigError(
                 f"CORRAL_JOB_VISIBILITY={self.job_visibility} needs client tokens (CORRAL_AUTH_TOKENS,"
-                " CORRAL_AUTH_TOKEN_FILE): without them no call says who it comes from"
+                " CORRAL_AUTH_TOKEN_FILE) or accounts (CORRAL_ACCOUNTS): without them no call says who it comes from"
             )
         if self.auth_admins and self.job_visibility == "all":
             raise ConfigError(
                 "CORRAL_AUTH_ADMINS needs CORRAL_JOB_VISIBILITY=owner or group (with 'all' every client sees every job)"
             )
         for name in self.auth_admins:
-            if name not in principals:
+            if accounts:
+                if not _ACCOUNT_NAME.fullmatch(name):
+                    raise ConfigError(f"CORRAL_AUTH_ADMINS: {name!r} must match [A-Za-z0-9._@-]{{1,64}}")
+            elif name not in principals:
                 raise ConfigError(f"CORRAL_AUTH_ADMINS: {name!r} is not the name of any client token")
         try:
             group_of = parse_groups(self.groups)
@@ -345,7 +377,7 @@ class ControlConfig:
         if self.job_visibility == "group" and not group_of:
             raise ConfigError("CORRAL_JOB_VISIBILITY=group needs CORRAL_GROUPS (which clients are in which group)")
         for name in group_of:
-            if name not in principals:
+            if name not in principals and not accounts:
                 raise ConfigError(f"CORRAL_GROUPS: {name!r} is not the name of any client token")
 
     def _check_tls(self) -> None:
@@ -538,6 +570,9 @@ _ENV: dict[str, str] = {
     "job_visibility": "CORRAL_JOB_VISIBILITY",
     "groups": "CORRAL_GROUPS",
     "auth_admins": "CORRAL_AUTH_ADMINS",
+    "accounts": "CORRAL_ACCOUNTS",
+    "login_ttl_sec": "CORRAL_LOGIN_TTL_SEC",
+    "password_rounds": "CORRAL_PASSWORD_ROUNDS",
     "fair_share": "CORRAL_FAIR_SHARE",
     "owner_weights": "CORRAL_OWNER_WEIGHTS",
     "owner_max_running": "CORRAL_OWNER_MAX_RUNNING",
@@ -605,6 +640,9 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "job_visibility": _lower,
     "groups": _text,
     "auth_admins": _list,
+    "accounts": _lower,
+    "login_ttl_sec": _FLOAT,
+    "password_rounds": _INT,
     "fair_share": _lower,
     "owner_weights": _text,
     "owner_max_running": _text,

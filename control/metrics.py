@@ -91,6 +91,12 @@ class Metrics:
             "Submissions answered with the job an idempotency key already made.",
             registry=r,
         )
+        self.logins = Counter(
+            "corral_logins",
+            "Logins to accounts (CORRAL_ACCOUNTS), by outcome: ok, refused (wrong name or password), throttled.",
+            ["outcome"],
+            registry=r,
+        )
         self.auth_refused = Counter(
             "corral_auth_refused",
             "Calls refused UNAUTHENTICATED (gRPC) or 401 (REST) for a missing or wrong token, by the role they needed.",

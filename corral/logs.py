@@ -56,6 +56,11 @@ GPUS_UNAVAILABLE = "gpus_unavailable"
 AUTH_REFUSED = "auth_refused"
 AUTH_TOKENS_RELOADED = "auth_tokens_reloaded"
 AUTH_TOKENS_RELOAD_FAILED = "auth_tokens_reload_failed"
+ACCOUNT_REGISTERED = "account_registered"
+ACCOUNT_PASSWORD_CHANGED = "account_password_changed"
+ACCOUNT_DELETED = "account_deleted"
+LOGIN = "login"
+LOGIN_REFUSED = "login_refused"
 
 # Autoscaler
 SCALE_UP = "scale_up"

@@ -1,11 +1,12 @@
 """The gRPC surface of the control plane.
 
 Modules: ``jobs`` (JobServicer), ``workers`` (WorkerServicer.Connect), ``admin`` (AdminServicer),
+``accounts`` (AccountServicer),
 ``health`` (liveness/readiness), ``convert`` (proto <-> domain), ``status`` (error -> status table),
 ``decode`` (request parsing that names the field a bad byte sequence sits in), ``interceptors``
 (request ids, authentication), ``identity`` (who is calling).
 
-:func:`create_server` builds the server; it registers every RPC of the three corral.v1 services
+:func:`create_server` builds the server; it registers every RPC of the four corral.v1 services
 with request deserializers that turn undecodable bytes into an INVALID_ARGUMENT naming the field.
 """
 
@@ -19,6 +20,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 from grpc_reflection.v1alpha import reflection
 
+from control.api.accounts import AccountServicer
 from control.api.admin import AdminServicer
 from control.api.decode import find_invalid_utf8
 from control.api.health import Health
@@ -28,9 +30,10 @@ from control.api.status import Undecodable
 from control.api.workers import WorkerServicer
 from control.auth import Authenticator
 from control.tls import ServerTls
-from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
+from corral.v1 import accounts_pb2, admin_pb2, jobs_pb2, workers_pb2
 
 __all__ = [
+    "AccountServicer",
     "AdminServicer",
     "Health",
     "JobServicer",
@@ -49,6 +52,7 @@ SERVICES: tuple[ServiceDescriptor, ...] = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"],
     workers_pb2.DESCRIPTOR.services_by_name["WorkerService"],
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
+    accounts_pb2.DESCRIPTOR.services_by_name["AccountService"],
 )
 
 
@@ -114,6 +118,7 @@ def create_server(
     jobs: JobServicer,
     workers: WorkerServicer,
     admin: AdminServicer,
+    accounts: AccountServicer,
     health: Health,
     *,
     auth: Authenticator | None = None,
@@ -144,7 +149,7 @@ def create_server(
             ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS),
         ],
     )
-    for service, servicer in zip(SERVICES, (jobs, workers, admin), strict=True):
+    for service, servicer in zip(SERVICES, (jobs, workers, admin, accounts), strict=True):
         server.add_generic_rpc_handlers((service_handlers(service, servicer),))
     health.add_to(server)
     names = [s.full_name for s in SERVICES] + [health.SERVICE_NAME, reflection.SERVICE_NAME]

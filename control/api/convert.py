@@ -16,11 +16,11 @@ from control.jobs import JobRecord
 from control.queue_view import QueuedJob
 from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
-from control.store import JobTypeEntry
+from control.store import AccountEntry, JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import MAX_EXACT_INTEGER
 from corral.limits import MAX_GPUS, MAX_MEMORY_MB, MAX_OUTPUT_BYTES, MAX_THREADS, MAX_WORKER_ID
-from corral.v1 import admin_pb2, jobs_pb2, workers_pb2
+from corral.v1 import accounts_pb2, admin_pb2, jobs_pb2, workers_pb2
 
 _EXACT = float(MAX_EXACT_INTEGER)
 
@@ -90,7 +90,7 @@ def _set_struct(target: struct_pb2.Struct, text: str) -> None:
         target.update(json.loads(text))
 
 
-def _set_time(target: Any, t: float | None) -> None:
+def set_time(target: Any, t: float | None) -> None:
     if t is not None:
         target.FromNanoseconds(int(t * 1e9))
 
@@ -175,11 +175,11 @@ def job(j: JobRecord) -> jobs_pb2.Job:
     if j.error_code:
         out.error.code = j.error_code
         out.error.message = j.error_message
-    _set_time(out.scheduled_at, j.scheduled_at)
-    _set_time(out.created_at, j.created_at)
-    _set_time(out.started_at, j.started_at)
-    _set_time(out.finished_at, j.finished_at)
-    _set_time(out.ready_at, j.ready_at)
+    set_time(out.scheduled_at, j.scheduled_at)
+    set_time(out.created_at, j.created_at)
+    set_time(out.started_at, j.started_at)
+    set_time(out.finished_at, j.finished_at)
+    set_time(out.ready_at, j.ready_at)
     return out
 
 
@@ -187,7 +187,7 @@ def queued_job(q: QueuedJob) -> jobs_pb2.Job:
     """The proto of a job in the queue view: the job, its place and its estimated start."""
     out = job(q.job)
     out.queue_position = q.position
-    _set_time(out.estimated_start_time, q.estimated_start)
+    set_time(out.estimated_start_time, q.estimated_start)
     return out
 
 
@@ -210,8 +210,8 @@ def worker(w: WorkerEntry) -> admin_pb2.Worker:
         memory_mb=w.memory_mb,
         free_memory_mb=w.free_memory_mb,
     )
-    _set_time(out.registered_at, w.registered_at)
-    _set_time(out.last_heartbeat_at, w.last_seen)
+    set_time(out.registered_at, w.registered_at)
+    set_time(out.last_heartbeat_at, w.last_seen)
     return out
 
 
@@ -310,17 +310,24 @@ def autoscaler(st: AutoscalerState) -> admin_pb2.AutoscalerStatus:
     )
     if st.last_decision is not None:
         out.last_decision = st.last_decision.summary()
-        _set_time(out.last_decision_at, st.last_decision_at)
+        set_time(out.last_decision_at, st.last_decision_at)
     if st.last_error_at:
-        _set_time(out.last_error_at, st.last_error_at)
+        set_time(out.last_error_at, st.last_error_at)
     if st.last_action is not None:
         out.last_action = st.last_action.action.value
         out.last_action_step = st.last_action.step
         out.last_action_reason = st.last_action.reason
-        _set_time(out.last_action_at, st.last_action_at)
+        set_time(out.last_action_at, st.last_action_at)
     if st.snapshot is not None:
         out.ready_jobs = st.snapshot.ready_jobs
         out.ready_threads = st.snapshot.ready_threads
         out.oldest_ready_age_sec = st.snapshot.oldest_ready_age
         out.free_threads = st.snapshot.free_threads
+    return out
+
+
+def account(a: AccountEntry, group: str, admin: bool) -> accounts_pb2.Account:
+    out = accounts_pb2.Account(name=a.name, group=group, admin=admin)
+    set_time(out.created_at, a.created_at)
+    set_time(out.password_changed_at, a.password_changed_at)
     return out

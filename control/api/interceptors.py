@@ -210,7 +210,8 @@ class Authenticate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _role(self, method: str) -> Role:
         role = self._roles.get(method)
         if role is None:
-            role = role_of(method[1 : method.rfind("/")])
+            slash = method.rfind("/")
+            role = role_of(method[1:slash], method[slash + 1 :])
             if len(self._roles) < 1024:  # the methods served; unknown names from callers are not kept
                 self._roles[method] = role
         return role

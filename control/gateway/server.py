@@ -41,7 +41,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from control.api.identity import PEER, PRINCIPAL
 from control.api.interceptors import REQUEST_ID, request_id
-from control.auth import Authenticator, Role
+from control.auth import Authenticator, Role, role_of
 from control.gateway import protojson
 from control.gateway.invoke import Invoker, Metadata
 from control.gateway.rules import Route, Router
@@ -164,19 +164,24 @@ class Gateway:
     async def _bridge(self, request: web.Request) -> web.StreamResponse:
         PEER.set(_peer(request))  # who calls, for per-client rate limits (gRPC reads its own peer)
         logs.current_request.set(_request_id(request))  # log lines of this request (and the jobs it makes)
+        try:
+            match = self.router.match(request.method, request.rel_url.raw_path)
+        except UnicodeDecodeError:
+            match = None
+        # Credentials are checked before anything is said about the route, so that a caller without
+        # them learns nothing (not even which paths exist) but how to log in.
+        role = role_of(match.route.service.full_name, match.route.method.name) if match and match.route else Role.CLIENT
         if self.auth is not None:
             try:
-                # Every bridged route is a client API route (the worker stream has no HTTP binding).
-                PRINCIPAL.set(self.auth.authenticate(Role.CLIENT, request.headers.get("Authorization")))
+                # The worker stream has no HTTP binding: a route needs a client's credentials, or none at all.
+                PRINCIPAL.set(self.auth.authenticate(role, request.headers.get("Authorization")))
             except Unauthenticated as err:
                 logger.info(
                     logs.AUTH_REFUSED,
                     extra={"route": f"{request.method} {request.path}", "peer": PEER.get(), "reason": err.message},
                 )
                 return _unauthorized(err, "Authorization" in request.headers)
-        try:
-            match = self.router.match(request.method, request.rel_url.raw_path)
-        except UnicodeDecodeError:
+        if match is None:
             return _failure(RpcFailure.from_error(InvalidArgument("", "the path is not valid UTF-8")))
         route = match.route
         if route is None:

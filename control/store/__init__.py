@@ -5,11 +5,12 @@ store), ``sqlite`` (SQLiteStore, the embedded default) and ``schema.sql``, ``pos
 (PostgresStore, shared by an active control plane and its standbys) and ``schema_postgres.sql``.
 """
 
-from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, Store
+from control.store.base import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, Store
 from control.store.sqlite import SQLiteStore
 from corral.dburl import is_postgres_url
 
 __all__ = [
+    "AccountEntry",
     "IdempotencyEntry",
     "JobPage",
     "JobTypeEntry",

@@ -39,6 +39,20 @@ class JobTypeEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountEntry:
+    """An account that logs in with a password (see :mod:`control.accounts`)."""
+
+    name: str
+    password_hash: str
+    """bcrypt's ``$2b$...`` text: the salt and the cost are inside it."""
+    session: str
+    """Random, made anew with each password: a login carries it, so a new password (or a deleted and
+    re-created account) ends every login made before."""
+    created_at: float
+    password_changed_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class JobPage:
     """One page of a listing and the number of matches ignoring limit and offset."""
 
@@ -67,6 +81,12 @@ class Store(Protocol):
         ...
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None: ...
+
+    def put_account(self, entry: AccountEntry) -> None:
+        """Create or replace the account ``entry.name``."""
+        ...
+
+    def delete_account(self, name: str) -> None: ...
 
     async def lead(self, standing_by: StandingBy | None = None) -> None:
         """Return once this process may write the store: at once for a store that one process opens at
@@ -121,6 +141,14 @@ class Store(Protocol):
         ...
 
     def load_job_types(self) -> list[JobTypeEntry]: ...
+
+    def load_accounts(self) -> list[AccountEntry]: ...
+
+    def login_key(self, candidate: bytes) -> bytes:
+        """The key that signs logins: the stored one, else ``candidate``, stored now. Every control plane
+        of a shared store gets the same key, so a login outlives a restart and a failover. Synchronous,
+        for start-up (after :meth:`lead`)."""
+        ...
 
     @property
     def healthy(self) -> bool: ...

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from control.jobs import TERMINAL, JobRecord, JobState
-from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
+from control.store.base import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
 from corral import logs
 from corral.dburl import describe
@@ -83,6 +83,12 @@ _SQL = {
         "ON CONFLICT (name) DO UPDATE SET schema=EXCLUDED.schema, description=EXCLUDED.description, "
         "updated_at=EXCLUDED.updated_at"
     ),
+    "account_put": (
+        "INSERT INTO accounts (name, password_hash, session, created_at, password_changed_at) "
+        "VALUES (%s,%s,%s,%s,%s) ON CONFLICT (name) DO UPDATE SET password_hash=EXCLUDED.password_hash, "
+        "session=EXCLUDED.session, created_at=EXCLUDED.created_at, password_changed_at=EXCLUDED.password_changed_at"
+    ),
+    "account_delete": "DELETE FROM accounts WHERE name = %s",
 }
 _IDEM_EXPIRE = (
     "DELETE FROM idempotency_keys WHERE key IN "
@@ -282,6 +288,13 @@ class PostgresStore:
         row = (entry.name, entry.schema_json, entry.description, now)
         self._pending.append(("type_put", [_without_nul(row, (1, 2))]))
 
+    def put_account(self, entry: AccountEntry) -> None:
+        row = (entry.name, entry.password_hash, entry.session, entry.created_at, entry.password_changed_at)
+        self._pending.append(("account_put", [row]))
+
+    def delete_account(self, name: str) -> None:
+        self._pending.append(("account_delete", [(name,)]))
+
     async def commit(self) -> None:
         """Return once every write queued before this call is committed: everything queued since the
         last commit in one transaction, on the writer thread (in order)."""
@@ -475,6 +488,22 @@ class PostgresStore:
     def load_job_types(self) -> list[JobTypeEntry]:
         rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
         return [JobTypeEntry(*r) for r in rows]
+
+    def load_accounts(self) -> list[AccountEntry]:
+        rows = self._rconn.execute(
+            "SELECT name, password_hash, session, created_at, password_changed_at FROM accounts"
+        ).fetchall()
+        return [AccountEntry(*r) for r in rows]
+
+    def login_key(self, candidate: bytes) -> bytes:
+        conn = self._rconn
+        # ON CONFLICT DO NOTHING: of two control planes making the key at once, the first one's stays.
+        conn.execute(
+            "INSERT INTO settings (name, value) VALUES ('login_key', %s) ON CONFLICT (name) DO NOTHING",
+            (candidate.hex(),),
+        )
+        (value,) = conn.execute("SELECT value FROM settings WHERE name = 'login_key'").fetchone() or (candidate.hex(),)
+        return bytes.fromhex(value)
 
     def close(self) -> None:
         """Write what is still queued, then close the connections (which lets the lock go). Idempotent."""

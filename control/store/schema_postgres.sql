@@ -61,3 +61,17 @@ CREATE TABLE IF NOT EXISTS job_types (
     description TEXT             NOT NULL,
     updated_at  DOUBLE PRECISION NOT NULL
 );
+
+CREATE TABLE IF NOT EXISTS accounts (
+    name                TEXT PRIMARY KEY,
+    password_hash       TEXT NOT NULL,              -- bcrypt, salt and cost inside
+    session             TEXT NOT NULL,              -- made anew with each password; logins carry it
+    created_at          DOUBLE PRECISION NOT NULL,
+    password_changed_at DOUBLE PRECISION NOT NULL
+);
+
+-- Values the control planes of one store share: the key that signs logins.
+CREATE TABLE IF NOT EXISTS settings (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);

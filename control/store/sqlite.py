@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from control.jobs import TERMINAL, JobRecord, JobState
-from control.store.base import IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
+from control.store.base import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.lock import DatabaseLock
 from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
 from corral.errors import Unavailable
@@ -47,6 +47,8 @@ _IDEM_EXPIRE = (
 # Partial: jobs submitted without a token (owner '') cost no index entry. A query uses it only when its
 # WHERE says owner != '' in so many words (see list_jobs).
 _OWNER_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq) WHERE owner != ''"
+
+_ACCOUNT_COLUMNS = "name, password_hash, session, created_at, password_changed_at"
 
 _Op = tuple[str, list[tuple[Any, ...]]]
 _T = TypeVar("_T")
@@ -84,6 +86,10 @@ def _connect(path: str, sync: str) -> sqlite3.Connection:
     # Checkpoints (which sync) run on the reader's thread, never inside a commit on the event loop.
     conn.execute("PRAGMA wal_autocheckpoint = 0")
     return conn
+
+
+def _account_row(entry: AccountEntry) -> tuple[str, str, str, float, float]:
+    return (entry.name, entry.password_hash, entry.session, entry.created_at, entry.password_changed_at)
 
 
 class SQLiteStore:
@@ -208,6 +214,12 @@ class SQLiteStore:
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
         self._pending.append(("type_put", [(entry.name, entry.schema_json, entry.description, now)]))
 
+    def put_account(self, entry: AccountEntry) -> None:
+        self._pending.append(("account_put", [_account_row(entry)]))
+
+    def delete_account(self, name: str) -> None:
+        self._pending.append(("account_delete", [(name,)]))
+
     async def commit(self) -> None:
         """Return once every write queued before this call is durable.
 
@@ -243,6 +255,8 @@ class SQLiteStore:
         "jobs_update": _UPDATE,
         "idem_put": "INSERT OR REPLACE INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (?,?,?,?)",
         "type_put": "INSERT OR REPLACE INTO job_types (name, schema, description, updated_at) VALUES (?,?,?,?)",
+        "account_put": f"INSERT OR REPLACE INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?,?,?,?,?)",
+        "account_delete": "DELETE FROM accounts WHERE name = ?",
     }
 
     def _write(self, ops: list[_Op]) -> None:
@@ -362,6 +376,16 @@ class SQLiteStore:
     def load_job_types(self) -> list[JobTypeEntry]:
         rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
         return [JobTypeEntry(*r) for r in rows]
+
+    def load_accounts(self) -> list[AccountEntry]:
+        rows = self._rconn.execute(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts").fetchall()
+        return [AccountEntry(*r) for r in rows]
+
+    def login_key(self, candidate: bytes) -> bytes:
+        conn = self._wconn
+        conn.execute("INSERT OR IGNORE INTO settings (name, value) VALUES ('login_key', ?)", (candidate.hex(),))
+        (value,) = conn.execute("SELECT value FROM settings WHERE name = 'login_key'").fetchone()
+        return bytes.fromhex(value)
 
     def close(self) -> None:
         """Write what is still queued, then close both connections. Idempotent."""

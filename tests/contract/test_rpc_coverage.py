@@ -2,9 +2,14 @@
 
 from google.api import annotations_pb2
 
-from control.api import SERVICES, AdminServicer, JobServicer, WorkerServicer
+from control.api import SERVICES, AccountServicer, AdminServicer, JobServicer, WorkerServicer
 
-SERVICERS = {"JobService": JobServicer, "WorkerService": WorkerServicer, "AdminService": AdminServicer}
+SERVICERS = {
+    "JobService": JobServicer,
+    "WorkerService": WorkerServicer,
+    "AdminService": AdminServicer,
+    "AccountService": AccountServicer,
+}
 
 
 def test_every_rpc_has_a_handler() -> None:

@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import time
 from collections.abc import Coroutine, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ import pytest
 
 from control import jobs
 from control.jobs import JobRecord, JobState
-from control.store import IdempotencyEntry, JobPage, JobTypeEntry, SQLiteStore, Store, open_store
+from control.store import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, SQLiteStore, Store, open_store
 from control.store.lock import DatabaseLock
 from control.store.postgres import LOCK_KEY
 from corral.errors import Unavailable
@@ -259,6 +260,27 @@ def test_active_counts_keys_and_types_survive_reopen(location: str) -> None:
     assert s.load_idempotency(now=150.0) == []
     assert s.load_job_types() == [JobTypeEntry("custom", '{"type": "object"}', "d")]
     s.close()
+
+
+def test_accounts_and_the_login_key_survive_reopen_and_a_delete_sticks(location: str) -> None:
+    alice = AccountEntry("alice", "$2b$10$hash", "s1", created_at=1.0, password_changed_at=1.0)
+    bob = AccountEntry("bob", "$2b$10$other", "s2", created_at=2.0, password_changed_at=2.0)
+    s = opened(location)
+    key = s.login_key(b"k" * 32)
+    assert key == b"k" * 32
+    s.put_account(alice)
+    s.put_account(bob)
+    s.put_account(replace(alice, password_hash="$2b$10$new", session="s3", password_changed_at=3.0))
+    s.delete_account("bob")
+    run(s.commit())
+    s.close()
+    s = opened(location)
+    try:
+        # The first key stays: a second control plane (or a restart) gets the same one, not its own.
+        assert s.login_key(b"x" * 32) == key
+        assert s.load_accounts() == [AccountEntry("alice", "$2b$10$new", "s3", 1.0, 3.0)]
+    finally:
+        s.close()
 
 
 def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ import corral
 from control.api import SERVICES
 from control.api.identity import PRINCIPAL
 from control.api.interceptors import Authenticate, RequestIds
-from control.auth import Authenticator, Role, TokenError
+from control.auth import Authenticator, Role, TokenError, role_of
 from control.config import ConfigError, ControlConfig
 from control.gateway import Gateway, InProcess, http_routes
 from control.metrics import Metrics
@@ -126,13 +126,19 @@ def test_every_rpc_refuses_missing_or_wrong_credentials(secured: Secured) -> Non
         "wrong token": bearer(token()),
         "a prefix of a right token": bearer(secured.alice[:-1]),
     }
-    walked = 0
+    walked = anyone = 0
     for service in SERVICES:
         worker_call = service.full_name == WORKER_SERVICE
         other_role = bearer(secured.alice) if worker_call else bearer(secured.worker_token)
         for method in service.methods:
             walked += 1
-            for label, metadata in {**refused_for, "the other role's token": other_role}.items():
+            cases = {**refused_for, "the other role's token": other_role}
+            if role_of(service.full_name, method.name) is Role.ANYONE:
+                # Login and Register are how one gets credentials: none is fine, wrong ones are not.
+                code = call_status(channel, service.full_name, method, cases.pop("no token"))
+                assert code != UNAUTHENTICATED, f"{method.full_name} with no token: {code}"
+                anyone += 1
+            for label, metadata in cases.items():
                 code = call_status(channel, service.full_name, method, metadata)
                 assert code == UNAUTHENTICATED, f"{method.full_name} with {label}: {code}"
             # The right credentials get past auth (whatever the empty request then earns).
@@ -140,6 +146,7 @@ def test_every_rpc_refuses_missing_or_wrong_credentials(secured: Secured) -> Non
             code = call_status(channel, service.full_name, method, right, worker_id="probe")
             assert code != UNAUTHENTICATED, method.full_name
     assert walked == sum(len(s.methods) for s in SERVICES) >= 10
+    assert anyone == 2
 
     # Nothing the refused calls asked for happened: no job, no intruder worker (the probe had the token).
     jobs = secured.cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10, metadata=bearer(secured.anonymous))
@@ -221,10 +228,16 @@ def test_every_rest_route_refuses_missing_or_wrong_credentials(secured: Secured)
         "wrong token": ({"Authorization": f"Bearer {token()}"}, 'error="invalid_token"'),
         "the worker token": ({"Authorization": f"Bearer {secured.worker_token}"}, 'error="invalid_token"'),
     }
+    anyone = 0
     for route in routes:
         path = route_path(route.template.text)
         body: dict[str, Any] | None = {} if route.body else None
-        for label, (headers, challenge) in refused_for.items():
+        cases = dict(refused_for)
+        if role_of(route.service.full_name, route.method.name) is Role.ANYONE:  # login, register
+            reply = rest.call(route.http_method, path, body, headers=cases.pop("no token")[0])
+            assert reply.status != 401, f"{route.http_method} {path} with no token: {reply.body!r}"
+            anyone += 1
+        for label, (headers, challenge) in cases.items():
             reply = rest.call(route.http_method, path, body, headers=headers)
             where = f"{route.http_method} {path} with {label}"
             assert reply.status == 401, f"{where}: {reply.status} {reply.body!r}"
@@ -237,6 +250,7 @@ def test_every_rest_route_refuses_missing_or_wrong_credentials(secured: Secured)
             assert reply.headers["X-Request-ID"], where
         ok = rest.call(route.http_method, path, body, headers={"Authorization": f"bearer {secured.anonymous}"})
         assert ok.status != 401, f"{route.http_method} {path} with a client token: {ok.body!r}"
+    assert anyone == 2
     assert int(rest.get("/v1/jobs", headers={"Authorization": f"Bearer {secured.alice}"}).json()["total"]) == 0
 
     # Probes and Prometheus need no token.

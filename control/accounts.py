@@ -1,0 +1,338 @@
+"""Accounts: people who log in with a name and a password, beside the configured client tokens.
+
+``CORRAL_ACCOUNTS=admin`` (admins create accounts) or ``open`` (anyone may register, as on a
+research cluster where each user signs up). An account's name is a principal like a token's name:
+it owns the jobs it submits, and CORRAL_GROUPS, CORRAL_AUTH_ADMINS, CORRAL_JOB_VISIBILITY and fair
+share go by it.
+
+* Passwords are kept as bcrypt hashes (cost ``CORRAL_PASSWORD_ROUNDS``), never in clear. Hashing
+  takes a quarter of a second on purpose, so it runs on two threads of its own, off the event loop.
+* Login answers a JWT (HS256) that expires after ``CORRAL_LOGIN_TTL_SEC``. The key that signs it is
+  made once and kept in the store (:meth:`control.store.Store.login_key`): a login outlives a restart
+  and a failover to a standby. Whoever can read the store can therefore make logins; it holds every
+  job's payload and result too, and is kept as private.
+* A login names the account's *session*, made anew with each password: a new password, or deleting
+  the account, ends every login made before, also one of a later account of the same name.
+* A wrong name and a wrong password get the same answer, after the same work (a name without an
+  account is checked against a hash of nothing), so a login does not tell which names exist. After
+  :data:`MAX_FAILURES` failures for one name within :data:`FAILURE_WINDOW_SEC`, that name is refused
+  (RESOURCE_EXHAUSTED, with the time to wait) until the oldest failure leaves the window.
+
+Verifying a login is one HMAC and a dict probe after the first call with it: the decoded token is
+kept (bounded) until it expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections import OrderedDict, deque
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+import bcrypt
+import jwt
+
+from control.auth import LOGIN_EXPIRES
+from control.clock import Clock, SystemClock
+from control.store import AccountEntry, Store
+from corral import logs
+from corral.errors import AlreadyExists, InvalidArgument, NotFound, RateLimited, Unauthenticated
+
+__all__ = [
+    "FAILURE_WINDOW_SEC",
+    "MAX_FAILURES",
+    "Accounts",
+    "LoginGrant",
+    "check_name",
+    "check_password",
+]
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+MIN_PASSWORD_BYTES = 8
+MAX_PASSWORD_BYTES = 72
+"""bcrypt reads no further: a longer password would be cut without a word, so it is refused."""
+MAX_FAILURES = 5
+FAILURE_WINDOW_SEC = 60.0
+_ISSUER = "corral"
+_ALGORITHM = "HS256"
+_KEY_BYTES = 32
+_CACHE_SIZE = 4096
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@-")
+
+
+def check_name(name: str) -> None:
+    """Raises InvalidArgument unless ``name`` is 1 to 64 of ``[A-Za-z0-9._@-]``."""
+    if not 1 <= len(name) <= 64 or not _NAME_CHARS.issuperset(name):
+        raise InvalidArgument("name", f"must be 1 to 64 of [A-Za-z0-9._@-], got {name[:80]!r}")
+
+
+def check_password(password: str, field: str = "password") -> bytes:
+    """The password's UTF-8 bytes; InvalidArgument naming ``field`` unless they are 8 to 72."""
+    raw = password.encode("utf-8", "surrogatepass")
+    if not MIN_PASSWORD_BYTES <= len(raw) <= MAX_PASSWORD_BYTES:
+        raise InvalidArgument(
+            field,
+            f"must be {MIN_PASSWORD_BYTES} to {MAX_PASSWORD_BYTES} bytes of UTF-8 (what bcrypt hashes), got {len(raw)}",
+        )
+    return raw
+
+
+@dataclass(frozen=True, slots=True)
+class LoginGrant:
+    """What a successful login answers."""
+
+    token: str
+    expires_at: float
+    account: AccountEntry
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    name: str
+    session: str
+    expires_at: float
+
+
+class Accounts:
+    """The accounts of one control plane, in memory and in the store (see the module docstring).
+
+    Args:
+        store: Where accounts live; read once here.
+        mode: CORRAL_ACCOUNTS (``admin`` or ``open``).
+        ttl_sec: How long a login lasts.
+        rounds: bcrypt's cost (2**rounds).
+        reserved: Names that accounts may not take (the configured client tokens' names), asked at
+            each registration, so that a reloaded token file counts.
+        clock: Wall-clock time for logins, monotonic time for the failure window (tests move both).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        mode: str,
+        ttl_sec: float,
+        rounds: int,
+        reserved: Callable[[], Collection[str]] = frozenset,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store = store
+        self.mode = mode
+        self.ttl_sec = ttl_sec
+        self.rounds = rounds
+        self.reserved = reserved
+        """Names accounts may not take: the configured client tokens' (the app points it at the
+        authenticator's, which a token file reload changes)."""
+        self._clock = clock or SystemClock()
+        self._key = store.login_key(os.urandom(_KEY_BYTES))
+        self._accounts = {a.name: a for a in store.load_accounts()}
+        self._verified: OrderedDict[str, _Verified] = OrderedDict()
+        self._failures: dict[str, deque[float]] = {}
+        self._hasher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="password-hash")
+        # Checked when a name has no account, so that such a login costs what a real one does.
+        self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds))
+        self.on_login: Callable[[str], None] | None = None
+        """Called with each login's outcome (ok, refused, throttled): the metrics count them."""
+
+    @property
+    def open(self) -> bool:
+        """Whether anyone may register (CORRAL_ACCOUNTS=open)."""
+        return self.mode == "open"
+
+    def get(self, name: str) -> AccountEntry | None:
+        return self._accounts.get(name)
+
+    def all(self) -> list[AccountEntry]:
+        """Every account, by name."""
+        return sorted(self._accounts.values(), key=lambda a: a.name)
+
+    # ---- changes ------------------------------------------------------------------------------
+    async def register(self, name: str, password: str) -> AccountEntry:
+        """Create the account ``name``; returns it once stored.
+
+        Raises:
+            InvalidArgument: the name or the password breaks its rule.
+            AlreadyExists: the name is an account's or a configured client token's.
+        """
+        check_name(name)
+        raw = check_password(password)
+        self._check_free(name)
+        hashed = await self._hash(raw)
+        self._check_free(name)  # another registration of the name may have finished while we hashed
+        now = self._clock.now()
+        entry = AccountEntry(name, hashed, secrets.token_hex(16), now, now)
+        self._accounts[name] = entry
+        self.store.put_account(entry)
+        await self.store.commit()
+        logger.info(logs.ACCOUNT_REGISTERED, extra={"account": name})
+        return entry
+
+    async def set_password(self, name: str, password: str) -> AccountEntry:
+        """Give ``name`` a new password, which ends its earlier logins; returns the account once stored.
+
+        Raises:
+            InvalidArgument: the password breaks its rule.
+            NotFound: there is no such account.
+        """
+        raw = check_password(password)
+        self._existing(name)
+        hashed = await self._hash(raw)
+        entry = replace(
+            self._existing(name),
+            password_hash=hashed,
+            session=secrets.token_hex(16),
+            password_changed_at=self._clock.now(),
+        )
+        self._accounts[name] = entry
+        self.store.put_account(entry)
+        await self.store.commit()
+        logger.info(logs.ACCOUNT_PASSWORD_CHANGED, extra={"account": name})
+        return entry
+
+    async def delete(self, name: str) -> None:
+        """Delete the account ``name`` (its logins end with it; its jobs stay).
+
+        Raises:
+            NotFound: there is no such account.
+        """
+        self._existing(name)
+        del self._accounts[name]
+        self.store.delete_account(name)
+        await self.store.commit()
+        logger.info(logs.ACCOUNT_DELETED, extra={"account": name})
+
+    # ---- logging in ---------------------------------------------------------------------------
+    async def check_password(self, name: str, password: str) -> AccountEntry:
+        """The account when ``password`` is its password.
+
+        Raises:
+            Unauthenticated: no such account, or another password (the same words for both).
+            RateLimited: too many failures for ``name`` lately.
+        """
+        self._check_throttle(name)
+        raw = password.encode("utf-8", "surrogatepass")
+        entry = self._accounts.get(name)
+        hashed = entry.password_hash.encode() if entry is not None else self._decoy
+        # bcrypt reads 72 bytes at most; a longer attempt cannot be any stored password.
+        matches = await self._run(bcrypt.checkpw, raw[:MAX_PASSWORD_BYTES], hashed)
+        matches = matches and len(raw) <= MAX_PASSWORD_BYTES
+        entry = self._accounts.get(name) if entry is not None else None  # deleted while we checked
+        if not matches or entry is None:
+            self._fail(name)
+            raise Unauthenticated("wrong name or password")
+        self._failures.pop(name, None)
+        return entry
+
+    async def login(self, name: str, password: str) -> LoginGrant:
+        """A signed login for ``name`` when ``password`` is its password (see :meth:`check_password`)."""
+        try:
+            entry = await self.check_password(name, password)
+        except RateLimited:
+            self._count("throttled")
+            raise
+        except Unauthenticated:
+            self._count("refused")
+            logger.info(logs.LOGIN_REFUSED, extra={"account": name[:64]})
+            raise
+        now = self._clock.now()
+        expires = now + self.ttl_sec
+        claims = {"sub": name, "sid": entry.session, "iat": int(now), "exp": expires, "iss": _ISSUER}
+        token = jwt.encode(claims, self._key, algorithm=_ALGORITHM)
+        self._count("ok")
+        logger.info(logs.LOGIN, extra={"account": name})
+        return LoginGrant(token, expires, entry)
+
+    def verify(self, token: str) -> str:
+        """The account name a login token stands for; sets :data:`LOGIN_EXPIRES` for the call.
+
+        Raises:
+            Unauthenticated: the token is not a login of this store's key, it expired, or its account
+                was deleted or given a new password since.
+        """
+        now = self._clock.now()
+        seen = self._verified.get(token)
+        if seen is None:
+            seen = self._decode(token)
+            self._verified[token] = seen
+            if len(self._verified) > _CACHE_SIZE:
+                self._verified.popitem(last=False)
+        if seen.expires_at <= now:
+            self._verified.pop(token, None)
+            raise Unauthenticated("the login has expired: log in again")
+        entry = self._accounts.get(seen.name)
+        if entry is None or entry.session != seen.session:
+            raise Unauthenticated(
+                "the login has ended (the account's password changed, or it was deleted): log in again"
+            )
+        LOGIN_EXPIRES.set(seen.expires_at)
+        return seen.name
+
+    def _decode(self, token: str) -> _Verified:
+        try:
+            claims = jwt.decode(
+                token,
+                self._key,
+                algorithms=[_ALGORITHM],
+                issuer=_ISSUER,
+                options={"require": ["sub", "sid", "exp", "iat", "iss"], "verify_exp": False},
+            )
+        except jwt.InvalidTokenError:
+            raise Unauthenticated("invalid token") from None
+        name, session, expires = claims["sub"], claims["sid"], claims["exp"]
+        if not isinstance(name, str) or not isinstance(session, str) or not isinstance(expires, int | float):
+            raise Unauthenticated("invalid token")
+        return _Verified(name, session, float(expires))
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _existing(self, name: str) -> AccountEntry:
+        entry = self._accounts.get(name)
+        if entry is None:
+            raise NotFound(f"account {name[:80]!r} not found")
+        return entry
+
+    def _check_free(self, name: str) -> None:
+        if name in self._accounts:
+            raise AlreadyExists(f"account {name!r} already exists")
+        if name in self.reserved():
+            raise AlreadyExists(f"{name!r} is the name of a configured client token: choose another name")
+
+    def _check_throttle(self, name: str) -> None:
+        failures = self._failures.get(name)
+        if failures is None:
+            return
+        now = self._clock.monotonic()
+        while failures and failures[0] <= now - FAILURE_WINDOW_SEC:
+            failures.popleft()
+        if not failures:
+            del self._failures[name]
+        elif len(failures) >= MAX_FAILURES:
+            wait = failures[0] + FAILURE_WINDOW_SEC - now
+            raise RateLimited(
+                f"{len(failures)} failed logins for {name[:64]!r} in the last {FAILURE_WINDOW_SEC:g} s: "
+                f"try again in {wait:.0f} s",
+                wait,
+            )
+
+    def _fail(self, name: str) -> None:
+        if len(self._failures) >= 100_000:  # a spray of made-up names cannot grow this without bound
+            self._failures.clear()
+        self._failures.setdefault(name, deque(maxlen=MAX_FAILURES)).append(self._clock.monotonic())
+
+    def _count(self, outcome: str) -> None:
+        if self.on_login is not None:
+            self.on_login(outcome)
+
+    async def _hash(self, raw: bytes) -> str:
+        return (await self._run(bcrypt.hashpw, raw, bcrypt.gensalt(self.rounds))).decode()
+
+    async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._hasher, fn, *args)
+
+    def close(self) -> None:
+        self._hasher.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,125 @@
+"""AccountServicer: registering, logging in, and managing accounts (control.accounts).
+
+Who manages accounts (registers them where registration is closed, lists them, resets another's
+password, deletes another's account): the principals in CORRAL_AUTH_ADMINS, and, with
+CORRAL_JOB_VISIBILITY=all (no admins there), the holders of configured client tokens, who run the
+control plane. A logged-in account manages only itself.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from control.access import Access
+from control.accounts import Accounts
+from control.api import convert
+from control.api.identity import PRINCIPAL
+from control.api.status import grpc_errors
+from control.auth import LOGIN_EXPIRES
+from control.store import AccountEntry
+from corral.errors import FailedPrecondition, PermissionDenied, Unauthenticated
+from corral.v1 import accounts_pb2
+
+
+class AccountServicer:
+    """corral.v1.AccountService.
+
+    Args:
+        accounts: The accounts, or None when CORRAL_ACCOUNTS=off (every call then fails).
+        access: The visibility rule, whose admins and groups accounts share.
+    """
+
+    def __init__(self, accounts: Accounts | None, access: Access) -> None:
+        self.accounts = accounts
+        self.access = access
+
+    def _on(self) -> Accounts:
+        if self.accounts is None:
+            raise FailedPrecondition("this control plane has no accounts (CORRAL_ACCOUNTS=off): use a client token")
+        return self.accounts
+
+    def _manages(self, caller: str | None) -> bool:
+        """Whether ``caller`` manages accounts (see the module docstring)."""
+        if not caller:
+            return False
+        if caller in self.access.admins:
+            return True
+        return not self.access.isolated and LOGIN_EXPIRES.get() is None
+
+    def _check_manages(self, caller: str | None, what: str) -> None:
+        if not caller:
+            raise Unauthenticated(f"{what} needs an admin's credentials: send 'authorization: Bearer <token>'")
+        if not self._manages(caller):
+            raise PermissionDenied(
+                f"{caller!r} may not {what}: that is for the principals in CORRAL_AUTH_ADMINS"
+                + ("" if self.access.isolated else " and the holders of configured client tokens")
+            )
+
+    def _account(self, entry: AccountEntry) -> accounts_pb2.Account:
+        name = entry.name
+        return convert.account(entry, self.access.group_of.get(name, ""), name in self.access.admins)
+
+    @grpc_errors
+    async def Register(
+        self, request: accounts_pb2.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> accounts_pb2.Account:
+        accounts = self._on()
+        if not accounts.open:
+            self._check_manages(PRINCIPAL.get(), "register accounts (CORRAL_ACCOUNTS=admin)")
+        return self._account(await accounts.register(request.name, request.password))
+
+    @grpc_errors
+    async def Login(
+        self, request: accounts_pb2.LoginRequest, context: grpc.aio.ServicerContext
+    ) -> accounts_pb2.LoginResponse:
+        grant = await self._on().login(request.name, request.password)
+        out = accounts_pb2.LoginResponse(token=grant.token, account=self._account(grant.account))
+        convert.set_time(out.expire_time, grant.expires_at)
+        return out
+
+    @grpc_errors
+    async def WhoAmI(
+        self, request: accounts_pb2.WhoAmIRequest, context: grpc.aio.ServicerContext
+    ) -> accounts_pb2.WhoAmIResponse:
+        caller = PRINCIPAL.get() or ""
+        out = accounts_pb2.WhoAmIResponse(name=caller, admin=self._manages(caller) or not caller)
+        entry = self.accounts.get(caller) if self.accounts is not None and caller else None
+        expires = LOGIN_EXPIRES.get()
+        if entry is not None and expires is not None:
+            out.account.CopyFrom(self._account(entry))
+            convert.set_time(out.expire_time, expires)
+        return out
+
+    @grpc_errors
+    async def ListAccounts(
+        self, request: accounts_pb2.ListAccountsRequest, context: grpc.aio.ServicerContext
+    ) -> accounts_pb2.ListAccountsResponse:
+        accounts = self._on()
+        self._check_manages(PRINCIPAL.get(), "list accounts")
+        return accounts_pb2.ListAccountsResponse(accounts=[self._account(a) for a in accounts.all()])
+
+    @grpc_errors
+    async def SetPassword(
+        self, request: accounts_pb2.SetPasswordRequest, context: grpc.aio.ServicerContext
+    ) -> accounts_pb2.Account:
+        accounts = self._on()
+        caller = PRINCIPAL.get()
+        if caller == request.name and LOGIN_EXPIRES.get() is not None:
+            try:
+                await accounts.check_password(request.name, request.current_password)
+            except Unauthenticated:
+                raise PermissionDenied("current_password: is not the account's password") from None
+        else:
+            self._check_manages(caller, f"set the password of {request.name[:80]!r}")
+        return self._account(await accounts.set_password(request.name, request.password))
+
+    @grpc_errors
+    async def DeleteAccount(
+        self, request: accounts_pb2.DeleteAccountRequest, context: grpc.aio.ServicerContext
+    ) -> accounts_pb2.DeleteAccountResponse:
+        accounts = self._on()
+        caller = PRINCIPAL.get()
+        if not (caller == request.name and LOGIN_EXPIRES.get() is not None):
+            self._check_manages(caller, f"delete the account {request.name[:80]!r}")
+        await accounts.delete(request.name)
+        return accounts_pb2.DeleteAccountResponse()

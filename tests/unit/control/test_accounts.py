@@ -1,0 +1,202 @@
+"""Accounts on a real SQLite store with a clock the tests move: passwords, logins, their end."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import jwt
+import pytest
+
+from control.accounts import FAILURE_WINDOW_SEC, MAX_FAILURES, Accounts
+from control.auth import LOGIN_EXPIRES
+from control.clock import FakeClock
+from control.store import SQLiteStore
+from corral.errors import AlreadyExists, InvalidArgument, NotFound, RateLimited, Unauthenticated
+
+T = TypeVar("T")
+TTL = 600.0
+PASSWORD = "correct horse"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(str(tmp_path / "corral.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def accounts(store: SQLiteStore, clock: FakeClock) -> Iterator[Accounts]:
+    a = Accounts(store, "open", TTL, rounds=10, reserved=lambda: {"ops"}, clock=clock)
+    yield a
+    a.close()
+
+
+def login(accounts: Accounts, name: str = "alice", password: str = PASSWORD) -> str:
+    return run(accounts.login(name, password)).token
+
+
+def test_a_login_stands_for_its_account_until_it_expires(accounts: Accounts, clock: FakeClock) -> None:
+    run(accounts.register("alice", PASSWORD))
+    token = login(accounts)
+    LOGIN_EXPIRES.set(None)
+    assert accounts.verify(token) == "alice"
+    assert LOGIN_EXPIRES.get() == clock.now() + TTL
+    clock.advance(TTL - 1)
+    assert accounts.verify(token) == "alice"
+    clock.advance(1)
+    with pytest.raises(Unauthenticated, match="expired"):
+        accounts.verify(token)
+
+
+def test_only_a_token_signed_with_the_store_s_key_is_a_login(
+    accounts: Accounts, tmp_path: Path, clock: FakeClock
+) -> None:
+    run(accounts.register("alice", PASSWORD))
+    token = login(accounts)
+    head, body, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    forged_body = base64.urlsafe_b64encode(json.dumps({**claims, "sub": "bob"}).encode()).rstrip(b"=").decode()
+    other_store = SQLiteStore(str(tmp_path / "other.db"))
+    try:
+        other = Accounts(other_store, "open", TTL, rounds=10, clock=clock)
+        run(other.register("alice", PASSWORD))
+        elsewhere = login(other)  # the same name and claims, another control plane's key
+        other.close()
+    finally:
+        other_store.close()
+    unsigned = jwt.encode(claims, key="", algorithm="none")
+    wrong_issuer = jwt.encode({**claims, "iss": "someone"}, accounts._key, algorithm="HS256")
+    no_session = jwt.encode({k: v for k, v in claims.items() if k != "sid"}, accounts._key, algorithm="HS256")
+    for bad in (
+        f"{head}.{forged_body}.{signature}",
+        f"{head}.{body}.{signature[:-2]}AA",
+        elsewhere,
+        unsigned,
+        wrong_issuer,
+        no_session,
+        "a.b.c",
+    ):
+        with pytest.raises(Unauthenticated, match="invalid token"):
+            accounts.verify(bad)
+    assert accounts.verify(token) == "alice"
+
+
+def test_a_new_password_or_a_deleted_account_ends_earlier_logins(accounts: Accounts) -> None:
+    run(accounts.register("alice", PASSWORD))
+    first = login(accounts)
+    run(accounts.set_password("alice", "battery staple"))
+    with pytest.raises(Unauthenticated, match="ended"):
+        accounts.verify(first)
+    with pytest.raises(Unauthenticated, match="wrong name or password"):
+        login(accounts)
+    second = login(accounts, password="battery staple")
+    assert accounts.verify(second) == "alice"
+    run(accounts.delete("alice"))
+    with pytest.raises(Unauthenticated, match="ended"):
+        accounts.verify(second)
+    # A later account of the same name does not bring the old logins back.
+    run(accounts.register("alice", "battery staple"))
+    with pytest.raises(Unauthenticated, match="ended"):
+        accounts.verify(second)
+    with pytest.raises(NotFound, match="'nobody'"):
+        run(accounts.delete("nobody"))
+
+
+def test_a_wrong_name_and_a_wrong_password_get_the_same_answer(accounts: Accounts) -> None:
+    run(accounts.register("alice", PASSWORD))
+    messages = set()
+    for name, password in (("alice", "not it at all"), ("mallory", PASSWORD), ("", ""), ("alice", PASSWORD + "x")):
+        with pytest.raises(Unauthenticated) as caught:
+            login(accounts, name, password)
+        messages.add(caught.value.message)
+    assert messages == {"wrong name or password"}
+
+
+def test_a_password_past_72_bytes_is_refused_and_never_matches_its_first_72(accounts: Accounts) -> None:
+    long = "p" * 72
+    run(accounts.register("alice", long))
+    with pytest.raises(InvalidArgument) as caught:
+        run(accounts.register("bob", long + "q"))
+    assert caught.value.field == "password" and "72 bytes" in caught.value.message
+    with pytest.raises(Unauthenticated):
+        login(accounts, "alice", long + "q")  # bcrypt alone would read only the first 72 bytes
+    assert accounts.verify(login(accounts, "alice", long)) == "alice"
+
+
+def test_repeated_failures_slow_one_name_down_until_the_window_passes(accounts: Accounts, clock: FakeClock) -> None:
+    run(accounts.register("alice", PASSWORD))
+    run(accounts.register("bob", PASSWORD))
+    for _ in range(MAX_FAILURES):
+        with pytest.raises(Unauthenticated):
+            login(accounts, "alice", "guess-guess")
+    with pytest.raises(RateLimited, match="'alice'") as caught:
+        login(accounts)  # even the right password: the guesser cannot tell
+    assert 0 < caught.value.retry_after <= FAILURE_WINDOW_SEC
+    assert accounts.verify(login(accounts, "bob")) == "bob"  # another name is not slowed
+    clock.advance(FAILURE_WINDOW_SEC)
+    assert accounts.verify(login(accounts)) == "alice"
+
+
+@pytest.mark.parametrize(
+    ("name", "password", "field", "rule"),
+    [
+        ("", PASSWORD, "name", "1 to 64"),
+        ("a" * 65, PASSWORD, "name", "1 to 64"),
+        ("al ice", PASSWORD, "name", "[A-Za-z0-9._@-]"),
+        ("ålice", PASSWORD, "name", "[A-Za-z0-9._@-]"),
+        ("alice:x", PASSWORD, "name", "[A-Za-z0-9._@-]"),
+        ("alice", "seven77", "password", "8 to 72 bytes"),
+        ("alice", "", "password", "8 to 72 bytes"),
+        ("alice", "ü" * 37, "password", "got 74"),
+    ],
+)
+def test_bad_names_and_passwords_are_refused_and_store_nothing(
+    accounts: Accounts, store: SQLiteStore, name: str, password: str, field: str, rule: str
+) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        run(accounts.register(name, password))
+    assert caught.value.field == field and rule in caught.value.message
+    assert accounts.all() == [] and store.load_accounts() == []
+
+
+def test_a_taken_or_reserved_name_is_refused(accounts: Accounts) -> None:
+    run(accounts.register("alice", "pässwörd"))  # 10 bytes of UTF-8
+    with pytest.raises(AlreadyExists, match="already exists"):
+        run(accounts.register("alice", PASSWORD))
+    with pytest.raises(AlreadyExists, match="configured client token"):
+        run(accounts.register("ops", PASSWORD))
+    assert [a.name for a in accounts.all()] == ["alice"]
+    assert accounts.verify(login(accounts, "alice", "pässwörd")) == "alice"
+
+
+def test_accounts_and_logins_outlive_a_restart(tmp_path: Path, clock: FakeClock) -> None:
+    path = str(tmp_path / "corral.db")
+    store = SQLiteStore(path)
+    first = Accounts(store, "open", TTL, rounds=10, clock=clock)
+    run(first.register("alice", PASSWORD))
+    token = login(first)
+    first.close()
+    store.close()
+    store = SQLiteStore(path)
+    try:
+        again = Accounts(store, "open", TTL, rounds=10, clock=clock)
+        assert again.verify(token) == "alice"
+        assert [a.name for a in again.all()] == ["alice"]
+        again.close()
+    finally:
+        store.close()
