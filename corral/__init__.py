@@ -10,6 +10,7 @@ Modules:
 - ``job``      :class:`Job`, :class:`JobState`, :class:`JobError`, :class:`JobPage`: jobs as Python values.
 - ``spec``     :class:`JobSpec`: what a client submits.
 - ``cluster``  :class:`Stats`, :class:`WorkerInfo`, :class:`WorkerState`, :class:`AutoscalerStatus`.
+- ``account``  :class:`Account`, :class:`Login`, :class:`Identity`: accounts, logins, who the caller is.
 - ``errors``   the error tree shared by every component (client and server raise the same classes).
 - ``jobtypes`` the payload JSON Schemas of the built-in job types.
 - ``logs``     the JSON log formatter and event names shared by the control plane and workers.
@@ -30,6 +31,9 @@ from typing import TYPE_CHECKING
 from corral import transport  # noqa: F401  (first: sets gRPC transport defaults before grpc loads)
 
 if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
+    from corral.account import Account as Account
+    from corral.account import Identity as Identity
+    from corral.account import Login as Login
     from corral.aio import AsyncClient as AsyncClient
     from corral.client import Client as Client
     from corral.cluster import AutoscalerStatus as AutoscalerStatus
@@ -66,6 +70,8 @@ _HOMES = {
     "JobSpec": "corral.spec",
     # Cluster
     **dict.fromkeys(("AutoscalerStatus", "Stats", "WorkerInfo", "WorkerState"), "corral.cluster"),
+    # Accounts
+    **dict.fromkeys(("Account", "Identity", "Login"), "corral.account"),
     # Errors
     **dict.fromkeys(
         (

@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import grpc
 
+from corral.account import Account, Identity, Login, account_request
 from corral.client import (
     DEFAULT_ADDRESS,
     DEFAULT_CHANNEL_OPTIONS,
@@ -43,7 +44,7 @@ from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When, batch_request, by_id
 from corral.status import translate_errors
-from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 __all__ = ["AsyncClient"]
 
@@ -55,6 +56,7 @@ class _Connection:
     channel: grpc.aio.Channel
     jobs: jobs_pb2_grpc.JobServiceAsyncStub
     admin: admin_pb2_grpc.AdminServiceAsyncStub
+    accounts: accounts_pb2_grpc.AccountServiceAsyncStub
 
 
 class AsyncClient:
@@ -108,7 +110,8 @@ class AsyncClient:
         # The stubs' overloads pick the async ones for a grpc.aio channel, which mypy cannot see (grpc is untyped).
         jobs = cast("jobs_pb2_grpc.JobServiceAsyncStub", jobs_pb2_grpc.JobServiceStub(channel))
         admin = cast("admin_pb2_grpc.AdminServiceAsyncStub", admin_pb2_grpc.AdminServiceStub(channel))
-        return _Connection(channel, jobs, admin)
+        accounts = cast("accounts_pb2_grpc.AccountServiceAsyncStub", accounts_pb2_grpc.AccountServiceStub(channel))
+        return _Connection(channel, jobs, admin, accounts)
 
     async def _unary(self, rpc: Callable[[_Connection], Any], request: Any) -> Any:
         """The answer of ``rpc(connection)(request)``, sent to the current address and on round the
@@ -287,6 +290,42 @@ class AsyncClient:
         """Return what the autoscaler is doing."""
         pb = await self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
+
+    # -- accounts -------------------------------------------------------------------------------------
+
+    async def register(self, name: str, password: str) -> Account:
+        """Create the account ``name`` with ``password`` and return it (see :meth:`corral.Client.register`)."""
+        request = account_request(accounts_pb2.RegisterRequest, name=name, password=password)
+        return Account.from_proto(await self._unary(lambda c: c.accounts.Register, request))
+
+    async def login(self, name: str, password: str) -> Login:
+        """Log in to the account ``name``; the answer's token works as a client's ``token`` until it expires
+        (see :meth:`corral.Client.login`)."""
+        request = account_request(accounts_pb2.LoginRequest, name=name, password=password)
+        return Login.from_proto(await self._unary(lambda c: c.accounts.Login, request))
+
+    async def whoami(self) -> Identity:
+        """Return who the control plane takes this client for (see :meth:`corral.Client.whoami`)."""
+        pb = await self._unary(lambda c: c.accounts.WhoAmI, accounts_pb2.WhoAmIRequest())
+        return Identity.from_proto(pb)
+
+    async def accounts(self) -> builtins.list[Account]:
+        """Return every account; admins only (:class:`~corral.errors.PermissionDenied` otherwise)."""
+        response = await self._unary(lambda c: c.accounts.ListAccounts, accounts_pb2.ListAccountsRequest())
+        return [Account.from_proto(pb) for pb in response.accounts]
+
+    async def set_password(self, name: str, password: str, *, current_password: str = "") -> Account:
+        """Set the password of the account ``name`` and return the account; every earlier login of it ends
+        (see :meth:`corral.Client.set_password`)."""
+        request = account_request(
+            accounts_pb2.SetPasswordRequest, name=name, password=password, current_password=current_password
+        )
+        return Account.from_proto(await self._unary(lambda c: c.accounts.SetPassword, request))
+
+    async def delete_account(self, name: str) -> None:
+        """Delete the account ``name`` and end its logins; its jobs stay (see :meth:`corral.Client.delete_account`)."""
+        request = account_request(accounts_pb2.DeleteAccountRequest, name=name)
+        await self._unary(lambda c: c.accounts.DeleteAccount, request)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 
+from corral.account import Account, Identity, Login, account_request
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
@@ -39,7 +40,7 @@ from corral.job import Job, JobPage, JobState
 from corral.spec import JobSpec, When, batch_request, by_id, put
 from corral.status import translate_errors
 from corral.transport import keepalive
-from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 KEEPALIVE_SEC = 5.0
 """While a call is open the client pings the control plane this often, and gives the connection up
@@ -92,6 +93,7 @@ class _Connection:
     channel: grpc.Channel
     jobs: jobs_pb2_grpc.JobServiceStub
     admin: admin_pb2_grpc.AdminServiceStub
+    accounts: accounts_pb2_grpc.AccountServiceStub
 
 
 class Client:
@@ -137,7 +139,12 @@ class Client:
                 channel = grpc.insecure_channel(target, options=channel_options)
             else:
                 channel = grpc.secure_channel(target, credentials, options=channel_options)
-            return _Connection(channel, jobs_pb2_grpc.JobServiceStub(channel), admin_pb2_grpc.AdminServiceStub(channel))
+            return _Connection(
+                channel,
+                jobs_pb2_grpc.JobServiceStub(channel),
+                admin_pb2_grpc.AdminServiceStub(channel),
+                accounts_pb2_grpc.AccountServiceStub(channel),
+            )
 
         self._failover = Failover(self.addresses, connect)
         # Every channel is made now rather than on first use: a thread-safe client then needs no lock
@@ -338,6 +345,68 @@ class Client:
         """Return what the autoscaler is doing."""
         pb = self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
+
+    # -- accounts -------------------------------------------------------------------------------------
+
+    def register(self, name: str, password: str) -> Account:
+        """Create the account ``name`` with ``password`` (8 to 72 bytes of UTF-8) and return it.
+
+        With ``CORRAL_ACCOUNTS=open`` anyone may; with ``admin``, only an admin.
+
+        Raises:
+            AlreadyExists: there is an account of that name.
+            InvalidArgument: a name outside ``[A-Za-z0-9._@-]{1,64}`` or a password outside the limits.
+            PermissionDenied: the caller may not create accounts.
+        """
+        request = account_request(accounts_pb2.RegisterRequest, name=name, password=password)
+        return Account.from_proto(self._unary(lambda c: c.accounts.Register, request))
+
+    def login(self, name: str, password: str) -> Login:
+        """Log in to the account ``name``: the answer's token works as this client's ``token`` until
+        :attr:`Login.expires_at <corral.account.Login.expires_at>`.
+
+        Raises:
+            Unauthenticated: a wrong name or a wrong password (the same error for either).
+            RateLimited: after repeated failures for the name; ``retry_after`` says when to try again.
+        """
+        request = account_request(accounts_pb2.LoginRequest, name=name, password=password)
+        return Login.from_proto(self._unary(lambda c: c.accounts.Login, request))
+
+    def whoami(self) -> Identity:
+        """Return who the control plane takes this client for: its principal, whether it is an admin and,
+        after a login, the account and when the login expires."""
+        pb = self._unary(lambda c: c.accounts.WhoAmI, accounts_pb2.WhoAmIRequest())
+        return Identity.from_proto(pb)
+
+    def accounts(self) -> builtins.list[Account]:
+        """Return every account; admins only (:class:`~corral.errors.PermissionDenied` otherwise)."""
+        response = self._unary(lambda c: c.accounts.ListAccounts, accounts_pb2.ListAccountsRequest())
+        return [Account.from_proto(pb) for pb in response.accounts]
+
+    def set_password(self, name: str, password: str, *, current_password: str = "") -> Account:
+        """Set the password of the account ``name`` and return the account; every earlier login of it ends.
+
+        An account changing its own password gives ``current_password``; an admin resets another's without it.
+
+        Raises:
+            Unauthenticated: a wrong ``current_password``.
+            PermissionDenied: another's account, and the caller is not an admin.
+            NotFound: there is no account ``name``.
+        """
+        request = account_request(
+            accounts_pb2.SetPasswordRequest, name=name, password=password, current_password=current_password
+        )
+        return Account.from_proto(self._unary(lambda c: c.accounts.SetPassword, request))
+
+    def delete_account(self, name: str) -> None:
+        """Delete the account ``name`` and end its logins; its jobs stay. Admins, or the account itself.
+
+        Raises:
+            NotFound: there is no account ``name``.
+            PermissionDenied: another's account, and the caller is not an admin.
+        """
+        request = account_request(accounts_pb2.DeleteAccountRequest, name=name)
+        self._unary(lambda c: c.accounts.DeleteAccount, request)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The ``corral`` command line: every sub-command, its arguments, and the handler it runs.
 
 Each sub-parser sets ``handler`` (a function of the parsed ``argparse.Namespace`` returning the exit
-status). The client commands share ``--control``, ``--json`` and ``--rpc-timeout`` through one parent parser.
+status). The client commands share ``--control``, ``--token``, ``--tls-ca``, ``--json`` and ``--rpc-timeout``
+through one parent parser.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
-from corral.cli import commands, demo, up, values
+from corral.cli import commands, demo, login_file, up, values
 from corral.client import DEFAULT_ADDRESS
 from corral.logs import FORMATS, LEVELS
 
@@ -19,7 +20,8 @@ __all__ = ["CONTROL_ADDR_ENV", "PASSTHROUGH", "TLS_CA_ENV", "TOKEN_ENV", "build_
 CONTROL_ADDR_ENV = "CORRAL_CONTROL_ADDR"
 """Environment variable with the default ``--control`` address."""
 TOKEN_ENV = "CORRAL_TOKEN"
-"""Environment variable with the default ``--token`` (the variable keeps the token out of ``ps``)."""
+"""Environment variable with the default ``--token`` (the variable keeps the token out of ``ps``); without
+either, a client command sends the token ``corral login`` saved (:mod:`corral.cli.login_file`)."""
 TLS_CA_ENV = "CORRAL_TLS_CA"
 """Environment variable with the default ``--tls-ca``."""
 
@@ -57,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,  # `corral config` runs corral.cli.config_check.main, which has its own --help
     )
     p.add_argument("args", nargs=argparse.REMAINDER)
-    _add_client_commands(sub, _client_parent())
+    parent = _client_parent()
+    _add_client_commands(sub, parent)
+    _add_account_commands(sub, parent)
     return parser
 
 
@@ -126,34 +130,48 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=demo.demo)
 
 
-def _client_parent() -> argparse.ArgumentParser:
+def _client_parent(*, token: bool = True, defaults: bool = True) -> argparse.ArgumentParser:
+    """The options every client command takes; without ``token``, no ``--token`` (``corral login`` sends none).
+
+    ``defaults=False`` leaves an option out of the result unless it is given: for the sub-commands of a
+    command that takes the same options itself (``corral accounts [--json] delete NAME``), whose defaults
+    would otherwise overwrite what was given before the sub-command.
+    """
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--control",
         type=values.addresses,
-        default=os.environ.get(CONTROL_ADDR_ENV) or DEFAULT_ADDRESS,
+        default=default(os.environ.get(CONTROL_ADDR_ENV) or DEFAULT_ADDRESS),
         metavar="HOST:PORT[,HOST:PORT...]",
         help="control plane gRPC address, or a comma-separated list of a control plane and its standbys, "
         f"tried in turn (default ${CONTROL_ADDR_ENV} or {DEFAULT_ADDRESS})",
     )
-    parent.add_argument(
-        "--token",
-        default=os.environ.get(TOKEN_ENV) or None,
-        metavar="TOKEN",
-        help=f"client token, sent as 'authorization: Bearer TOKEN' (default ${TOKEN_ENV})",
-    )
+    if token:
+        # The saved login is not a default here: reading it belongs to running a command, so a broken
+        # file cannot break --help or a usage error (corral.cli.commands reads it as it builds the client).
+        parent.add_argument(
+            "--token",
+            default=default(os.environ.get(TOKEN_ENV) or None),
+            metavar="TOKEN",
+            help=f"client token, sent as 'authorization: Bearer TOKEN' (default ${TOKEN_ENV}, else the token "
+            "`corral login` saved, while it has not expired and only to the --control it was made with)",
+        )
     parent.add_argument(
         "--tls-ca",
         type=values.readable_file,
-        default=os.environ.get(TLS_CA_ENV) or None,
+        default=default(os.environ.get(TLS_CA_ENV) or None),
         metavar="FILE",
         help=f"speak TLS, verifying the control plane against this CA (default ${TLS_CA_ENV})",
     )
-    parent.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parent.add_argument("--json", action="store_true", default=default(False), help="print JSON instead of a table")
     parent.add_argument(
         "--rpc-timeout",
         type=values.positive_seconds,
-        default=30.0,
+        default=default(30.0),
         metavar="SEC",
         help="deadline of each call (default 30)",
     )
@@ -247,6 +265,85 @@ def _add_client_commands(
     p = sub.add_parser("drain", parents=[parent], help="stop giving a worker jobs; it finishes them and leaves")
     p.add_argument("id", metavar="WORKER_ID", help="worker id (see `corral workers`)")
     p.set_defaults(handler=commands.drain)
+
+
+def _add_account_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
+) -> None:
+    """login, logout, whoami, register and accounts (list, passwd, delete): people with a name and a password."""
+    stdin_help = "read the password from the first line of stdin instead of asking"
+    p = sub.add_parser(
+        "login",
+        parents=[_client_parent(token=False)],
+        help="log in to an account; the client commands then send its token to this --control until it expires",
+        description="Log in to an account and save the login (its token, until it expires) for the client "
+        f"commands to send to the same --control: to ${login_file.LOGIN_FILE_ENV}, else "
+        "$XDG_CONFIG_HOME/corral/login, else ~/.config/corral/login. With --print, print the token instead "
+        f"and save nothing: export {TOKEN_ENV}=$(corral login NAME --print --password-stdin <FILE).",
+    )
+    p.add_argument("name", metavar="NAME", help="the account")
+    p.add_argument("--password-stdin", action="store_true", help=stdin_help)
+    p.add_argument("--print", action="store_true", help="print the token on stdout instead of saving the login")
+    p.set_defaults(handler=commands.login)
+
+    p = sub.add_parser(
+        "logout",
+        help="forget the saved login",
+        description="Remove the login `corral login` saved (the token stays valid until it expires).",
+    )
+    p.set_defaults(handler=commands.logout)
+
+    p = sub.add_parser(
+        "whoami",
+        parents=[parent],
+        help="who the control plane takes you for: name, admin, account, when the login expires",
+    )
+    p.set_defaults(handler=commands.whoami)
+
+    p = sub.add_parser(
+        "register",
+        parents=[parent],
+        help="create an account (CORRAL_ACCOUNTS=open: anyone; admin: admins only)",
+        description="Create an account. The password is asked twice (8 to 72 bytes).",
+    )
+    p.add_argument("name", metavar="NAME", help="the new account's name: letters, digits and ._@- (up to 64)")
+    p.add_argument("--password-stdin", action="store_true", help=stdin_help)
+    p.set_defaults(handler=commands.register)
+
+    p = sub.add_parser(
+        "accounts",
+        parents=[parent],
+        help="list the accounts (admins); `accounts passwd` / `accounts delete NAME` change one",
+        description="Without an ACTION, list the accounts (admins only); passwd [NAME] and delete NAME change one.",
+    )
+    p.set_defaults(handler=commands.list_accounts)
+    actions = p.add_subparsers(dest="action", metavar="ACTION")  # none: list
+    quiet = _client_parent(defaults=False)
+    q = actions.add_parser("list", parents=[quiet], help="list the accounts (the default)")
+    q.set_defaults(handler=commands.list_accounts)
+    q = actions.add_parser(
+        "passwd",
+        parents=[quiet],
+        help="change your password, or (admins) reset another account's",
+        description="Change your own password (asks the current one, then the new one twice), or, as an admin, "
+        "reset another account's (the new one only). Either way the account's earlier logins end.",
+    )
+    q.add_argument("name", metavar="NAME", nargs="?", help="the account (default: yours)")
+    q.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the passwords from stdin instead of asking: for your own, the current one on the first "
+        "line and the new one on the second; for another's, the new one on the first",
+    )
+    q.set_defaults(handler=commands.passwd)
+    q = actions.add_parser(
+        "delete",
+        parents=[quiet],
+        help="delete an account and end its logins (its jobs stay)",
+        description="Delete an account and end its logins; its jobs stay. Admins, or the account itself.",
+    )
+    q.add_argument("name", metavar="NAME", help="the account")
+    q.set_defaults(handler=commands.delete_account)
 
 
 def _add_page_flags(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
@@ -17,11 +17,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from corral.account import Account, Identity
 from corral.cluster import Stats, WorkerInfo, WorkerState
 from corral.job import Job, JobState
 
 __all__ = [
+    "accounts_table",
     "console",
+    "identity_table",
     "job_line",
     "job_table",
     "jobs_table",
@@ -34,6 +37,7 @@ __all__ = [
     "state_text",
     "stats_table",
     "summary",
+    "utc_time",
     "workers_table",
 ]
 
@@ -305,6 +309,50 @@ def workers_table(workers: Iterable[WorkerInfo]) -> Table:
             str(w.pid or "-"),
         )
     return table
+
+
+def accounts_table(accounts: Iterable[Account]) -> Table:
+    """One row per account: the columns ``corral accounts`` shows."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("name", "group", "admin", "created", "password changed"):
+        table.add_column(column, no_wrap=column == "name")
+    for account in accounts:
+        table.add_row(
+            account.name,
+            account.group or "-",
+            Text("yes", style="bold") if account.admin else "no",
+            _time(account.created_at),
+            _time(account.password_changed_at),
+        )
+    return table
+
+
+def identity_table(identity: Identity, now: datetime) -> Table:
+    """Who the control plane takes the caller for (``corral whoami``), one field per row; how long the
+    login has left is counted from ``now``."""
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    if identity.account is not None:
+        group = f", group {identity.account.group}" if identity.account.group else ""
+        account = f"yes{group}"
+    else:
+        account = "no (a configured token)" if identity.name else "no (client auth is off)"
+    if identity.expires_at is None:
+        expires = "never" if identity.name else "-"
+    else:
+        left = (identity.expires_at - now).total_seconds()
+        expires = f"{utc_time(identity.expires_at)} ({f'in {duration(left)}' if left > 0 else 'expired'})"
+    table.add_row("name", identity.name or "-")
+    table.add_row("admin", "yes" if identity.admin else "no")
+    table.add_row("account", account)
+    table.add_row("expires", expires)
+    return table
+
+
+def utc_time(value: datetime) -> str:
+    """An aware time in UTC, to the second, saying so: ``2026-11-27 11:02:03 UTC`` (what a login lasts until)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _time(value: datetime | None) -> str:

@@ -10,8 +10,18 @@ from tests.conftest import ROOT, base_env
 CORRAL = [sys.executable, "-m", "corral.cli"]
 
 
-def corral(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the `corral` command to completion and capture its output."""
+def corral(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `corral` command to completion and capture its output; ``env`` adds to the environment,
+    ``input`` is its standard input."""
     return subprocess.run(
-        [*CORRAL, *args], cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=timeout, check=False
+        [*CORRAL, *args],
+        cwd=ROOT,
+        env=base_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        input=input,
     )

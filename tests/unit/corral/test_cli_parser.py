@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import sys
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from corral.cli import commands, demo, main, up
+from corral.account import Account, Identity, Login
+from corral.cli import commands, demo, login_file, main, up
 from corral.cli.exitcode import ExitCode
-from corral.cli.parser import CONTROL_ADDR_ENV, build_parser
+from corral.cli.parser import CONTROL_ADDR_ENV, TOKEN_ENV, build_parser
 from corral.cli.supervisor import ClusterConfig
+from corral.errors import Unauthenticated
 from corral.job import Job, JobState
+
+
+@pytest.fixture(autouse=True)
+def saved_login_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the commands here keep their saved login: never the user's own (client commands read it)."""
+    file = tmp_path / "config" / "login"
+    monkeypatch.setenv(login_file.LOGIN_FILE_ENV, str(file))
+    return file
 
 
 def test_submit_takes_every_option() -> None:
@@ -237,3 +249,351 @@ def test_up_gives_gpus_and_memory_to_the_cluster(
     # Then the cluster gets them (it shares the devices out: see the supervisor's tests), or leaves them unset
     assert (configs[0].gpus, configs[0].memory_mb) == (("0", "1"), 8192)
     assert (configs[1].gpus, configs[1].memory_mb) == (None, None)
+
+
+# -- accounts ------------------------------------------------------------------------------------------
+
+
+def test_the_account_commands_and_their_arguments() -> None:
+    parse = build_parser().parse_args
+    args = parse(["login", "alice", "--password-stdin", "--print", "--json", "--control", "127.0.0.1:6000"])
+    assert args.handler is commands.login and args.name == "alice"
+    assert args.password_stdin and args.print and args.json and args.control == "127.0.0.1:6000"
+    assert not hasattr(args, "token")  # login sends none
+    bare = parse(["login", "alice"])
+    assert not bare.password_stdin and not bare.print and not bare.json
+    assert parse(["logout"]).handler is commands.logout
+    assert parse(["whoami", "--json"]).handler is commands.whoami
+    args = parse(["register", "bob", "--password-stdin"])
+    assert args.handler is commands.register and args.name == "bob" and args.password_stdin
+
+
+def test_accounts_lists_without_an_action_and_passwd_and_delete_take_a_name() -> None:
+    parse = build_parser().parse_args
+    assert parse(["accounts"]).handler is commands.list_accounts
+    assert parse(["accounts", "--json"]).json
+    assert parse(["accounts", "list", "--json"]).handler is commands.list_accounts
+    args = parse(["accounts", "passwd"])
+    assert args.handler is commands.passwd and args.name is None and not args.password_stdin
+    args = parse(["accounts", "passwd", "bob", "--password-stdin"])
+    assert (args.name, args.password_stdin) == ("bob", True)
+    args = parse(["accounts", "delete", "bob"])
+    assert args.handler is commands.delete_account and args.name == "bob"
+
+
+def test_accounts_options_count_before_and_after_the_action(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONTROL_ADDR_ENV, raising=False)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    parse = build_parser().parse_args
+    # given before the action: the action's parser must not put its defaults back over them
+    args = parse(["accounts", "--json", "--control", "10.0.0.1:1", "--token", "t", "delete", "bob"])
+    assert (args.json, args.control, args.token, args.name) == (True, "10.0.0.1:1", "t", "bob")
+    args = parse(["accounts", "passwd", "bob", "--json", "--control", "10.0.0.2:2", "--rpc-timeout", "5"])
+    assert (args.json, args.control, args.rpc_timeout) == (True, "10.0.0.2:2", 5.0)
+    # and the defaults are there when nothing is given
+    args = parse(["accounts", "delete", "bob"])
+    assert (args.json, args.control, args.token, args.tls_ca, args.rpc_timeout) == (
+        False,
+        "127.0.0.1:50051",
+        None,
+        None,
+        30.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["login"], "the following arguments are required: NAME"),
+        (["login", "alice", "--token", "t"], "unrecognized arguments: --token"),
+        (["register"], "the following arguments are required: NAME"),
+        (["accounts", "delete"], "the following arguments are required: NAME"),
+        (["accounts", "bob"], "invalid choice: 'bob'"),
+        (["accounts", "delete", "bob", "--password-stdin"], "unrecognized arguments: --password-stdin"),
+        (["logout", "--json"], "unrecognized arguments: --json"),
+    ],
+)
+def test_account_usage_errors_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == ExitCode.USAGE
+    assert needle in capsys.readouterr().err
+
+
+EXPIRES = datetime(2026, 11, 27, 11, 2, 3, tzinfo=UTC)
+ALICE = Account("alice", "ml", False, datetime(2026, 1, 1, tzinfo=UTC), None)
+
+
+class FakeAccounts:
+    """A Client whose account methods record their calls; ``identity`` is what whoami answers."""
+
+    calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+    built: list[dict[str, object]] = []
+    identity = Identity("alice", False, ALICE, EXPIRES)
+
+    def __init__(self, address: str, **kwargs: object) -> None:
+        FakeAccounts.built.append({"address": address, **kwargs})
+
+    def __enter__(self) -> FakeAccounts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def _call(self, method: str, *args: object, **kwargs: object) -> None:
+        FakeAccounts.calls.append((method, args, kwargs))
+
+    def login(self, name: str, password: str) -> Login:
+        self._call("login", name, password)
+        if password == "wrong":
+            raise Unauthenticated("wrong name or password")
+        return Login(token="fresh-token", expires_at=EXPIRES, account=Account(name))
+
+    def whoami(self) -> Identity:
+        self._call("whoami")
+        return FakeAccounts.identity
+
+    def register(self, name: str, password: str) -> Account:
+        self._call("register", name, password)
+        return Account(name)
+
+    def accounts(self) -> list[Account]:
+        self._call("accounts")
+        return [ALICE, Account("bob", admin=True)]
+
+    def set_password(self, name: str, password: str, *, current_password: str = "") -> Account:
+        self._call("set_password", name, password, current_password=current_password)
+        return Account(name)
+
+    def delete_account(self, name: str) -> None:
+        self._call("delete_account", name)
+
+
+@pytest.fixture
+def accounts(monkeypatch: pytest.MonkeyPatch) -> type[FakeAccounts]:
+    FakeAccounts.calls = []
+    FakeAccounts.built = []
+    FakeAccounts.identity = Identity("alice", False, ALICE, EXPIRES)
+    monkeypatch.setattr(commands, "Client", FakeAccounts)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    monkeypatch.delenv(CONTROL_ADDR_ENV, raising=False)
+    return FakeAccounts
+
+
+def typed(monkeypatch: pytest.MonkeyPatch, *answers: str) -> list[str]:
+    """Make getpass answer ``answers`` in turn; returns the prompts it was asked."""
+    prompts: list[str] = []
+    left = list(answers)
+
+    def fake_getpass(prompt: str = "Password: ") -> str:
+        prompts.append(prompt)
+        return left.pop(0)
+
+    monkeypatch.setattr(commands, "getpass", fake_getpass)
+    return prompts
+
+
+def stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+
+
+def test_login_asks_the_password_saves_the_login_for_this_control_and_says_so(
+    accounts: type[FakeAccounts],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    saved_login_file: Path,
+) -> None:
+    prompts = typed(monkeypatch, "pw-typed")
+    assert main(["login", "alice", "--control", "127.0.0.1:6000"]) == ExitCode.OK
+    assert prompts == ["Password: "] and accounts.calls == [("login", ("alice", "pw-typed"), {})]
+    assert accounts.built[0]["address"] == "127.0.0.1:6000" and accounts.built[0].get("token") is None
+    out = capsys.readouterr().out
+    assert out == f"logged in as alice until 2026-11-27 11:02:03 UTC (saved to {saved_login_file})\n"
+    saved = login_file.load()
+    assert saved is not None
+    assert (saved.control, saved.name, saved.token, saved.expires_at) == (
+        "127.0.0.1:6000",
+        "alice",
+        "fresh-token",
+        EXPIRES,
+    )
+
+
+def test_login_reads_the_first_line_of_stdin_keeping_all_but_its_newline(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin(monkeypatch, "  spaced pw \t\nsecond line\n")
+    assert main(["login", "alice", "--password-stdin", "--json"]) == ExitCode.OK
+    assert accounts.calls == [("login", ("alice", "  spaced pw \t"), {})]
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"name": "alice", "expires_at": "2026-11-27T11:02:03+00:00", "saved_to": str(login_file.path())}
+    assert "token" not in out
+
+
+def test_login_print_prints_only_the_token_and_saves_nothing(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin(monkeypatch, "pw")  # no newline at the end: still the line
+    assert main(["login", "alice", "--print", "--password-stdin"]) == ExitCode.OK
+    assert capsys.readouterr().out == "fresh-token\n"
+    assert accounts.calls == [("login", ("alice", "pw"), {})]
+    assert login_file.load() is None
+    stdin(monkeypatch, "pw\n")
+    assert main(["login", "alice", "--print", "--password-stdin", "--json"]) == ExitCode.OK
+    assert json.loads(capsys.readouterr().out)["token"] == "fresh-token"
+    assert login_file.load() is None
+
+
+def test_login_notes_a_token_variable_that_would_win_over_the_saved_login(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, "env-token")
+    stdin(monkeypatch, "pw\n")
+    assert main(["login", "alice", "--password-stdin"]) == ExitCode.OK
+    assert accounts.built[0].get("token") is None  # not sent to Login either
+    assert f"${TOKEN_ENV} is set" in capsys.readouterr().err
+
+
+def test_a_refused_login_is_one_error_line_and_saves_nothing(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin(monkeypatch, "wrong\n")
+    assert main(["login", "alice", "--password-stdin"]) == ExitCode.FAILED
+    assert capsys.readouterr().err == "corral: error: UNAUTHENTICATED: wrong name or password\n"
+    assert login_file.load() is None
+
+
+def test_empty_stdin_is_an_error_before_anything_is_sent(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin(monkeypatch, "")
+    assert main(["login", "alice", "--password-stdin"]) == ExitCode.FAILED
+    assert capsys.readouterr().err == "corral: error: --password-stdin: stdin ended before line 1 of 1\n"
+    assert accounts.calls == []
+
+
+def test_logout_removes_the_saved_login_and_says_whether_there_was_one(
+    accounts: type[FakeAccounts], capsys: pytest.CaptureFixture[str], saved_login_file: Path
+) -> None:
+    login_file.save(login_file.SavedLogin("127.0.0.1:50051", "alice", "t", EXPIRES))
+    assert main(["logout"]) == ExitCode.OK
+    assert capsys.readouterr().out == f"logged out: removed {saved_login_file}\n"
+    assert not saved_login_file.exists()
+    assert main(["logout"]) == ExitCode.OK
+    assert capsys.readouterr().out == f"not logged in: there is no {saved_login_file}\n"
+
+
+def test_whoami_shows_the_identity_as_json(accounts: type[FakeAccounts], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["whoami", "--json"]) == ExitCode.OK
+    out = json.loads(capsys.readouterr().out)
+    assert (out["name"], out["admin"], out["account"]["group"], out["expires_at"]) == (
+        "alice",
+        False,
+        "ml",
+        "2026-11-27T11:02:03+00:00",
+    )
+    assert main(["whoami"]) == ExitCode.OK
+    assert "alice" in capsys.readouterr().out
+
+
+def test_register_asks_the_password_twice(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = typed(monkeypatch, "new-pw-1", "new-pw-1")
+    assert main(["register", "bob"]) == ExitCode.OK
+    assert prompts == ["New password: ", "New password again: "]
+    assert accounts.calls == [("register", ("bob", "new-pw-1"), {})]
+    assert "Registered account bob" in capsys.readouterr().out
+
+
+def test_register_refuses_passwords_that_differ_with_one_line_and_sends_nothing(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typed(monkeypatch, "new-pw-1", "new-pw-2")
+    assert main(["register", "bob"]) == ExitCode.FAILED
+    assert capsys.readouterr().err == "corral: error: the two passwords typed differ\n"
+    assert accounts.calls == []
+
+
+def test_register_reads_one_line_of_stdin(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin(monkeypatch, "new-pw-1\r\n")
+    assert main(["register", "bob", "--password-stdin", "--json"]) == ExitCode.OK
+    assert accounts.calls == [("register", ("bob", "new-pw-1"), {})]
+    assert json.loads(capsys.readouterr().out)["name"] == "bob"
+
+
+def test_accounts_lists_them_as_json(accounts: type[FakeAccounts], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["accounts", "--json"]) == ExitCode.OK
+    assert [(a["name"], a["admin"]) for a in json.loads(capsys.readouterr().out)] == [("alice", False), ("bob", True)]
+
+
+def test_passwd_of_ones_own_account_sends_the_current_password_too(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # asked at the terminal: current, then new twice
+    prompts = typed(monkeypatch, "old-pw", "new-pw", "new-pw")
+    assert main(["accounts", "passwd"]) == ExitCode.OK
+    assert prompts == ["Current password: ", "New password: ", "New password again: "]
+    assert accounts.calls == [
+        ("whoami", (), {}),
+        ("set_password", ("alice", "new-pw"), {"current_password": "old-pw"}),
+    ]
+    assert "corral login alice" in capsys.readouterr().out
+    # from stdin: two lines, current then new; naming oneself is the same
+    accounts.calls.clear()
+    stdin(monkeypatch, "old-pw\nnew-pw\n")
+    assert main(["accounts", "passwd", "alice", "--password-stdin"]) == ExitCode.OK
+    assert accounts.calls[-1] == ("set_password", ("alice", "new-pw"), {"current_password": "old-pw"})
+
+
+def test_passwd_of_another_account_asks_only_the_new_password(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    accounts.identity = Identity("root", True, Account("root", admin=True), EXPIRES)
+    stdin(monkeypatch, "reset-pw\nnot read\n")
+    assert main(["accounts", "passwd", "bob", "--password-stdin"]) == ExitCode.OK
+    assert accounts.calls[-1] == ("set_password", ("bob", "reset-pw"), {"current_password": ""})
+    prompts = typed(monkeypatch, "reset-pw", "reset-pw")
+    assert main(["accounts", "passwd", "bob"]) == ExitCode.OK
+    assert prompts == ["New password: ", "New password again: "]
+    assert "Reset the password of bob" in capsys.readouterr().out
+
+
+def test_passwd_without_a_name_needs_an_account_login(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    accounts.identity = Identity("ci-token", True, None, None)
+    assert main(["accounts", "passwd"]) == ExitCode.FAILED
+    err = capsys.readouterr().err
+    assert err.startswith("corral: error: you are not logged in to an account") and err.count("\n") == 1
+    assert accounts.calls == [("whoami", (), {})]
+
+
+def test_passwd_with_own_stdin_short_of_the_second_line_sends_nothing(
+    accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin(monkeypatch, "old-pw\n")
+    assert main(["accounts", "passwd", "--password-stdin"]) == ExitCode.FAILED
+    assert capsys.readouterr().err == "corral: error: --password-stdin: stdin ended before line 2 of 2\n"
+    assert [method for method, _, _ in accounts.calls] == ["whoami"]
+
+
+def test_accounts_delete_deletes_the_named_account(
+    accounts: type[FakeAccounts], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["accounts", "delete", "bob"]) == ExitCode.OK
+    assert accounts.calls == [("delete_account", ("bob",), {})]
+    assert "Deleted account bob" in capsys.readouterr().out
+
+
+def test_the_account_commands_send_the_saved_login(
+    accounts: type[FakeAccounts], capsys: pytest.CaptureFixture[str]
+) -> None:
+    login_file.save(
+        login_file.SavedLogin("127.0.0.1:50051", "alice", "saved-token", datetime.now(UTC) + timedelta(hours=1))
+    )
+    assert main(["whoami", "--json"]) == ExitCode.OK
+    assert main(["accounts", "delete", "bob"]) == ExitCode.OK
+    assert [built["token"] for built in accounts.built] == ["saved-token", "saved-token"]

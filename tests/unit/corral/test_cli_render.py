@@ -1,12 +1,15 @@
-"""What `corral get` and `corral workers` print: the GPUs and memory a job holds, and those of each worker."""
+"""What `corral get` and `corral workers` print: the GPUs and memory a job holds, and those of each worker;
+and what `corral whoami` and `corral accounts` print."""
 
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from rich.console import Console, RenderableType
 
+from corral.account import Account, Identity
 from corral.cli import render
 from corral.cluster import WorkerInfo
 from corral.job import Job
@@ -105,3 +108,54 @@ def test_workers_shows_gpus_and_memory_free_of_total_and_a_dash_without() -> Non
 )
 def test_memory_is_in_one_unit_for_free_and_total(free: int, total: int, text: str) -> None:
     assert render.memory(free, total) == text
+
+
+NOW = datetime(2026, 11, 27, 10, 0, 0, tzinfo=UTC)
+ALICE = Account("alice", "ml", False, datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), None)
+
+
+def test_whoami_after_a_login_shows_the_account_and_how_long_the_login_has_left() -> None:
+    identity = Identity("alice", False, ALICE, NOW + timedelta(hours=1, minutes=2, seconds=3))
+    assert rows_of(render.identity_table(identity, NOW)) == {
+        "name": "alice",
+        "admin": "no",
+        "account": "yes, group ml",
+        "expires": "2026-11-27 11:02:03 UTC (in 1h02m)",
+    }
+
+
+@pytest.mark.parametrize(
+    ("identity", "account", "expires"),
+    [
+        (Identity("ci", True, None, None), "no (a configured token)", "never"),
+        (Identity("", False, None, None), "no (client auth is off)", "-"),
+        (
+            Identity("bob", False, Account("bob"), NOW - timedelta(seconds=1)),
+            "yes",
+            "2026-11-27 09:59:59 UTC (expired)",
+        ),
+    ],
+)
+def test_whoami_says_what_kind_of_caller_it_is(identity: Identity, account: str, expires: str) -> None:
+    rows = rows_of(render.identity_table(identity, NOW))
+    assert (rows["account"], rows["expires"]) == (account, expires)
+    assert rows["name"] == (identity.name or "-")
+    assert rows["admin"] == ("yes" if identity.admin else "no")
+
+
+def test_accounts_shows_one_row_per_account_with_a_dash_for_what_is_unset() -> None:
+    accounts = [ALICE, Account("root", "", True, None, datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC))]
+    lines = text_of(render.accounts_table(accounts)).splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("name"))
+    alice = next(line for line in lines if "alice" in line).split()
+    root = next(line for line in lines if "root" in line).split()
+    assert header.split() == ["name", "group", "admin", "created", "password", "changed"]
+    assert alice[:3] == ["alice", "ml", "no"] and alice[-1] == "-"
+    assert root[:3] == ["root", "-", "yes"] and root[3] == "-"
+    assert len(alice) == 6 and len(root) == 6  # a date and a time, or a dash, in each time column
+
+
+def test_utc_time_is_in_utc_to_the_second_whatever_the_zone_given() -> None:
+    plus_two = datetime(2026, 11, 27, 13, 2, 3, 999999, tzinfo=timezone(timedelta(hours=2)))
+    assert render.utc_time(plus_two) == "2026-11-27 11:02:03 UTC"
+    assert render.utc_time(datetime(2026, 11, 27, 11, 2, 3, tzinfo=UTC)) == "2026-11-27 11:02:03 UTC"

@@ -24,6 +24,10 @@ EXPECTED = {
     "Stats",
     "WorkerInfo",
     "WorkerState",
+    # Accounts
+    "Account",
+    "Identity",
+    "Login",
     # Errors
     "AlreadyExists",
     "CorralError",
