@@ -8,10 +8,11 @@ control plane. A logged-in account manages only itself.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import grpc
 
 from control.access import Access
-from control.accounts import Accounts
 from control.api import convert
 from control.api.identity import PRINCIPAL
 from control.api.status import grpc_errors
@@ -19,6 +20,9 @@ from control.auth import LOGIN_EXPIRES
 from control.store import AccountEntry
 from corral.errors import FailedPrecondition, PermissionDenied, Unauthenticated
 from corral.v1 import accounts_pb2
+
+if TYPE_CHECKING:  # bcrypt and the JWT library load only where accounts are on (control.app)
+    from control.accounts import Accounts
 
 
 class AccountServicer:

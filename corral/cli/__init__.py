@@ -6,6 +6,8 @@ Modules, one concern each:
 - ``parser``      every sub-command and its arguments.
 - ``values``      argument value types (JSON payload, ``--at`` times, labels, addresses).
 - ``commands``    the client commands: submit, get, list, cancel, retry, watch, stats, workers, drain.
+- ``account_commands``  login, logout, whoami, register, accounts (list, passwd, delete).
+- ``login_file``  the login ``corral login`` saves, and which control plane it is for.
 - ``render``      rich tables, coloured states, JSON output.
 - ``exitcode``    what the exit statuses mean, and the one-line error printer.
 - ``child``       one supervised child process.

@@ -11,7 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
-from corral.cli import commands, demo, login_file, up, values
+from corral.cli import account_commands, commands, demo, login_file, up, values
 from corral.client import DEFAULT_ADDRESS
 from corral.logs import FORMATS, LEVELS
 
@@ -284,21 +284,21 @@ def _add_account_commands(
     p.add_argument("name", metavar="NAME", help="the account")
     p.add_argument("--password-stdin", action="store_true", help=stdin_help)
     p.add_argument("--print", action="store_true", help="print the token on stdout instead of saving the login")
-    p.set_defaults(handler=commands.login)
+    p.set_defaults(handler=account_commands.login)
 
     p = sub.add_parser(
         "logout",
         help="forget the saved login",
         description="Remove the login `corral login` saved (the token stays valid until it expires).",
     )
-    p.set_defaults(handler=commands.logout)
+    p.set_defaults(handler=account_commands.logout)
 
     p = sub.add_parser(
         "whoami",
         parents=[parent],
         help="who the control plane takes you for: name, admin, account, when the login expires",
     )
-    p.set_defaults(handler=commands.whoami)
+    p.set_defaults(handler=account_commands.whoami)
 
     p = sub.add_parser(
         "register",
@@ -308,7 +308,7 @@ def _add_account_commands(
     )
     p.add_argument("name", metavar="NAME", help="the new account's name: letters, digits and ._@- (up to 64)")
     p.add_argument("--password-stdin", action="store_true", help=stdin_help)
-    p.set_defaults(handler=commands.register)
+    p.set_defaults(handler=account_commands.register)
 
     p = sub.add_parser(
         "accounts",
@@ -316,11 +316,11 @@ def _add_account_commands(
         help="list the accounts (admins); `accounts passwd` / `accounts delete NAME` change one",
         description="Without an ACTION, list the accounts (admins only); passwd [NAME] and delete NAME change one.",
     )
-    p.set_defaults(handler=commands.list_accounts)
+    p.set_defaults(handler=account_commands.list_accounts)
     actions = p.add_subparsers(dest="action", metavar="ACTION")  # none: list
     quiet = _client_parent(defaults=False)
     q = actions.add_parser("list", parents=[quiet], help="list the accounts (the default)")
-    q.set_defaults(handler=commands.list_accounts)
+    q.set_defaults(handler=account_commands.list_accounts)
     q = actions.add_parser(
         "passwd",
         parents=[quiet],
@@ -335,7 +335,7 @@ def _add_account_commands(
         help="read the passwords from stdin instead of asking: for your own, the current one on the first "
         "line and the new one on the second; for another's, the new one on the first",
     )
-    q.set_defaults(handler=commands.passwd)
+    q.set_defaults(handler=account_commands.passwd)
     q = actions.add_parser(
         "delete",
         parents=[quiet],
@@ -343,7 +343,7 @@ def _add_account_commands(
         description="Delete an account and end its logins; its jobs stay. Admins, or the account itself.",
     )
     q.add_argument("name", metavar="NAME", help="the account")
-    q.set_defaults(handler=commands.delete_account)
+    q.set_defaults(handler=account_commands.delete_account)
 
 
 def _add_page_flags(p: argparse.ArgumentParser) -> None:

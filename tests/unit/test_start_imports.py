@@ -65,6 +65,10 @@ def test_a_control_plane_loads_the_docker_sdk_only_when_its_docker_mode_needs_it
     assert "docker" not in top_level(loaded_after("import control.__main__"))
 
 
+def test_a_control_plane_loads_bcrypt_and_jwt_only_when_accounts_are_on() -> None:
+    assert not top_level(loaded_after("import control.__main__")) & {"bcrypt", "jwt"}
+
+
 def test_control_planes_and_workers_load_the_setting_checks_but_not_the_cli_commands() -> None:
     for entry in ("control.__main__", "worker.__main__"):
         modules = loaded_after(f"import {entry}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral.account import Account, Identity, Login
-from corral.cli import commands, demo, login_file, main, up
+from corral.cli import account_commands, commands, demo, login_file, main, up
 from corral.cli.exitcode import ExitCode
 from corral.cli.parser import CONTROL_ADDR_ENV, TOKEN_ENV, build_parser
 from corral.cli.supervisor import ClusterConfig
@@ -257,28 +257,28 @@ def test_up_gives_gpus_and_memory_to_the_cluster(
 def test_the_account_commands_and_their_arguments() -> None:
     parse = build_parser().parse_args
     args = parse(["login", "alice", "--password-stdin", "--print", "--json", "--control", "127.0.0.1:6000"])
-    assert args.handler is commands.login and args.name == "alice"
+    assert args.handler is account_commands.login and args.name == "alice"
     assert args.password_stdin and args.print and args.json and args.control == "127.0.0.1:6000"
     assert not hasattr(args, "token")  # login sends none
     bare = parse(["login", "alice"])
     assert not bare.password_stdin and not bare.print and not bare.json
-    assert parse(["logout"]).handler is commands.logout
-    assert parse(["whoami", "--json"]).handler is commands.whoami
+    assert parse(["logout"]).handler is account_commands.logout
+    assert parse(["whoami", "--json"]).handler is account_commands.whoami
     args = parse(["register", "bob", "--password-stdin"])
-    assert args.handler is commands.register and args.name == "bob" and args.password_stdin
+    assert args.handler is account_commands.register and args.name == "bob" and args.password_stdin
 
 
 def test_accounts_lists_without_an_action_and_passwd_and_delete_take_a_name() -> None:
     parse = build_parser().parse_args
-    assert parse(["accounts"]).handler is commands.list_accounts
+    assert parse(["accounts"]).handler is account_commands.list_accounts
     assert parse(["accounts", "--json"]).json
-    assert parse(["accounts", "list", "--json"]).handler is commands.list_accounts
+    assert parse(["accounts", "list", "--json"]).handler is account_commands.list_accounts
     args = parse(["accounts", "passwd"])
-    assert args.handler is commands.passwd and args.name is None and not args.password_stdin
+    assert args.handler is account_commands.passwd and args.name is None and not args.password_stdin
     args = parse(["accounts", "passwd", "bob", "--password-stdin"])
     assert (args.name, args.password_stdin) == ("bob", True)
     args = parse(["accounts", "delete", "bob"])
-    assert args.handler is commands.delete_account and args.name == "bob"
+    assert args.handler is account_commands.delete_account and args.name == "bob"
 
 
 def test_accounts_options_count_before_and_after_the_action(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -374,7 +374,8 @@ def accounts(monkeypatch: pytest.MonkeyPatch) -> type[FakeAccounts]:
     FakeAccounts.calls = []
     FakeAccounts.built = []
     FakeAccounts.identity = Identity("alice", False, ALICE, EXPIRES)
-    monkeypatch.setattr(commands, "Client", FakeAccounts)
+    monkeypatch.setattr(commands, "Client", FakeAccounts)  # what client_for builds
+    monkeypatch.setattr(account_commands, "Client", FakeAccounts)  # what login builds, without a token
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     monkeypatch.delenv(CONTROL_ADDR_ENV, raising=False)
     return FakeAccounts
@@ -389,7 +390,7 @@ def typed(monkeypatch: pytest.MonkeyPatch, *answers: str) -> list[str]:
         prompts.append(prompt)
         return left.pop(0)
 
-    monkeypatch.setattr(commands, "getpass", fake_getpass)
+    monkeypatch.setattr(account_commands, "getpass", fake_getpass)
     return prompts
 
 
