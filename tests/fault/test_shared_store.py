@@ -4,6 +4,7 @@ session's throw-away cluster, ``tests/support/postgres.py``)."""
 
 from __future__ import annotations
 
+import secrets
 import signal
 import time
 from collections import Counter
@@ -15,6 +16,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+import corral
 from control.store.postgres import LOCK_KEY
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.conftest import ControlProc, registered_on, wait_until
@@ -205,3 +207,34 @@ def test_a_sigterm_of_the_active_control_plane_hands_over_with_nothing_run_twice
     assert {(j.state, j.attempts) for j in done} == {(S.SUCCEEDED, 1)}
     runs = Counter(job_id for job_id, _ in executions(log))
     assert len(runs) == 60 and set(runs.values()) == {1}
+
+
+def test_accounts_and_their_logins_pass_to_the_standby_that_takes_over(
+    shared_pair: tuple[ControlProc, ControlProc, str], spawn_worker: Any
+) -> None:
+    # Given two control planes with accounts on one database (the first restarted with them on)
+    first, second, _ = shared_pair
+    worker_token = secrets.token_urlsafe(24)
+    accounts = {"CORRAL_ACCOUNTS": "open", "CORRAL_WORKER_TOKEN": worker_token, "CORRAL_PASSWORD_ROUNDS": "10"}
+    assert first.stop(signal.SIGTERM) == 0
+    first.env.update(accounts)
+    first.start()
+    second.env.update(accounts)
+    second.start_standby()
+    # and a person who registered and logged in on the first (whose login the harness uses too)
+    with corral.Client(first.address) as anonymous:
+        anonymous.register("alice", "correct horse")
+        login = anonymous.login("alice", "correct horse")
+    first.token = second.token = login.token
+    spawn_worker(
+        first, threads=1, address=f"{first.address},{second.address}", env={"CORRAL_WORKER_TOKEN": worker_token}
+    )
+    # When the first is killed and the standby takes over
+    first.kill()
+    second.wait_serving(30)
+    # Then the login made on the first works on the second (one key, kept in the store), and so does the password
+    with corral.Client(second.address, token=login.token) as alice:
+        assert alice.whoami().name == "alice"
+        assert alice.wait(alice.submit("noop").id, timeout=60).owner == "alice"
+    with corral.Client(second.address) as anonymous:
+        anonymous.login("alice", "correct horse")
