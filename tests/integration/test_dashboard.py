@@ -256,3 +256,26 @@ def test_with_client_tokens_the_page_is_open_and_the_data_is_not(
     # And the page can take a token: a password field, kept in sessionStorage, sent as a bearer token
     assert 'type="password"' in page.html.body.decode()
     assert "sessionStorage" in page.script and '"Bearer "' in page.script
+
+
+def test_with_accounts_the_page_logs_in_and_uses_the_login_as_its_token(
+    make_control_plane: Callable[..., ControlProc],
+) -> None:
+    # Given a control plane with accounts, and one account
+    cp = make_control_plane(CORRAL_ACCOUNTS="open", CORRAL_WORKER_TOKEN=token(), CORRAL_PASSWORD_ROUNDS="10")
+    rest = Rest(http_port(cp))
+    assert rest.call("POST", "/v1/accounts", {"name": "alice", "password": "correct horse"}).status == 200
+
+    # When the page's login form posts what the script sends: {name, password} to /v1/login
+    page = load_page(rest)
+    html = page.html.body.decode()
+    assert 'id="login"' in html and 'autocomplete="current-password"' in html
+    assert re.search(r'api\("POST", "/v1/login", \{\}, \{ body \}\)', page.script)
+    assert re.search(r"const body = \{ name: .*, password: .* \};", page.script)
+    login = rest.call("POST", "/v1/login", {"name": "alice", "password": "correct horse"})
+
+    # Then the answer's token, which the script keeps, opens the data as alice
+    assert login.status == 200 and "keepToken(data.token)" in page.script
+    bearer = {"Authorization": f"Bearer {login.json()['token']}"}
+    assert rest.get("/v1/jobs", headers=bearer).status == 200
+    assert rest.get("/v1/whoami", headers=bearer).json()["name"] == "alice"

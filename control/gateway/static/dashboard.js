@@ -452,6 +452,7 @@
     $("forget-token").hidden = true;
     setText("auth-error", message || "");
     $("auth").hidden = false;
+    $("login").hidden = false;
     $("banner").hidden = true;
     setStatus("down", "needs a token");
     $("auth-token").focus();
@@ -465,9 +466,30 @@
       setText("auth-error", "A token is printable ASCII without spaces.");
       return;
     }
-    sessionStorage.setItem(TOKEN_KEY, token);
     $("auth-token").value = "";
+    keepToken(token);
+  }
+
+  /** Logs in to an account: its login is then the tab's token. */
+  async function logIn(event) {
+    event.preventDefault();
+    const body = { name: $("login-name").value.trim(), password: $("login-password").value };
+    let data;
+    try {
+      data = await api("POST", "/v1/login", {}, { body });
+    } catch (err) {
+      setText("auth-error", err.message);
+      return;
+    } finally {
+      $("login-password").value = "";
+    }
+    keepToken(data.token);
+  }
+
+  function keepToken(token) {
+    sessionStorage.setItem(TOKEN_KEY, token);
     $("auth").hidden = true;
+    $("login").hidden = true;
     $("forget-token").hidden = false;
     awaitingToken = false;
     lastJobs = lastWorkers = "";
@@ -581,6 +603,7 @@
     $("submit").addEventListener("submit", submitJob);
     $("submit").addEventListener("input", () => { submitKey = null; });
     $("auth").addEventListener("submit", useToken);
+    $("login").addEventListener("submit", logIn);
     $("forget-token").addEventListener("click", forgetToken);
     document.addEventListener("visibilitychange", () => {
       if (!document.hidden) refreshSoon();
