@@ -6,7 +6,10 @@ it owns the jobs it submits, and CORRAL_GROUPS, CORRAL_AUTH_ADMINS, CORRAL_JOB_V
 share go by it.
 
 * Passwords are kept as bcrypt hashes (cost ``CORRAL_PASSWORD_ROUNDS``), never in clear. Hashing
-  takes a quarter of a second on purpose, so it runs on two threads of its own, off the event loop.
+  takes a quarter of a second on purpose, so it runs off the event loop on threads of its own, half
+  the machine's cores at most: a flood of logins cannot take the CPU the scheduler needs. At most
+  :data:`MAX_WAITING` hashings wait for those threads; past that a login, a registration or a new
+  password is refused (RESOURCE_EXHAUSTED) rather than queued without end.
 * Login answers a JWT (HS256) that expires after ``CORRAL_LOGIN_TTL_SEC``. The key that signs it is
   made once and kept in the store (:meth:`control.store.Store.login_key`): a login outlives a restart
   and a failover to a standby. Whoever can read the store can therefore make logins; it holds every
@@ -16,7 +19,9 @@ share go by it.
 * A wrong name and a wrong password get the same answer, after the same work (a name without an
   account is checked against a hash of nothing), so a login does not tell which names exist. After
   :data:`MAX_FAILURES` failures for one name within :data:`FAILURE_WINDOW_SEC`, that name is refused
-  (RESOURCE_EXHAUSTED, with the time to wait) until the oldest failure leaves the window.
+  (RESOURCE_EXHAUSTED, with the time to wait) until the oldest failure leaves the window. An attempt
+  counts as a failure from its start until it succeeds, so a burst of guesses sent at once is held to
+  the same number.
 
 Verifying a login is one HMAC and a dict probe after the first call with it: the decoded token is
 kept (bounded) until it expires.
@@ -46,6 +51,7 @@ from corral.errors import AlreadyExists, InvalidArgument, NotFound, RateLimited,
 __all__ = [
     "FAILURE_WINDOW_SEC",
     "MAX_FAILURES",
+    "MAX_WAITING",
     "Accounts",
     "LoginGrant",
     "check_name",
@@ -60,6 +66,8 @@ MAX_PASSWORD_BYTES = 72
 """bcrypt reads no further: a longer password would be cut without a word, so it is refused."""
 MAX_FAILURES = 5
 FAILURE_WINDOW_SEC = 60.0
+MAX_WAITING = 64
+"""Hashings that may wait for the hashing threads at once."""
 _ISSUER = "corral"
 _ALGORITHM = "HS256"
 _KEY_BYTES = 32
@@ -134,7 +142,11 @@ class Accounts:
         self._accounts = {a.name: a for a in store.load_accounts()}
         self._verified: OrderedDict[str, _Verified] = OrderedDict()
         self._failures: dict[str, deque[float]] = {}
-        self._hasher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="password-hash")
+        self._hasher = ThreadPoolExecutor(
+            max_workers=max(1, (os.cpu_count() or 2) // 2), thread_name_prefix="password-hash"
+        )
+        self._hashing = 0
+        self.max_waiting = MAX_WAITING
         # Checked when a name has no account, so that such a login costs what a real one does.
         self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds))
         self.on_login: Callable[[str], None] | None = None
@@ -216,6 +228,7 @@ class Accounts:
             RateLimited: too many failures for ``name`` lately.
         """
         self._check_throttle(name)
+        self._fail(name)  # until it succeeds: guesses sent together count before any of them is checked
         raw = password.encode("utf-8", "surrogatepass")
         entry = self._accounts.get(name)
         hashed = entry.password_hash.encode() if entry is not None else self._decoy
@@ -224,7 +237,6 @@ class Accounts:
         matches = matches and len(raw) <= MAX_PASSWORD_BYTES
         entry = self._accounts.get(name) if entry is not None else None  # deleted while we checked
         if not matches or entry is None:
-            self._fail(name)
             raise Unauthenticated("wrong name or password")
         self._failures.pop(name, None)
         return entry
@@ -314,8 +326,8 @@ class Accounts:
         elif len(failures) >= MAX_FAILURES:
             wait = failures[0] + FAILURE_WINDOW_SEC - now
             raise RateLimited(
-                f"{len(failures)} failed logins for {name[:64]!r} in the last {FAILURE_WINDOW_SEC:g} s: "
-                f"try again in {wait:.0f} s",
+                f"{len(failures)} logins for {name[:64]!r} failed (or have not finished) in the last "
+                f"{FAILURE_WINDOW_SEC:g} s: try again in {max(1.0, wait):.0f} s",
                 wait,
             )
 
@@ -332,7 +344,13 @@ class Accounts:
         return (await self._run(bcrypt.hashpw, raw, bcrypt.gensalt(self.rounds))).decode()
 
     async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._hasher, fn, *args)
+        if self._hashing >= self.max_waiting:
+            raise RateLimited("too many logins and password changes at once: try again in 1 s", 1.0)
+        self._hashing += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._hasher, fn, *args)
+        finally:
+            self._hashing -= 1
 
     def close(self) -> None:
         self._hasher.shutdown(wait=False, cancel_futures=True)

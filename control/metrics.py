@@ -97,6 +97,8 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        for outcome in ("ok", "refused", "throttled"):  # at 0 from the start, so that rate() sees the first one
+            self.logins.labels(outcome)
         self.auth_refused = Counter(
             "corral_auth_refused",
             "Calls refused UNAUTHENTICATED (gRPC) or 401 (REST) for a missing or wrong token, by the role they needed.",

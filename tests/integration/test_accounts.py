@@ -23,6 +23,7 @@ import corral
 from corral.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, RateLimited, Unauthenticated
 from corral.v1 import accounts_pb2, accounts_pb2_grpc
 from tests.conftest import ControlProc, wait_until
+from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 from tests.support import cli
 
@@ -119,6 +120,10 @@ def test_a_wrong_name_or_password_is_refused_alike_and_guessing_is_slowed(open_s
         assert 0 < throttled.value.retry_after <= 60
     log = cp.log.read_text()
     assert '"login_refused"' in log and "wrong password" not in log and PASSWORD not in log
+    metrics = scrape(Rest(cp.http_port))
+    assert metrics['corral_logins_total{outcome="refused"}'] == 6
+    assert metrics['corral_logins_total{outcome="throttled"}'] == 1
+    assert metrics['corral_logins_total{outcome="ok"}'] == 0
 
 
 def test_bad_input_is_refused_naming_the_field_and_stores_nothing(open_site: Site) -> None:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import jwt
 import pytest
 
-from control.accounts import FAILURE_WINDOW_SEC, MAX_FAILURES, Accounts
+from control.accounts import FAILURE_WINDOW_SEC, MAX_FAILURES, Accounts, LoginGrant
 from control.auth import LOGIN_EXPIRES
 from control.clock import FakeClock
 from control.store import SQLiteStore
@@ -200,3 +200,32 @@ def test_accounts_and_logins_outlive_a_restart(tmp_path: Path, clock: FakeClock)
         again.close()
     finally:
         store.close()
+
+
+def test_guesses_sent_together_are_held_to_the_same_number(accounts: Accounts) -> None:
+    run(accounts.register("alice", PASSWORD))
+
+    async def burst() -> list[BaseException | LoginGrant]:
+        tries = [accounts.login("alice", f"guess-{n:04d}") for n in range(4 * MAX_FAILURES)]
+        return await asyncio.gather(*tries, return_exceptions=True)
+
+    outcomes = run(burst())
+    # Each attempt counts from its start: only the first MAX_FAILURES were checked at all.
+    assert sum(isinstance(o, Unauthenticated) for o in outcomes) == MAX_FAILURES
+    assert sum(isinstance(o, RateLimited) for o in outcomes) == 3 * MAX_FAILURES
+
+
+def test_past_the_waiting_limit_a_login_is_refused_not_queued(accounts: Accounts) -> None:
+    for name in ("alice", "bob", "carol", "dave"):
+        run(accounts.register(name, PASSWORD))
+    accounts.max_waiting = 2
+
+    async def together() -> list[BaseException | LoginGrant]:
+        return await asyncio.gather(
+            *(accounts.login(n, PASSWORD) for n in ("alice", "bob", "carol", "dave")), return_exceptions=True
+        )
+
+    outcomes = run(together())
+    assert [type(o).__name__ for o in outcomes] == ["LoginGrant", "LoginGrant", "RateLimited", "RateLimited"]
+    assert "at once" in str(outcomes[2])
+    assert accounts.verify(login(accounts, "carol")) == "carol"  # once the others are done
