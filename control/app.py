@@ -29,6 +29,7 @@ from control.api import (
     create_server,
     server_credentials,
 )
+from control.audit import AuditLog
 from control.auth import Authenticator
 from control.autoscale import Autoscaler
 from control.clock import Clock, SystemClock
@@ -134,11 +135,12 @@ class ControlPlane:
         self.autoscaler = Autoscaler(cfg, scheduler, sessions, self.metrics, self.clock)
         scheduler.on_change = self._update_readiness
         accounts = self.accounts = self._accounts()
+        audit = AuditLog(self.store, self.clock, cfg.audit_retention_sec)
         servicers = (
-            JobServicer(scheduler),
+            JobServicer(scheduler, audit),
             WorkerServicer(sessions),
-            AdminServicer(sessions, autoscaler=self.autoscaler),
-            AccountServicer(accounts, scheduler.access),
+            AdminServicer(sessions, autoscaler=self.autoscaler, audit=audit),
+            AccountServicer(accounts, scheduler.access, audit),
         )
         auth = Authenticator.from_config(cfg, accounts)
         if accounts is not None and auth is not None:
@@ -197,6 +199,7 @@ class ControlPlane:
                 ).run()
             ),
             asyncio.ensure_future(self._refresh_readiness()),
+            asyncio.ensure_future(audit.run()),
         ]
         if self.token_watcher is not None:
             self._tasks.append(asyncio.ensure_future(self.token_watcher.run()))

@@ -129,6 +129,8 @@ class ControlConfig:
     """CORRAL_LOGIN_TTL_SEC: 60..2592000 (30 days); how long a login lasts."""
     password_rounds: int = 12
     """CORRAL_PASSWORD_ROUNDS: 10..16; bcrypt's cost (each one more doubles a login's work)."""
+    audit_retention_sec: float = 7_776_000.0
+    """CORRAL_AUDIT_RETENTION_SEC: >= 0; how long the audit log keeps an event (90 days; 0: for ever)."""
     fair_share: str = "off"
     """CORRAL_FAIR_SHARE: on | off. ``on``: a freed slot goes to the owner with the smallest dominant share
     (the largest part of the workers' threads, GPUs or memory its running jobs hold) for its weight
@@ -305,6 +307,12 @@ class ControlConfig:
             self.priority_aging_sec,
         )
         self._check_auth()
+        _rule(
+            _nonneg(self.audit_retention_sec),
+            "CORRAL_AUDIT_RETENTION_SEC",
+            "must be >= 0 (0: keep for ever)",
+            self.audit_retention_sec,
+        )
         try:
             ShareRules.parse(self.fair_share, self.owner_weights, self.owner_max_running)
         except ValueError as exc:
@@ -573,6 +581,7 @@ _ENV: dict[str, str] = {
     "accounts": "CORRAL_ACCOUNTS",
     "login_ttl_sec": "CORRAL_LOGIN_TTL_SEC",
     "password_rounds": "CORRAL_PASSWORD_ROUNDS",
+    "audit_retention_sec": "CORRAL_AUDIT_RETENTION_SEC",
     "fair_share": "CORRAL_FAIR_SHARE",
     "owner_weights": "CORRAL_OWNER_WEIGHTS",
     "owner_max_running": "CORRAL_OWNER_MAX_RUNNING",
@@ -643,6 +652,7 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "accounts": _lower,
     "login_ttl_sec": _FLOAT,
     "password_rounds": _INT,
+    "audit_retention_sec": _FLOAT,
     "fair_share": _lower,
     "owner_weights": _text,
     "owner_max_running": _text,

@@ -35,6 +35,8 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.account import Identity as Identity
     from corral.account import Login as Login
     from corral.aio import AsyncClient as AsyncClient
+    from corral.audit import AuditEvent as AuditEvent
+    from corral.audit import AuditPage as AuditPage
     from corral.client import Client as Client
     from corral.cluster import AutoscalerStatus as AutoscalerStatus
     from corral.cluster import Stats as Stats
@@ -72,6 +74,8 @@ _HOMES = {
     **dict.fromkeys(("AutoscalerStatus", "Stats", "WorkerInfo", "WorkerState"), "corral.cluster"),
     # Accounts
     **dict.fromkeys(("Account", "Identity", "Login"), "corral.account"),
+    # The audit log
+    **dict.fromkeys(("AuditEvent", "AuditPage"), "corral.audit"),
     # Errors
     **dict.fromkeys(
         (

@@ -27,6 +27,7 @@ from typing import Any, cast
 import grpc
 
 from corral.account import Account, Identity, Login, account_request
+from corral.audit import AuditPage, audit_request
 from corral.client import (
     DEFAULT_ADDRESS,
     DEFAULT_CHANNEL_OPTIONS,
@@ -290,6 +291,20 @@ class AsyncClient:
         """Return what the autoscaler is doing."""
         pb = await self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
+
+    async def audit(
+        self,
+        *,
+        actor: str = "",
+        action: str = "",
+        target: str = "",
+        outcome: str = "",
+        limit: int = 100,
+        offset: int = 0,
+    ) -> AuditPage:
+        """As :meth:`corral.Client.audit`."""
+        request = audit_request(actor, action, target, outcome, limit, offset)
+        return AuditPage.from_proto(await self._unary(lambda c: c.admin.ListAuditEvents, request))
 
     # -- accounts -------------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 
 from corral.account import Account, Identity, Login, account_request
+from corral.audit import AuditPage, audit_request
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
@@ -345,6 +346,20 @@ class Client:
         """Return what the autoscaler is doing."""
         pb = self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
+
+    def audit(
+        self,
+        *,
+        actor: str = "",
+        action: str = "",
+        target: str = "",
+        outcome: str = "",
+        limit: int = 100,
+        offset: int = 0,
+    ) -> AuditPage:
+        """The audit log, newest first: the events whose fields equal those given (admins only)."""
+        request = audit_request(actor, action, target, outcome, limit, offset)
+        return AuditPage.from_proto(self._unary(lambda c: c.admin.ListAuditEvents, request))
 
     # -- accounts -------------------------------------------------------------------------------------
 

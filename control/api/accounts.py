@@ -8,14 +8,16 @@ control plane. A logged-in account manages only itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from control.access import Access
 from control.api import convert
+from control.api.audited import audited
 from control.api.identity import PRINCIPAL
 from control.api.status import grpc_errors
+from control.audit import AuditLog
 from control.auth import LOGIN_EXPIRES
 from control.store import AccountEntry
 from corral.errors import FailedPrecondition, PermissionDenied, Unauthenticated
@@ -23,6 +25,11 @@ from corral.v1 import accounts_pb2
 
 if TYPE_CHECKING:  # bcrypt and the JWT library load only where accounts are on (control.app)
     from control.accounts import Accounts
+
+
+def _name(request: Any) -> str:
+    """The account a request names: the target of its audit event."""
+    return str(request.name)
 
 
 class AccountServicer:
@@ -33,9 +40,11 @@ class AccountServicer:
         access: The visibility rule, whose admins and groups accounts share.
     """
 
-    def __init__(self, accounts: Accounts | None, access: Access) -> None:
+    def __init__(self, accounts: Accounts | None, access: Access, audit: AuditLog | None = None) -> None:
         self.accounts = accounts
         self.access = access
+        self.audit = audit
+        """Where every call but WhoAmI and ListAccounts is recorded (None: nowhere)."""
 
     def _on(self) -> Accounts:
         if self.accounts is None:
@@ -64,6 +73,7 @@ class AccountServicer:
         return convert.account(entry, self.access.group_of.get(name, ""), name in self.access.admins)
 
     @grpc_errors
+    @audited("account.register", _name)
     async def Register(
         self, request: accounts_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.Account:
@@ -73,6 +83,7 @@ class AccountServicer:
         return self._account(await accounts.register(request.name, request.password))
 
     @grpc_errors
+    @audited("account.login", _name)
     async def Login(
         self, request: accounts_pb2.LoginRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.LoginResponse:
@@ -103,6 +114,7 @@ class AccountServicer:
         return accounts_pb2.ListAccountsResponse(accounts=[self._account(a) for a in accounts.all()])
 
     @grpc_errors
+    @audited("account.set_password", _name)
     async def SetPassword(
         self, request: accounts_pb2.SetPasswordRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.Account:
@@ -118,6 +130,7 @@ class AccountServicer:
         return self._account(await accounts.set_password(request.name, request.password))
 
     @grpc_errors
+    @audited("account.delete", _name)
     async def DeleteAccount(
         self, request: accounts_pb2.DeleteAccountRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.DeleteAccountResponse:

@@ -1,4 +1,4 @@
-"""AdminServicer: the worker registry, draining, and the autoscaler's state.
+"""AdminServicer: the worker registry, draining, the autoscaler's state, and the audit log.
 
 With CORRAL_JOB_VISIBILITY=owner only the admins (CORRAL_AUTH_ADMINS) may call it (control.access)."""
 
@@ -6,23 +6,36 @@ from __future__ import annotations
 
 import grpc
 
+from control.admission.validation import check_text
 from control.api import convert
+from control.api.audited import audited
 from control.api.identity import PRINCIPAL
 from control.api.status import grpc_errors
+from control.audit import MAX_TARGET, AuditLog
 from control.autoscale import Autoscaler
 from control.sessions import WorkerSessions
+from corral.audit import ACTIONS
+from corral.errors import InvalidArgument
 from corral.v1 import admin_pb2
+
+MAX_AUDIT_PAGE = 1000
 
 
 class AdminServicer:
     """corral.v1.AdminService."""
 
     def __init__(
-        self, sessions: WorkerSessions, drain_deadline_sec: float = 30.0, autoscaler: Autoscaler | None = None
+        self,
+        sessions: WorkerSessions,
+        drain_deadline_sec: float = 30.0,
+        autoscaler: Autoscaler | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.sessions = sessions
         self.drain_deadline_sec = drain_deadline_sec
         self.autoscaler = autoscaler
+        self.audit = audit
+        """The audit log: drains are recorded there, and ListAuditEvents reads it (None: off)."""
 
     @grpc_errors
     async def ListWorkers(
@@ -33,6 +46,7 @@ class AdminServicer:
         return admin_pb2.ListWorkersResponse(workers=[convert.worker(w) for w in workers])
 
     @grpc_errors
+    @audited("worker.drain", lambda request: request.id)
     async def DrainWorker(
         self, request: admin_pb2.DrainWorkerRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.Worker:
@@ -48,3 +62,23 @@ class AdminServicer:
             return convert.autoscaler(self.autoscaler.status())
         connected = len(self.sessions.s.registry.connected())
         return admin_pb2.AutoscalerStatus(mode="off", current_workers=connected, desired_workers=connected)
+
+    @grpc_errors
+    async def ListAuditEvents(
+        self, request: admin_pb2.ListAuditEventsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListAuditEventsResponse:
+        self.sessions.s.access.check_admin(PRINCIPAL.get())
+        limit = request.limit or 100
+        if not 1 <= limit <= MAX_AUDIT_PAGE:
+            raise InvalidArgument("limit", f"must be between 1 and {MAX_AUDIT_PAGE}, got {limit}")
+        if request.offset < 0:
+            raise InvalidArgument("offset", f"must be >= 0, got {request.offset}")
+        match = {"actor": request.actor, "action": request.action, "target": request.target, "outcome": request.outcome}
+        for field, value in match.items():
+            check_text(field, value, MAX_TARGET)
+        if request.action and request.action not in ACTIONS:
+            raise InvalidArgument("action", f"must be one of {', '.join(ACTIONS)}, got {request.action[:80]!r}")
+        if self.audit is None:
+            return admin_pb2.ListAuditEventsResponse()
+        page = await self.audit.page(match, limit, request.offset)
+        return admin_pb2.ListAuditEventsResponse(events=[convert.audit_event(e) for e in page.events], total=page.total)

@@ -16,7 +16,7 @@ from control.jobs import JobRecord
 from control.queue_view import QueuedJob
 from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
-from control.store import AccountEntry, JobTypeEntry
+from control.store import AccountEntry, AuditEntry, JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import MAX_EXACT_INTEGER
 from corral.limits import MAX_GPUS, MAX_MEMORY_MB, MAX_OUTPUT_BYTES, MAX_THREADS, MAX_WORKER_ID
@@ -330,4 +330,12 @@ def account(a: AccountEntry, group: str, admin: bool) -> accounts_pb2.Account:
     out = accounts_pb2.Account(name=a.name, group=group, admin=admin)
     set_time(out.created_at, a.created_at)
     set_time(out.password_changed_at, a.password_changed_at)
+    return out
+
+
+def audit_event(e: AuditEntry) -> admin_pb2.AuditEvent:
+    out = admin_pb2.AuditEvent(
+        seq=e.seq, actor=e.actor, action=e.action, target=e.target, outcome=e.outcome, request_id=e.request_id
+    )
+    set_time(out.time, e.time)
     return out

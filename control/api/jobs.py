@@ -12,8 +12,10 @@ import grpc
 
 from control.admission.validation import MAX_TYPE, check_text
 from control.api import convert
+from control.api.audited import audited
 from control.api.identity import PRINCIPAL, client_identity
 from control.api.status import grpc_errors
+from control.audit import AuditLog
 from control.jobs import JobState
 from control.registry import WorkerState
 from control.scheduler import Scheduler
@@ -36,8 +38,10 @@ def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
 class JobServicer:
     """corral.v1.JobService."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, audit: AuditLog | None = None) -> None:
         self.s = scheduler
+        self.audit = audit
+        """Where cancels and retries are recorded (None: nowhere)."""
 
     @grpc_errors
     async def SubmitJob(
@@ -112,10 +116,12 @@ class JobServicer:
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
 
     @grpc_errors
+    @audited("job.cancel", lambda request: request.id)
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
         return convert.job(await self.s.cancel(await self._visible(request.id)))
 
     @grpc_errors
+    @audited("job.retry", lambda request: request.id)
     async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
         return convert.job(await self.s.retry(await self._visible(request.id)))
 

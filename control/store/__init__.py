@@ -5,12 +5,14 @@ store), ``sqlite`` (SQLiteStore, the embedded default) and ``schema.sql``, ``pos
 (PostgresStore, shared by an active control plane and its standbys) and ``schema_postgres.sql``.
 """
 
-from control.store.base import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, Store
+from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, Store
 from control.store.sqlite import SQLiteStore
 from corral.dburl import is_postgres_url
 
 __all__ = [
     "AccountEntry",
+    "AuditEntry",
+    "AuditPage",
     "IdempotencyEntry",
     "JobPage",
     "JobTypeEntry",

@@ -9,7 +9,7 @@ Updates are compare-and-set on the fencing token: a row is never overwritten by 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,6 +53,27 @@ class AccountEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One event of the audit log (see :mod:`control.audit`); ``seq`` is the store's (0 before stored)."""
+
+    time: float
+    actor: str
+    action: str
+    target: str
+    outcome: str
+    request_id: str
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    """One page of the audit log, newest first, and the number of matches ignoring limit and offset."""
+
+    events: list[AuditEntry]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobPage:
     """One page of a listing and the number of matches ignoring limit and offset."""
 
@@ -87,6 +108,19 @@ class Store(Protocol):
         ...
 
     def delete_account(self, name: str) -> None: ...
+
+    def put_audit(self, entry: AuditEntry) -> None:
+        """Append ``entry`` to the audit log (the store numbers it)."""
+        ...
+
+    async def list_audit(self, match: Mapping[str, str], limit: int, offset: int) -> AuditPage:
+        """Newest first; ``match``: column (actor, action, target, outcome) -> the value it must have."""
+        ...
+
+    async def purge_audit(self, before: float, limit: int) -> int:
+        """Delete at most ``limit`` of the oldest events recorded before ``before``, after the writes
+        queued before the call; returns how many."""
+        ...
 
     async def lead(self, standing_by: StandingBy | None = None) -> None:
         """Return once this process may write the store: at once for a store that one process opens at

@@ -32,7 +32,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, TypeVar
@@ -40,7 +40,8 @@ from typing import Any, TypeVar
 import psycopg
 
 from control.jobs import TERMINAL, JobRecord, JobState
-from control.store.base import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
+from control.store import audit_rows
+from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
 from corral import logs
 from corral.dburl import describe
@@ -89,6 +90,7 @@ _SQL = {
         "session=EXCLUDED.session, created_at=EXCLUDED.created_at, password_changed_at=EXCLUDED.password_changed_at"
     ),
     "account_delete": "DELETE FROM accounts WHERE name = %s",
+    "audit_put": f"INSERT INTO audit ({audit_rows.COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s)",
 }
 _IDEM_EXPIRE = (
     "DELETE FROM idempotency_keys WHERE key IN "
@@ -295,6 +297,22 @@ class PostgresStore:
     def delete_account(self, name: str) -> None:
         self._pending.append(("account_delete", [(name,)]))
 
+    def put_audit(self, entry: AuditEntry) -> None:
+        # Names and request ids come from callers: a NUL, which PostgreSQL's text refuses, must not fail a commit.
+        self._pending.append(("audit_put", [_without_nul(audit_rows.row(entry), (1, 2, 3, 4, 5))]))
+
+    async def purge_audit(self, before: float, limit: int) -> int:
+        def step() -> int:
+            if self._error is not None:
+                return 0
+            try:
+                return self._wconn.execute(audit_rows.purge_sql("%s"), (before, limit)).rowcount
+            except psycopg.Error as exc:
+                self._fail(exc)
+                return 0
+
+        return await self._after_queued(step)
+
     async def commit(self) -> None:
         """Return once every write queued before this call is committed: everything queued since the
         last commit in one transaction, on the writer thread (in order)."""
@@ -488,6 +506,9 @@ class PostgresStore:
     def load_job_types(self) -> list[JobTypeEntry]:
         rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
         return [JobTypeEntry(*r) for r in rows]
+
+    async def list_audit(self, match: Mapping[str, str], limit: int, offset: int) -> AuditPage:
+        return await self._read(lambda c: audit_rows.read_page(c, "%s", match, limit, offset))
 
     def load_accounts(self) -> list[AccountEntry]:
         rows = self._rconn.execute(

@@ -75,3 +75,16 @@ CREATE TABLE IF NOT EXISTS settings (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+
+-- The audit log (control.audit): who changed what, when, and whether it was allowed.
+CREATE TABLE IF NOT EXISTS audit (
+    seq        BIGSERIAL        PRIMARY KEY,
+    time       DOUBLE PRECISION NOT NULL,
+    actor      TEXT             NOT NULL,
+    action     TEXT             NOT NULL,
+    target     TEXT             NOT NULL,
+    outcome    TEXT             NOT NULL,
+    request_id TEXT             NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS audit_by_actor ON audit (actor, seq);

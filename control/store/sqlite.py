@@ -17,13 +17,14 @@ import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any, TypeVar
 
 from control.jobs import TERMINAL, JobRecord, JobState
-from control.store.base import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
+from control.store import audit_rows
+from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.lock import DatabaseLock
 from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
 from corral.errors import Unavailable
@@ -220,6 +221,21 @@ class SQLiteStore:
     def delete_account(self, name: str) -> None:
         self._pending.append(("account_delete", [(name,)]))
 
+    def put_audit(self, entry: AuditEntry) -> None:
+        self._pending.append(("audit_put", [audit_rows.row(entry)]))
+
+    async def purge_audit(self, before: float, limit: int) -> int:
+        return await self._after_queued(lambda: self._purge_audit(before, limit))
+
+    def _purge_audit(self, before: float, limit: int) -> int:
+        if self._error is not None:
+            return 0
+        try:
+            return int(self._wconn.execute(audit_rows.purge_sql("?"), (before, limit)).rowcount)
+        except sqlite3.Error:  # not fatal: a later sweep deletes them
+            logger.exception("audit_purge_failed")
+            return 0
+
     async def commit(self) -> None:
         """Return once every write queued before this call is durable.
 
@@ -257,6 +273,7 @@ class SQLiteStore:
         "type_put": "INSERT OR REPLACE INTO job_types (name, schema, description, updated_at) VALUES (?,?,?,?)",
         "account_put": f"INSERT OR REPLACE INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?,?,?,?,?)",
         "account_delete": "DELETE FROM accounts WHERE name = ?",
+        "audit_put": f"INSERT INTO audit ({audit_rows.COLUMNS}) VALUES (?,?,?,?,?,?)",
     }
 
     def _write(self, ops: list[_Op]) -> None:
@@ -376,6 +393,10 @@ class SQLiteStore:
     def load_job_types(self) -> list[JobTypeEntry]:
         rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
         return [JobTypeEntry(*r) for r in rows]
+
+    async def list_audit(self, match: Mapping[str, str], limit: int, offset: int) -> AuditPage:
+        page: AuditPage = await self._read(lambda c: audit_rows.read_page(c, "?", match, limit, offset))
+        return page
 
     def load_accounts(self) -> list[AccountEntry]:
         rows = self._rconn.execute(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts").fetchall()

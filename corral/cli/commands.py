@@ -1,4 +1,4 @@
-"""The client commands of ``corral``: submit, get, list, cancel, retry, watch, stats, workers, drain (the
+"""The client commands of ``corral``: submit, get, list, cancel, retry, watch, stats, workers, drain, audit (the
 account commands are in :mod:`corral.cli.account_commands`).
 
 Each handler takes the parsed arguments, makes one :class:`corral.Client` call (two for ``submit --wait``)
@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 from corral.cli import login_file, render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
-from corral.job import Job, JobPage, JobState
+from corral.job import Job, JobState
 
 __all__ = [
+    "audit",
     "cancel",
     "client_for",
     "drain",
@@ -102,7 +103,7 @@ def list_jobs(args: argparse.Namespace) -> int:
         return ExitCode.OK
     out = render.console()
     out.print(render.jobs_table(page.jobs))
-    out.print(_page_footer(page, args.offset, "jobs"))
+    out.print(_page_footer(len(page.jobs), page.total, args.offset, "jobs"))
     return ExitCode.OK
 
 
@@ -115,16 +116,16 @@ def queue(args: argparse.Namespace) -> int:
         return ExitCode.OK
     out = render.console()
     out.print(render.queue_table(page.jobs, datetime.now(UTC)))
-    out.print(_page_footer(page, args.offset, "queued jobs"))
+    out.print(_page_footer(len(page.jobs), page.total, args.offset, "queued jobs"))
     return ExitCode.OK
 
 
-def _page_footer(page: JobPage, offset: int, noun: str) -> str:
-    """``1-50 of 120 jobs; next page: --offset 50``, dimmed."""
-    end = offset + len(page.jobs)
-    shown = f"{offset + 1}-{end}" if page.jobs else "none"
-    more = f"; next page: --offset {end}" if page.jobs and end < page.total else ""
-    return f"[dim]{shown} of {page.total} {noun}{more}[/]"
+def _page_footer(count: int, total: int, offset: int, noun: str) -> str:
+    """``1-50 of 120 jobs; next page: --offset 50``, dimmed: ``count`` shown from ``offset``, of ``total``."""
+    end = offset + count
+    shown = f"{offset + 1}-{end}" if count else "none"
+    more = f"; next page: --offset {end}" if count and end < total else ""
+    return f"[dim]{shown} of {total} {noun}{more}[/]"
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -180,6 +181,26 @@ def workers(args: argparse.Namespace) -> int:
         render.print_json([w.to_dict() for w in found])
     else:
         render.console().print(render.workers_table(found))
+    return ExitCode.OK
+
+
+def audit(args: argparse.Namespace) -> int:
+    """``corral audit``: the audit log, newest first (admins only)."""
+    with client_for(args) as client:
+        page = client.audit(
+            actor=args.actor,
+            action=args.action,
+            target=args.target,
+            outcome=args.outcome,
+            limit=args.limit,
+            offset=args.offset,
+        )
+    if args.json:
+        render.print_json({"events": [e.to_dict() for e in page.events], "total": page.total})
+        return ExitCode.OK
+    out = render.console()
+    out.print(render.audit_table(page.events))
+    out.print(_page_footer(len(page.events), page.total, args.offset, "events"))
     return ExitCode.OK
 
 

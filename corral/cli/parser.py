@@ -11,6 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
+from corral.audit import ACTIONS as AUDIT_ACTIONS
 from corral.cli import account_commands, commands, demo, login_file, up, values
 from corral.client import DEFAULT_ADDRESS
 from corral.logs import FORMATS, LEVELS
@@ -265,6 +266,20 @@ def _add_client_commands(
     p = sub.add_parser("drain", parents=[parent], help="stop giving a worker jobs; it finishes them and leaves")
     p.add_argument("id", metavar="WORKER_ID", help="worker id (see `corral workers`)")
     p.set_defaults(handler=commands.drain)
+    p = sub.add_parser(
+        "audit",
+        parents=[parent],
+        help="the audit log: who cancelled, retried, drained, logged in or changed an account (admins)",
+    )
+    p.add_argument("--actor", default="", help="only events of this caller (a token's or account's name)")
+    p.add_argument(
+        "--action", default="", choices=("", *AUDIT_ACTIONS), metavar="ACTION", help=", ".join(AUDIT_ACTIONS)
+    )
+    p.add_argument("--target", default="", help="only events about this job, worker or account")
+    p.add_argument("--outcome", default="", help="only events with this outcome: OK, PERMISSION_DENIED, ...")
+    p.add_argument("--limit", type=values.positive_int, default=100, help="1..1000 (default 100)")
+    p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    p.set_defaults(handler=commands.audit)
 
 
 def _add_account_commands(

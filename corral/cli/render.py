@@ -18,11 +18,13 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.account import Account, Identity
+from corral.audit import AuditEvent
 from corral.cluster import Stats, WorkerInfo, WorkerState
 from corral.job import Job, JobState
 
 __all__ = [
     "accounts_table",
+    "audit_table",
     "console",
     "identity_table",
     "job_line",
@@ -361,3 +363,14 @@ def _time(value: datetime | None) -> str:
 
 def _counts(counts: Mapping[str, int]) -> str:
     return "  ".join(f"{name.lower()} {count}" for name, count in sorted(counts.items()) if count)
+
+
+def audit_table(events: Iterable[AuditEvent]) -> Table:
+    """One row per audit event, newest first; a refusal's outcome in red."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("time", "actor", "action", "target", "outcome", "request id"):
+        table.add_column(column, no_wrap=column in ("time", "action", "outcome"))
+    for e in events:
+        outcome = Text(e.outcome, style="green" if e.outcome == "OK" else "red")
+        table.add_row(_time(e.time), e.actor or "-", e.action, e.target or "-", outcome, e.request_id or "-")
+    return table

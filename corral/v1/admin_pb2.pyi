@@ -309,3 +309,113 @@ class AutoscalerStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AutoscalerStatus: _TypeAlias = AutoscalerStatus  # noqa: Y015
+
+@_typing.final
+class AuditEvent(_message.Message):
+    """One call that changed something or tried to, as the audit log keeps it (CORRAL_AUDIT_RETENTION_SEC)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """Increasing: later events have larger numbers."""
+    actor: _builtins.str
+    """The caller's principal (a token's or an account's name; "" without auth, or for a login)."""
+    action: _builtins.str
+    """job.cancel, job.retry, worker.drain, account.register, account.login, account.set_password,
+    account.delete.
+    """
+    target: _builtins.str
+    """What it acted on: a job or worker id, an account name."""
+    outcome: _builtins.str
+    """OK, or the status code it was refused with (PERMISSION_DENIED, NOT_FOUND, ...)."""
+    request_id: _builtins.str
+    """The call's X-Request-ID, which its log lines carry too."""
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        time: _timestamp_pb2.Timestamp | None = ...,
+        actor: _builtins.str = ...,
+        action: _builtins.str = ...,
+        target: _builtins.str = ...,
+        outcome: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "actor", b"actor", "outcome", b"outcome", "request_id", b"request_id", "seq", b"seq", "target", b"target", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditEvent: _TypeAlias = AuditEvent  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTOR_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    actor: _builtins.str
+    """Only events of this actor, action, target, outcome (each: exact match; empty: any)."""
+    action: _builtins.str
+    target: _builtins.str
+    outcome: _builtins.str
+    limit: _builtins.int
+    """1..1000; 0 means 100."""
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        actor: _builtins.str = ...,
+        action: _builtins.str = ...,
+        target: _builtins.str = ...,
+        outcome: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "actor", b"actor", "limit", b"limit", "offset", b"offset", "outcome", b"outcome", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditEventsRequest: _TypeAlias = ListAuditEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListAuditEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Events that match, ignoring limit and offset."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditEvent]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___AuditEvent] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditEventsResponse: _TypeAlias = ListAuditEventsResponse  # noqa: Y015

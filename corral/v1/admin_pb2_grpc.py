@@ -49,6 +49,11 @@ class AdminServiceStub:
                 request_serializer=corral_dot_v1_dot_admin__pb2.GetAutoscalerRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_admin__pb2.AutoscalerStatus.FromString,
                 _registered_method=True)
+        self.ListAuditEvents = channel.unary_unary(
+                '/corral.v1.AdminService/ListAuditEvents',
+                request_serializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -73,6 +78,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEvents(self, request, context):
+        """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
+        account, when, and whether it was allowed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -90,6 +103,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetAutoscaler,
                     request_deserializer=corral_dot_v1_dot_admin__pb2.GetAutoscalerRequest.FromString,
                     response_serializer=corral_dot_v1_dot_admin__pb2.AutoscalerStatus.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -173,6 +191,33 @@ class AdminService:
             '/corral.v1.AdminService/GetAutoscaler',
             corral_dot_v1_dot_admin__pb2.GetAutoscalerRequest.SerializeToString,
             corral_dot_v1_dot_admin__pb2.AutoscalerStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.AdminService/ListAuditEvents',
+            corral_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
+            corral_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

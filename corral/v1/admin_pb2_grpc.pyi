@@ -35,6 +35,10 @@ class AdminServiceStub:
     DrainWorker: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DrainWorkerRequest, _admin_pb2.Worker]
     """Stops giving the worker jobs and asks it to finish what it runs and leave."""
     GetAutoscaler: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetAutoscalerRequest, _admin_pb2.AutoscalerStatus]
+    ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListAuditEventsRequest, _admin_pb2.ListAuditEventsResponse]
+    """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
+    account, when, and whether it was allowed.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -43,6 +47,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     DrainWorker: _aio.UnaryUnaryMultiCallable[_admin_pb2.DrainWorkerRequest, _admin_pb2.Worker]  # type: ignore[assignment]
     """Stops giving the worker jobs and asks it to finish what it runs and leave."""
     GetAutoscaler: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetAutoscalerRequest, _admin_pb2.AutoscalerStatus]  # type: ignore[assignment]
+    ListAuditEvents: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListAuditEventsRequest, _admin_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
+    """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
+    account, when, and whether it was allowed.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -66,5 +74,15 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.GetAutoscalerRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.AutoscalerStatus, _abc.Awaitable[_admin_pb2.AutoscalerStatus]]: ...
+
+    @_abc_1.abstractmethod
+    def ListAuditEvents(
+        self,
+        request: _admin_pb2.ListAuditEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListAuditEventsResponse, _abc.Awaitable[_admin_pb2.ListAuditEventsResponse]]:
+        """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
+        account, when, and whether it was allowed.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

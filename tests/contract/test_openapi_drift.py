@@ -1,6 +1,6 @@
 """openapi/corral.v1.yaml is what protos/openapi.py generates from the protos, is valid OpenAPI 3, and
-lists exactly the routes the REST bridge serves (DESIGN.md's table, and the accounts routes Corral adds
-to it)."""
+lists exactly the routes the REST bridge serves (DESIGN.md's table, and the accounts and audit routes
+Corral adds to it)."""
 
 import subprocess
 import sys
@@ -37,8 +37,10 @@ ADDED = {
     ("GET", "/v1/accounts"): "AccountService.ListAccounts",
     ("POST", "/v1/accounts/{name}:setPassword"): "AccountService.SetPassword",
     ("DELETE", "/v1/accounts/{name}"): "AccountService.DeleteAccount",
+    ("GET", "/v1/audit"): "AdminService.ListAuditEvents",
 }
-"""Routes beyond DESIGN.md's table: accounts (CORRAL_ACCOUNTS), none of which changes a route above."""
+"""Routes beyond DESIGN.md's table: accounts (CORRAL_ACCOUNTS) and the audit log, none of which changes
+a route above."""
 
 
 def spec() -> Any:

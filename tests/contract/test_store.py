@@ -17,7 +17,16 @@ import pytest
 
 from control import jobs
 from control.jobs import JobRecord, JobState
-from control.store import AccountEntry, IdempotencyEntry, JobPage, JobTypeEntry, SQLiteStore, Store, open_store
+from control.store import (
+    AccountEntry,
+    AuditEntry,
+    IdempotencyEntry,
+    JobPage,
+    JobTypeEntry,
+    SQLiteStore,
+    Store,
+    open_store,
+)
 from control.store.lock import DatabaseLock
 from control.store.postgres import LOCK_KEY
 from corral.errors import Unavailable
@@ -279,6 +288,33 @@ def test_accounts_and_the_login_key_survive_reopen_and_a_delete_sticks(location:
         # The first key stays: a second control plane (or a restart) gets the same one, not its own.
         assert s.login_key(b"x" * 32) == key
         assert s.load_accounts() == [AccountEntry("alice", "$2b$10$new", "s3", 1.0, 3.0)]
+    finally:
+        s.close()
+
+
+def test_the_audit_log_lists_newest_first_by_exact_filters_survives_reopen_and_purges_oldest(location: str) -> None:
+    s = opened(location)
+    for n in range(6):
+        who = "alice" if n % 2 else "bob"
+        s.put_audit(AuditEntry(float(n), who, "job.cancel", f"job-{n}", "OK" if n < 4 else "NOT_FOUND", f"r{n}"))
+    s.put_audit(AuditEntry(9.0, "ali%", "job.retry", "job-ü\x00", "OK", "r9"))  # text from callers, NUL too
+    run(s.commit())
+    s.close()
+    s = opened(location)
+    try:
+        everything = run(s.list_audit({}, 100, 0))
+        assert everything.total == 7 and [e.time for e in everything.events] == [9.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+        seqs = [e.seq for e in everything.events]
+        assert seqs == sorted(seqs, reverse=True) and len(set(seqs)) == 7
+        alice = run(s.list_audit({"actor": "alice", "outcome": "OK"}, 100, 0))
+        assert [(e.target, e.request_id) for e in alice.events] == [("job-3", "r3"), ("job-1", "r1")]
+        assert run(s.list_audit({"actor": "ali"}, 100, 0)).total == 0  # exact, not a prefix or a pattern
+        page = run(s.list_audit({"action": "job.cancel"}, 2, 1))
+        assert page.total == 6 and [e.target for e in page.events] == ["job-4", "job-3"]
+        # Purge: the oldest recorded by the time, at most the limit, in order.
+        assert run(s.purge_audit(before=3.0, limit=2)) == 2
+        assert run(s.purge_audit(before=3.0, limit=10)) == 2
+        assert [e.target for e in run(s.list_audit({}, 100, 0)).events][-1] == "job-4"
     finally:
         s.close()
 

@@ -28,6 +28,9 @@ EXPECTED = {
     "Account",
     "Identity",
     "Login",
+    # The audit log
+    "AuditEvent",
+    "AuditPage",
     # Errors
     "AlreadyExists",
     "CorralError",

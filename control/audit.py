@@ -1,0 +1,76 @@
+"""The audit log: who changed what, when, and whether it was allowed, kept in the store and listed by
+AdminService.ListAuditEvents (``corral audit``, ``GET /v1/audit``).
+
+What is recorded: every call that cancels or retries a job, drains a worker, registers an account,
+logs in, sets a password or deletes an account, allowed or refused. Submissions are not: each job
+keeps its owner and request id, and the log would grow with the jobs. Refusals are what an audit
+is often read for (someone trying another's job, or guessing passwords), so a refused call is
+recorded with the status it got, and a refused login with the name it tried.
+
+An event is recorded once the call has finished, and committed before the call answers: the answer
+a caller saw is in the log. A crash between a change's commit and its event's loses the event, not
+the change. Events are kept ``CORRAL_AUDIT_RETENTION_SEC`` (90 days; 0: for ever), swept in steps
+of :data:`PURGE_BATCH`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from control.admission.idempotency import sweep_interval
+from control.clock import Clock
+from control.store import AuditEntry, AuditPage, Store
+from corral import logs
+
+__all__ = ["MAX_TARGET", "PURGE_BATCH", "AuditLog"]
+
+logger = logging.getLogger(__name__)
+
+MAX_TARGET = 256
+"""Longest target kept, in characters: a refused call may name anything a caller sent."""
+PURGE_BATCH = 1000
+
+
+class AuditLog:
+    """Records events into ``store`` and sweeps them after ``retention_sec`` (0: never)."""
+
+    def __init__(self, store: Store, clock: Clock, retention_sec: float) -> None:
+        self.store = store
+        self.clock = clock
+        self.retention_sec = retention_sec
+
+    async def record(self, action: str, target: str, outcome: str) -> None:
+        """Record that the current call (its principal and request id) did ``action`` to ``target``
+        with ``outcome`` (OK or a status code name), and commit it."""
+        actor = logs.current_principal.get() or ""
+        request_id = logs.current_request.get() or ""
+        self.store.put_audit(
+            AuditEntry(self.clock.now(), actor, action, target[:MAX_TARGET], outcome, request_id[:MAX_TARGET])
+        )
+        await self.store.commit()
+
+    async def page(self, match: dict[str, str], limit: int, offset: int) -> AuditPage:
+        """Newest first, the events whose fields equal ``match``'s values (actor, action, target, outcome)."""
+        return await self.store.list_audit(match, limit, offset)
+
+    async def sweep(self) -> int:
+        """Delete every event past its retention now, :data:`PURGE_BATCH` at a time; returns how many."""
+        total = 0
+        while True:
+            purged = await self.store.purge_audit(self.clock.now() - self.retention_sec, PURGE_BATCH)
+            total += purged
+            if purged < PURGE_BATCH:
+                return total
+            await asyncio.sleep(0)
+
+    async def run(self) -> None:
+        """Sweep until cancelled (returns at once when events are kept for ever)."""
+        if self.retention_sec <= 0:
+            return
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # a failed sweep must not stop later ones
+                logger.exception("audit_purge_failed")
+            await asyncio.sleep(sweep_interval(self.retention_sec))
