@@ -73,7 +73,7 @@ class AccountServicer:
         return convert.account(entry, self.access.group_of.get(name, ""), name in self.access.admins)
 
     @grpc_errors
-    @audited("account.register", _name)
+    @audited("account.register", _name, anonymous={"OK"})
     async def Register(
         self, request: accounts_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.Account:
@@ -83,7 +83,7 @@ class AccountServicer:
         return self._account(await accounts.register(request.name, request.password))
 
     @grpc_errors
-    @audited("account.login", _name)
+    @audited("account.login", _name, anonymous={"OK", "UNAUTHENTICATED"})
     async def Login(
         self, request: accounts_pb2.LoginRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.LoginResponse:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import grpc
 
+from control.api.identity import PRINCIPAL
 from control.audit import AuditLog
 from corral.audit import ACTIONS
 from corral.errors import CorralError
@@ -17,10 +19,14 @@ __all__ = ["audited"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def audited(action: str, target: Callable[[Any], str]) -> Callable[[F], F]:
+def audited(action: str, target: Callable[[Any], str], anonymous: Collection[str] | None = None) -> Callable[[F], F]:
     """Record each call of the decorated method as ``action`` on ``target(request)``, with its outcome:
     OK, or the code of the error it raised. Goes under :func:`control.api.status.grpc_errors`, which
-    turns that error into the status afterwards. The servicer's ``audit`` (None: nothing recorded)."""
+    turns that error into the status afterwards. The servicer's ``audit`` (None: nothing recorded).
+
+    ``anonymous``: the only outcomes recorded for a call without a principal (None: all). Login and
+    Register need no credentials, so a caller could otherwise fill the log with refusals that cost it
+    nothing; the outcomes kept are those that took a password hash, which bounds their rate."""
     if action not in ACTIONS:
         raise ValueError(f"{action!r} is not an audit action: add it to corral.audit.ACTIONS")
 
@@ -30,16 +36,21 @@ def audited(action: str, target: Callable[[Any], str]) -> Callable[[F], F]:
             log: AuditLog | None = getattr(self, "audit", None)
             if log is None:
                 return await fn(self, request, context)
+            outcome = "OK"
             try:
-                result = await fn(self, request, context)
+                return await fn(self, request, context)
             except CorralError as exc:
-                await log.record(action, target(request), exc.code)
+                outcome = exc.code
+                raise
+            except asyncio.CancelledError:  # the caller went away: what was done is unknown
+                outcome = "CANCELLED"
                 raise
             except Exception:
-                await log.record(action, target(request), "INTERNAL")
+                outcome = "INTERNAL"
                 raise
-            await log.record(action, target(request), "OK")
-            return result
+            finally:
+                if anonymous is None or outcome in anonymous or PRINCIPAL.get():
+                    await log.record(action, target(request), outcome)
 
         return call  # type: ignore[return-value]
 
