@@ -23,8 +23,8 @@ share go by it.
   counts as a failure from its start until it succeeds, so a burst of guesses sent at once is held to
   the same number.
 
-Verifying a login is one HMAC and a dict probe after the first call with it: the decoded token is
-kept (bounded) until it expires.
+A login's signature is checked at the first call that sends it (about 40 µs); the decoded login is
+then kept (4,096 at most, until it expires), so later calls cost a dict probe.
 """
 
 from __future__ import annotations
