@@ -283,10 +283,10 @@ class Authenticator:
             raise
 
     def _check(self, role: Role, authorization: str | bytes | None) -> str | None:
+        LOGIN_EXPIRES.set(None)  # a connection's next call must not inherit this one's login
         if role is Role.ANYONE:
             return None if authorization is None else self._check(Role.CLIENT, authorization)
         if role is Role.CLIENT:
-            LOGIN_EXPIRES.set(None)  # a connection's next call must not inherit this one's login
             if not self.client_auth:
                 return None
             token = self._token(authorization)

@@ -162,6 +162,9 @@ class WhoAmIResponse(_message.Message):
     name: _builtins.str
     """The caller's principal: an account's or a configured token's name ("" without auth)."""
     admin: _builtins.bool
+    """The caller manages accounts: named in CORRAL_AUTH_ADMINS, or, with CORRAL_JOB_VISIBILITY=all,
+    holding a configured client token (true for everyone without auth).
+    """
     @_builtins.property
     def account(self) -> Global___Account:
         """Set when the caller logged in to an account."""
