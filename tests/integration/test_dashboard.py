@@ -191,6 +191,7 @@ def test_every_call_the_script_makes_is_a_route_of_the_bridge(
         "/v1/jobs/{id}:retry",
         "/v1/workers",
         "/v1/workers/{id}:drain",
+        "/v1/audit",
     }
 
     # When each is made against the control plane
@@ -279,3 +280,39 @@ def test_with_accounts_the_page_logs_in_and_uses_the_login_as_its_token(
     bearer = {"Authorization": f"Bearer {login.json()['token']}"}
     assert rest.get("/v1/jobs", headers=bearer).status == 200
     assert rest.get("/v1/whoami", headers=bearer).json()["name"] == "alice"
+
+
+def test_the_audit_section_shows_the_log_to_admins_and_hides_from_others(
+    make_control_plane: Callable[..., ControlProc],
+) -> None:
+    # Given clients kept apart, with ops the admin, and one refused cancel on record
+    ops, alice = token(), token()
+    cp = make_control_plane(
+        CORRAL_AUTH_TOKENS=f"ops:{ops},alice:{alice}",
+        CORRAL_WORKER_TOKEN=token(),
+        CORRAL_JOB_VISIBILITY="owner",
+        CORRAL_AUTH_ADMINS="ops",
+    )
+    rest = Rest(http_port(cp))
+    assert rest.call("POST", "/v1/jobs/job-x:cancel", {}, headers={"Authorization": f"Bearer {alice}"}).status == 404
+
+    # When the page asks for the log as the script does
+    page = load_page(rest)
+    asked = re.search(
+        r'api\("GET", "/v1/audit", \{\}, \{ query: new URLSearchParams\(\{ limit: String\((\w+)\) \}\) \}\)',
+        page.script,
+    )
+    assert asked is not None and 'id="audit-section"' in page.html.body.decode()
+    limit = re.search(rf"const {asked.group(1)} = (\d+);", page.script)
+    assert limit is not None
+    path = f"/v1/audit?limit={limit.group(1)}"
+
+    # Then an admin gets the event with the fields the script shows, and anyone else a 403, which hides it
+    events = rest.get(path, headers={"Authorization": f"Bearer {ops}"}).json()["events"]
+    assert [(e["actor"], e["action"], e["target"], e["outcome"]) for e in events] == [
+        ("alice", "job.cancel", "job-x", "NOT_FOUND")
+    ]
+    for field in ("time", "actor", "action", "target", "outcome", "requestId"):
+        assert f"e.{field}" in page.script and field in events[0]
+    assert rest.get(path, headers={"Authorization": f"Bearer {alice}"}).status == 403
+    assert '$("audit-section").hidden = err.status === 403' in page.script

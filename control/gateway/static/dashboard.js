@@ -8,6 +8,10 @@
   const PAGE_SIZE = 50; // one page of jobs is all the page ever holds
   const REFRESH_MS = 1500;
   const MAX_BACKOFF_MS = 30000;
+  const AUDIT_ROWS = 20;
+  /** The audit log is read every this many refreshes: it changes seldom, and its count reads a table
+   * that grows for the whole retention. */
+  const AUDIT_EVERY = 4;
   const REQUEST_TIMEOUT_MS = 10000;
   const TOKEN_KEY = "corral.token";
   const STATES = ["SCHEDULED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
@@ -154,6 +158,9 @@
   };
   let lastJobs = "";
   let lastWorkers = "";
+  let lastAudit = "";
+  let auditTick = 0;
+  let auditSeen = false; // answered at least once for this token (a refusal counts)
 
   const jobsKey = () => JSON.stringify([view.state, view.type, view.offset]);
 
@@ -280,6 +287,39 @@
     $("workers").replaceChildren(...rows);
   }
 
+  /** The latest audit events; the section is hidden from a caller who may not read them (403). */
+  async function loadAudit() {
+    auditTick = (auditTick + 1) % AUDIT_EVERY;
+    if (auditTick !== 1 && auditSeen) return;
+    let answer;
+    try {
+      answer = await api("GET", "/v1/audit", {}, { query: new URLSearchParams({ limit: String(AUDIT_ROWS) }) });
+      auditSeen = true;
+    } catch (err) {
+      auditSeen = err instanceof ApiError;
+      if (!(err instanceof ApiError)) throw err;
+      $("audit-section").hidden = err.status === 403;
+      setText("audit-error", err.status === 403 ? "" : err.message);
+      return;
+    }
+    $("audit-section").hidden = false;
+    setText("audit-error", "");
+    const events = answer.events || [];
+    const text = JSON.stringify(events);
+    if (text === lastAudit) return;
+    lastAudit = text;
+    const rows = events.map((e) => h("tr", {},
+      h("td", { title: fmtAgo(e.time) }, fmtTime(e.time)),
+      h("td", { class: "user" }, e.actor || "—"),
+      h("td", { class: "mono" }, e.action || ""),
+      h("td", { class: "mono user" }, e.target || "—"),
+      h("td", { class: e.outcome === "OK" ? "" : "error" }, e.outcome || ""),
+      h("td", { class: "mono" }, e.requestId || ""),
+    ));
+    if (rows.length === 0) rows.push(h("tr", {}, h("td", { class: "empty", colSpan: 6 }, "Nothing recorded yet.")));
+    $("audit").replaceChildren(...rows);
+  }
+
   async function loadDetail() {
     const id = view.selected;
     if (!id) return;
@@ -372,6 +412,7 @@
       return undefined;
     } finally {
       button.disabled = false;
+      auditSeen = false; // the action is on record now, allowed or not: show it at the next refresh
     }
   }
 
@@ -492,7 +533,8 @@
     $("login").hidden = true;
     $("forget-token").hidden = false;
     awaitingToken = false;
-    lastJobs = lastWorkers = "";
+    lastJobs = lastWorkers = lastAudit = "";
+    auditSeen = false;
     refreshSoon();
   }
 
@@ -544,7 +586,7 @@
     if (awaitingToken) return; // the token form starts it again
     running = true;
     again = false;
-    const results = await Promise.allSettled([loadStats(), loadJobs(), loadWorkers(), loadDetail()]);
+    const results = await Promise.allSettled([loadStats(), loadJobs(), loadWorkers(), loadAudit(), loadDetail()]);
     running = false;
     const errors = results.filter((r) => r.status === "rejected").map((r) => r.reason);
     const needsToken = errors.find((e) => e instanceof NeedsToken);
