@@ -16,6 +16,7 @@ share go by it.
   job's payload and result too, and is kept as private.
 * A login names the account's *session*, made anew with each password: a new password, or deleting
   the account, ends every login made before, also one of a later account of the same name.
+  :meth:`Accounts.end_all_logins` replaces the key, which ends every login of every account.
 * A wrong name and a wrong password get the same answer, after the same work (a name without an
   account is checked against a hash of nothing), so a login does not tell which names exist. After
   :data:`MAX_FAILURES` failures for one name within :data:`FAILURE_WINDOW_SEC`, that name is refused
@@ -218,6 +219,15 @@ class Accounts:
         self.store.delete_account(name)
         await self.store.commit()
         logger.info(logs.ACCOUNT_DELETED, extra={"account": name})
+
+    async def end_all_logins(self) -> None:
+        """End every login of every account: a new key signs logins from now on (passwords stay)."""
+        key = os.urandom(_KEY_BYTES)
+        self._key = key
+        self._verified.clear()
+        self.store.replace_login_key(key)
+        await self.store.commit()
+        logger.warning(logs.LOGINS_ENDED, extra={"accounts": len(self._accounts)})
 
     # ---- logging in ---------------------------------------------------------------------------
     async def check_password(self, name: str, password: str) -> AccountEntry:

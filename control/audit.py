@@ -2,8 +2,9 @@
 AdminService.ListAuditEvents (``corral audit``, ``GET /v1/audit``).
 
 What is recorded: every call that cancels or retries a job, drains a worker, registers an account,
-logs in, sets a password or deletes an account, allowed or refused. Submissions are not: each job
-keeps its owner and request id, and the log would grow with the jobs. Refusals are what an audit
+logs in, sets a password, deletes an account or ends every login, allowed or refused (the actions
+are listed in ``corral.audit.ACTIONS``). Submissions are not: each job keeps its owner and request
+id, and the log would grow with the jobs. Refusals are what an audit
 is often read for (someone trying another's job, or guessing passwords), so a refused call is
 recorded with the status it got, and a refused login with the name it tried.
 

@@ -342,6 +342,10 @@ class AsyncClient:
         request = account_request(accounts_pb2.DeleteAccountRequest, name=name)
         await self._unary(lambda c: c.accounts.DeleteAccount, request)
 
+    async def end_all_logins(self) -> None:
+        """End every login of every account at once (see :meth:`corral.Client.end_all_logins`)."""
+        await self._unary(lambda c: c.accounts.EndAllLogins, accounts_pb2.EndAllLoginsRequest())
+
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def close(self) -> None:

@@ -1,5 +1,6 @@
 """The audit log as the client sees it (``Client.audit``, ``corral audit``): who cancelled, retried,
-drained, registered, logged in, changed a password or deleted an account, when, and with what outcome."""
+drained, registered, logged in, changed a password, deleted an account or ended every login, when, and
+with what outcome."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ ACTIONS = (
     "account.login",
     "account.set_password",
     "account.delete",
+    "account.end_all_logins",
 )
 """Every action the audit log records (the control plane records these and no others)."""
 
@@ -36,7 +38,7 @@ class AuditEvent:
     """Who: a token's or an account's name ("" without auth, and for a login)."""
     action: str
     """job.cancel, job.retry, worker.drain, account.register, account.login, account.set_password,
-    account.delete."""
+    account.delete, account.end_all_logins."""
     target: str
     """The job or worker id, or the account name."""
     outcome: str

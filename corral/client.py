@@ -423,6 +423,14 @@ class Client:
         request = account_request(accounts_pb2.DeleteAccountRequest, name=name)
         self._unary(lambda c: c.accounts.DeleteAccount, request)
 
+    def end_all_logins(self) -> None:
+        """End every login of every account at once (admins only); passwords stay, so people log in again.
+
+        Raises:
+            PermissionDenied: the caller does not manage accounts.
+        """
+        self._unary(lambda c: c.accounts.EndAllLogins, accounts_pb2.EndAllLoginsRequest())
+
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -61,6 +61,7 @@ ACCOUNT_PASSWORD_CHANGED = "account_password_changed"
 ACCOUNT_DELETED = "account_deleted"
 LOGIN = "login"
 LOGIN_REFUSED = "login_refused"
+LOGINS_ENDED = "logins_ended"
 
 # Autoscaler
 SCALE_UP = "scale_up"

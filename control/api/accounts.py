@@ -130,6 +130,16 @@ class AccountServicer:
         return self._account(await accounts.set_password(request.name, request.password))
 
     @grpc_errors
+    @audited("account.end_all_logins", lambda request: "")
+    async def EndAllLogins(
+        self, request: accounts_pb2.EndAllLoginsRequest, context: grpc.aio.ServicerContext
+    ) -> accounts_pb2.EndAllLoginsResponse:
+        accounts = self._on()
+        self._check_manages(PRINCIPAL.get(), "end every login")
+        await accounts.end_all_logins()
+        return accounts_pb2.EndAllLoginsResponse()
+
+    @grpc_errors
     @audited("account.delete", _name)
     async def DeleteAccount(
         self, request: accounts_pb2.DeleteAccountRequest, context: grpc.aio.ServicerContext

@@ -178,6 +178,10 @@ class Store(Protocol):
 
     def load_accounts(self) -> list[AccountEntry]: ...
 
+    def replace_login_key(self, key: bytes) -> None:
+        """Make ``key`` the key that signs logins (durable after commit)."""
+        ...
+
     def login_key(self, candidate: bytes) -> bytes:
         """The key that signs logins: the stored one, else ``candidate``, stored now. Every control plane
         of a shared store gets the same key, so a login outlives a restart and a failover. Synchronous,

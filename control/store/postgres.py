@@ -90,6 +90,9 @@ _SQL = {
         "session=EXCLUDED.session, created_at=EXCLUDED.created_at, password_changed_at=EXCLUDED.password_changed_at"
     ),
     "account_delete": "DELETE FROM accounts WHERE name = %s",
+    "setting_put": (
+        "INSERT INTO settings (name, value) VALUES (%s,%s) ON CONFLICT (name) DO UPDATE SET value=EXCLUDED.value"
+    ),
     "audit_put": f"INSERT INTO audit ({audit_rows.COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s)",
 }
 _IDEM_EXPIRE = (
@@ -296,6 +299,9 @@ class PostgresStore:
 
     def delete_account(self, name: str) -> None:
         self._pending.append(("account_delete", [(name,)]))
+
+    def replace_login_key(self, key: bytes) -> None:
+        self._pending.append(("setting_put", [("login_key", key.hex())]))
 
     def put_audit(self, entry: AuditEntry) -> None:
         # Names and request ids come from callers: a NUL, which PostgreSQL's text refuses, must not fail a commit.

@@ -221,6 +221,9 @@ class SQLiteStore:
     def delete_account(self, name: str) -> None:
         self._pending.append(("account_delete", [(name,)]))
 
+    def replace_login_key(self, key: bytes) -> None:
+        self._pending.append(("setting_put", [("login_key", key.hex())]))
+
     def put_audit(self, entry: AuditEntry) -> None:
         self._pending.append(("audit_put", [audit_rows.row(entry)]))
 
@@ -273,6 +276,7 @@ class SQLiteStore:
         "type_put": "INSERT OR REPLACE INTO job_types (name, schema, description, updated_at) VALUES (?,?,?,?)",
         "account_put": f"INSERT OR REPLACE INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?,?,?,?,?)",
         "account_delete": "DELETE FROM accounts WHERE name = ?",
+        "setting_put": "INSERT OR REPLACE INTO settings (name, value) VALUES (?,?)",
         "audit_put": f"INSERT INTO audit ({audit_rows.COLUMNS}) VALUES (?,?,?,?,?,?)",
     }
 

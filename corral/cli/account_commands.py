@@ -20,7 +20,7 @@ from corral.cli.exitcode import ExitCode, fail
 from corral.cli.login_file import SavedLogin
 from corral.client import Client
 
-__all__ = ["delete_account", "list_accounts", "login", "logout", "passwd", "register", "whoami"]
+__all__ = ["delete_account", "end_logins", "list_accounts", "login", "logout", "passwd", "register", "whoami"]
 
 
 class _BadInput(Exception):
@@ -140,6 +140,17 @@ def passwd(args: argparse.Namespace) -> int:
         )
     else:
         render.console().print(f"Reset the password of [bold]{name}[/]; its logins have ended")
+    return ExitCode.OK
+
+
+def end_logins(args: argparse.Namespace) -> int:
+    """``corral accounts end-logins``: end every login of every account (admins only)."""
+    with client_for(args) as client:
+        client.end_all_logins()
+    if args.json:
+        render.print_json({"ended": True})
+    else:
+        render.console().print("Ended every login: everyone logs in again (passwords are unchanged)")
     return ExitCode.OK
 
 

@@ -328,8 +328,10 @@ def _add_account_commands(
     p = sub.add_parser(
         "accounts",
         parents=[parent],
-        help="list the accounts (admins); `accounts passwd` / `accounts delete NAME` change one",
-        description="Without an ACTION, list the accounts (admins only); passwd [NAME] and delete NAME change one.",
+        help="list the accounts (admins); `accounts passwd` / `accounts delete NAME` change one; "
+        "`accounts end-logins` ends them all",
+        description="Without an ACTION, list the accounts (admins only); passwd [NAME] and delete NAME change one; "
+        "end-logins ends every login of every account.",
     )
     p.set_defaults(handler=account_commands.list_accounts)
     actions = p.add_subparsers(dest="action", metavar="ACTION")  # none: list
@@ -359,6 +361,14 @@ def _add_account_commands(
     )
     q.add_argument("name", metavar="NAME", help="the account")
     q.set_defaults(handler=account_commands.delete_account)
+    q = actions.add_parser(
+        "end-logins",
+        parents=[quiet],
+        help="end every login of every account at once (admins); passwords stay",
+        description="End every login of every account at once, for when one may have leaked and it is not "
+        "known whose. Passwords stay: people log in again. Admins only.",
+    )
+    q.set_defaults(handler=account_commands.end_logins)
 
 
 def _add_page_flags(p: argparse.ArgumentParser) -> None:

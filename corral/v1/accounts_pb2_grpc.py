@@ -64,6 +64,11 @@ class AccountServiceStub:
                 request_serializer=corral_dot_v1_dot_accounts__pb2.DeleteAccountRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_accounts__pb2.DeleteAccountResponse.FromString,
                 _registered_method=True)
+        self.EndAllLogins = channel.unary_unary(
+                '/corral.v1.AccountService/EndAllLogins',
+                request_serializer=corral_dot_v1_dot_accounts__pb2.EndAllLoginsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_accounts__pb2.EndAllLoginsResponse.FromString,
+                _registered_method=True)
 
 
 class AccountServiceServicer:
@@ -112,6 +117,14 @@ class AccountServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndAllLogins(self, request, context):
+        """Admins only. Ends every login of every account at once (a new signing key); passwords stay, so
+        people log in again. For when a login may have leaked and it is not known whose.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AccountServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +157,11 @@ def add_AccountServiceServicer_to_server(servicer, server):
                     servicer.DeleteAccount,
                     request_deserializer=corral_dot_v1_dot_accounts__pb2.DeleteAccountRequest.FromString,
                     response_serializer=corral_dot_v1_dot_accounts__pb2.DeleteAccountResponse.SerializeToString,
+            ),
+            'EndAllLogins': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndAllLogins,
+                    request_deserializer=corral_dot_v1_dot_accounts__pb2.EndAllLoginsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_accounts__pb2.EndAllLoginsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +326,33 @@ class AccountService:
             '/corral.v1.AccountService/DeleteAccount',
             corral_dot_v1_dot_accounts__pb2.DeleteAccountRequest.SerializeToString,
             corral_dot_v1_dot_accounts__pb2.DeleteAccountResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndAllLogins(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.AccountService/EndAllLogins',
+            corral_dot_v1_dot_accounts__pb2.EndAllLoginsRequest.SerializeToString,
+            corral_dot_v1_dot_accounts__pb2.EndAllLoginsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,10 @@ class AccountServiceStub:
     """
     DeleteAccount: _grpc.UnaryUnaryMultiCallable[_accounts_pb2.DeleteAccountRequest, _accounts_pb2.DeleteAccountResponse]
     """Admins, or the account itself. Ends its logins; its jobs stay."""
+    EndAllLogins: _grpc.UnaryUnaryMultiCallable[_accounts_pb2.EndAllLoginsRequest, _accounts_pb2.EndAllLoginsResponse]
+    """Admins only. Ends every login of every account at once (a new signing key); passwords stay, so
+    people log in again. For when a login may have leaked and it is not known whose.
+    """
 
 @_typing.type_check_only
 class AccountServiceAsyncStub(AccountServiceStub):
@@ -71,6 +75,10 @@ class AccountServiceAsyncStub(AccountServiceStub):
     """
     DeleteAccount: _aio.UnaryUnaryMultiCallable[_accounts_pb2.DeleteAccountRequest, _accounts_pb2.DeleteAccountResponse]  # type: ignore[assignment]
     """Admins, or the account itself. Ends its logins; its jobs stay."""
+    EndAllLogins: _aio.UnaryUnaryMultiCallable[_accounts_pb2.EndAllLoginsRequest, _accounts_pb2.EndAllLoginsResponse]  # type: ignore[assignment]
+    """Admins only. Ends every login of every account at once (a new signing key); passwords stay, so
+    people log in again. For when a login may have leaked and it is not known whose.
+    """
 
 class AccountServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -123,5 +131,15 @@ class AccountServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_accounts_pb2.DeleteAccountResponse, _abc.Awaitable[_accounts_pb2.DeleteAccountResponse]]:
         """Admins, or the account itself. Ends its logins; its jobs stay."""
+
+    @_abc_1.abstractmethod
+    def EndAllLogins(
+        self,
+        request: _accounts_pb2.EndAllLoginsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_accounts_pb2.EndAllLoginsResponse, _abc.Awaitable[_accounts_pb2.EndAllLoginsResponse]]:
+        """Admins only. Ends every login of every account at once (a new signing key); passwords stay, so
+        people log in again. For when a login may have leaked and it is not known whose.
+        """
 
 def add_AccountServiceServicer_to_server(servicer: AccountServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

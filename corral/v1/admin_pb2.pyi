@@ -329,7 +329,7 @@ class AuditEvent(_message.Message):
     """The caller's principal (a token's or an account's name; "" without auth, or for a login)."""
     action: _builtins.str
     """job.cancel, job.retry, worker.drain, account.register, account.login, account.set_password,
-    account.delete.
+    account.delete, account.end_all_logins.
     """
     target: _builtins.str
     """What it acted on: a job or worker id, an account name."""

@@ -79,8 +79,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListAuditEvents(self, request, context):
-        """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
-        account, when, and whether it was allowed.
+        """Who cancelled, retried, drained, registered, logged in, changed a password, deleted an account
+        or ended every login, when, and whether it was allowed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

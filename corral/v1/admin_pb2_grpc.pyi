@@ -36,8 +36,8 @@ class AdminServiceStub:
     """Stops giving the worker jobs and asks it to finish what it runs and leave."""
     GetAutoscaler: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetAutoscalerRequest, _admin_pb2.AutoscalerStatus]
     ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListAuditEventsRequest, _admin_pb2.ListAuditEventsResponse]
-    """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
-    account, when, and whether it was allowed.
+    """Who cancelled, retried, drained, registered, logged in, changed a password, deleted an account
+    or ended every login, when, and whether it was allowed.
     """
 
 @_typing.type_check_only
@@ -48,8 +48,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Stops giving the worker jobs and asks it to finish what it runs and leave."""
     GetAutoscaler: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetAutoscalerRequest, _admin_pb2.AutoscalerStatus]  # type: ignore[assignment]
     ListAuditEvents: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListAuditEventsRequest, _admin_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
-    """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
-    account, when, and whether it was allowed.
+    """Who cancelled, retried, drained, registered, logged in, changed a password, deleted an account
+    or ended every login, when, and whether it was allowed.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -81,8 +81,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListAuditEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListAuditEventsResponse, _abc.Awaitable[_admin_pb2.ListAuditEventsResponse]]:
-        """Who cancelled, retried, drained, registered, logged in, changed a password or deleted an
-        account, when, and whether it was allowed.
+        """Who cancelled, retried, drained, registered, logged in, changed a password, deleted an account
+        or ended every login, when, and whether it was allowed.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

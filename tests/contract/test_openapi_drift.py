@@ -37,6 +37,7 @@ ADDED = {
     ("GET", "/v1/accounts"): "AccountService.ListAccounts",
     ("POST", "/v1/accounts/{name}:setPassword"): "AccountService.SetPassword",
     ("DELETE", "/v1/accounts/{name}"): "AccountService.DeleteAccount",
+    ("POST", "/v1/accounts:endAllLogins"): "AccountService.EndAllLogins",
     ("GET", "/v1/audit"): "AdminService.ListAuditEvents",
 }
 """Routes beyond DESIGN.md's table: accounts (CORRAL_ACCOUNTS) and the audit log, none of which changes

@@ -288,6 +288,13 @@ def test_accounts_and_the_login_key_survive_reopen_and_a_delete_sticks(location:
         # The first key stays: a second control plane (or a restart) gets the same one, not its own.
         assert s.login_key(b"x" * 32) == key
         assert s.load_accounts() == [AccountEntry("alice", "$2b$10$new", "s3", 1.0, 3.0)]
+        s.replace_login_key(b"n" * 32)  # every login ended: the new key is the one from now on
+        run(s.commit())
+    finally:
+        s.close()
+    s = opened(location)
+    try:
+        assert s.login_key(b"y" * 32) == b"n" * 32
     finally:
         s.close()
 

@@ -220,6 +220,32 @@ def test_the_async_client_does_what_the_blocking_one_does(open_site: Site) -> No
     asyncio.run(use())
 
 
+def test_an_admin_ends_every_login_at_once_and_passwords_stay(open_site: Site, tmp_path: Path) -> None:
+    cp = open_site.cp
+    with corral.Client(cp.address) as anonymous:
+        anonymous.register("alice", PASSWORD)
+    with _login(cp, "alice") as alice:
+        with pytest.raises(PermissionDenied):
+            alice.end_all_logins()
+        alice.whoami()
+        env = {
+            "CORRAL_CONTROL_ADDR": cp.address,
+            "CORRAL_TOKEN": open_site.ops,
+            "CORRAL_LOGIN_FILE": str(tmp_path / "l"),
+        }
+        done = cli.corral("accounts", "end-logins", env=env)
+        assert done.returncode == 0 and "Ended every login" in done.stdout, done.stderr
+        with pytest.raises(Unauthenticated):
+            alice.whoami()
+    with _login(cp, "alice") as alice:
+        assert alice.whoami().name == "alice"
+    with corral.Client(cp.address, token=open_site.ops) as ops:
+        assert [(e.actor, e.outcome) for e in ops.audit(action="account.end_all_logins").events] == [
+            ("ops", "OK"),
+            ("alice", "PERMISSION_DENIED"),
+        ]
+
+
 def test_a_login_outlives_a_restart_of_the_control_plane(open_site: Site) -> None:
     cp = open_site.cp
     with corral.Client(cp.address) as anonymous:

@@ -229,3 +229,30 @@ def test_past_the_waiting_limit_a_login_is_refused_not_queued(accounts: Accounts
     assert [type(o).__name__ for o in outcomes] == ["LoginGrant", "LoginGrant", "RateLimited", "RateLimited"]
     assert "at once" in str(outcomes[2])
     assert accounts.verify(login(accounts, "carol")) == "carol"  # once the others are done
+
+
+def test_ending_all_logins_ends_every_account_s_and_outlives_a_restart(tmp_path: Path, clock: FakeClock) -> None:
+    path = str(tmp_path / "corral.db")
+    store = SQLiteStore(path)
+    accounts = Accounts(store, "open", TTL, rounds=10, clock=clock)
+    for name in ("alice", "bob"):
+        run(accounts.register(name, PASSWORD))
+    before = [login(accounts, name) for name in ("alice", "bob")]
+    assert [accounts.verify(t) for t in before] == ["alice", "bob"]  # and now cached
+    run(accounts.end_all_logins())
+    for token in before:
+        with pytest.raises(Unauthenticated, match="invalid token"):
+            accounts.verify(token)
+    after = login(accounts, "alice")  # the password is unchanged
+    assert accounts.verify(after) == "alice"
+    accounts.close()
+    store.close()
+    store = SQLiteStore(path)
+    try:
+        again = Accounts(store, "open", TTL, rounds=10, clock=clock)
+        assert again.verify(after) == "alice"  # the new key is the stored one
+        with pytest.raises(Unauthenticated):
+            again.verify(before[0])
+        again.close()
+    finally:
+        store.close()
