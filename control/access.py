@@ -23,11 +23,11 @@ same servicers, follows the same rules.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from control.auth import PRINCIPAL_NAME
 from control.jobs import JobRecord
 from corral.errors import NotFound, PermissionDenied, Unauthenticated
 
@@ -35,7 +35,6 @@ __all__ = ["VISIBILITIES", "Access", "not_found", "parse_groups"]
 
 VISIBILITIES = ("all", "group", "owner")
 """The values of CORRAL_JOB_VISIBILITY."""
-_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 
 
 def parse_groups(raw: str) -> dict[str, str]:
@@ -47,7 +46,7 @@ def parse_groups(raw: str) -> dict[str, str]:
             continue
         group, sep, members = entry.partition("=")
         group = group.strip()
-        if not sep or not _NAME.fullmatch(group):
+        if not sep or not PRINCIPAL_NAME.fullmatch(group):
             raise ValueError(f"{entry!r}: each group is NAME=MEMBER,MEMBER with a name of [A-Za-z0-9._@-]{{1,64}}")
         for member in (m.strip() for m in members.split(",")):
             if not member:

@@ -43,7 +43,7 @@ from typing import TypeVar
 import bcrypt
 import jwt
 
-from control.auth import LOGIN_EXPIRES
+from control.auth import LOGIN_EXPIRES, PRINCIPAL_NAME
 from control.clock import Clock, SystemClock
 from control.store import AccountEntry, Store
 from corral import logs
@@ -56,7 +56,7 @@ __all__ = [
     "Accounts",
     "LoginGrant",
     "check_name",
-    "check_password",
+    "check_password_rule",
 ]
 
 logger = logging.getLogger(__name__)
@@ -73,16 +73,15 @@ _ISSUER = "corral"
 _ALGORITHM = "HS256"
 _KEY_BYTES = 32
 _CACHE_SIZE = 4096
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@-")
 
 
 def check_name(name: str) -> None:
     """Raises InvalidArgument unless ``name`` is 1 to 64 of ``[A-Za-z0-9._@-]``."""
-    if not 1 <= len(name) <= 64 or not _NAME_CHARS.issuperset(name):
+    if not PRINCIPAL_NAME.fullmatch(name):
         raise InvalidArgument("name", f"must be 1 to 64 of [A-Za-z0-9._@-], got {name[:80]!r}")
 
 
-def check_password(password: str, field: str = "password") -> bytes:
+def check_password_rule(password: str, field: str = "password") -> bytes:
     """The password's UTF-8 bytes; InvalidArgument naming ``field`` unless they are 8 to 72."""
     raw = password.encode("utf-8", "surrogatepass")
     if not MIN_PASSWORD_BYTES <= len(raw) <= MAX_PASSWORD_BYTES:
@@ -148,8 +147,9 @@ class Accounts:
         )
         self._hashing = 0
         self.max_waiting = MAX_WAITING
-        # Checked when a name has no account, so that such a login costs what a real one does.
-        self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds))
+        # Checked when a name has no account, so that such a login costs what a real one does. Made on the
+        # hashing threads: start-up does not wait the quarter of a second it takes.
+        self._decoy = self._hasher.submit(bcrypt.hashpw, secrets.token_bytes(16), bcrypt.gensalt(rounds))
         self.on_login: Callable[[str], None] | None = None
         """Called with each login's outcome (ok, refused, throttled): the metrics count them."""
 
@@ -174,7 +174,7 @@ class Accounts:
             AlreadyExists: the name is an account's or a configured client token's.
         """
         check_name(name)
-        raw = check_password(password)
+        raw = check_password_rule(password)
         self._check_free(name)
         hashed = await self._hash(raw)
         self._check_free(name)  # another registration of the name may have finished while we hashed
@@ -193,7 +193,7 @@ class Accounts:
             InvalidArgument: the password breaks its rule.
             NotFound: there is no such account.
         """
-        raw = check_password(password)
+        raw = check_password_rule(password)
         self._existing(name)
         hashed = await self._hash(raw)
         entry = replace(
@@ -241,7 +241,7 @@ class Accounts:
         self._fail(name)  # until it succeeds: guesses sent together count before any of them is checked
         raw = password.encode("utf-8", "surrogatepass")
         entry = self._accounts.get(name)
-        hashed = entry.password_hash.encode() if entry is not None else self._decoy
+        hashed = entry.password_hash.encode() if entry is not None else await asyncio.wrap_future(self._decoy)
         # bcrypt reads 72 bytes at most; a longer attempt cannot be any stored password.
         matches = await self._run(bcrypt.checkpw, raw[:MAX_PASSWORD_BYTES], hashed)
         matches = matches and len(raw) <= MAX_PASSWORD_BYTES

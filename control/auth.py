@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOGIN_EXPIRES",
     "MIN_TOKEN_CHARS",
+    "PRINCIPAL_NAME",
     "WORKER_PRINCIPAL",
     "Authenticator",
     "Role",
@@ -65,7 +66,9 @@ WORKER_PRINCIPAL = "worker"
 
 _TOKEN = re.compile(r"[!-~]+")
 """Printable ASCII without spaces (what fits an HTTP header and gRPC metadata unchanged)."""
-_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+"""What a principal's name may be (a token's, an account's, a group's): no ':' or ',', which separate
+names in settings, and nothing a log line or a header would need to escape."""
 _BEARER = "bearer "
 
 LOGIN_EXPIRES: ContextVar[float | None] = ContextVar("corral_login_expires", default=None)
@@ -130,7 +133,7 @@ def parse_tokens(entries: Iterable[tuple[str, str]]) -> dict[str, str]:
         name, sep, token = entry.partition(":")
         if not sep:
             name, token = "", entry
-        elif not _NAME.fullmatch(name):
+        elif not PRINCIPAL_NAME.fullmatch(name):
             raise TokenError(f"{where}: the name before ':' must match [A-Za-z0-9._@-]{{1,64}}")
         problem = token_problem(token)
         if problem is not None:

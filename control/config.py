@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from control.access import VISIBILITIES, parse_groups
-from control.auth import TokenError, client_tokens, token_problem
+from control.auth import PRINCIPAL_NAME, TokenError, client_tokens, token_problem
 from control.dispatch import POLICIES
 from control.exec_limits import parse_exec_limits
 from control.shares import ShareRules
@@ -25,7 +25,6 @@ T = TypeVar("T")
 
 ACCOUNT_MODES = ("off", "admin", "open")
 """The values of CORRAL_ACCOUNTS."""
-_ACCOUNT_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 
 
 class ConfigError(ValueError):
@@ -374,7 +373,7 @@ class ControlConfig:
             )
         for name in self.auth_admins:
             if accounts:
-                if not _ACCOUNT_NAME.fullmatch(name):
+                if not PRINCIPAL_NAME.fullmatch(name):
                     raise ConfigError(f"CORRAL_AUTH_ADMINS: {name!r} must match [A-Za-z0-9._@-]{{1,64}}")
             elif name not in principals:
                 raise ConfigError(f"CORRAL_AUTH_ADMINS: {name!r} is not the name of any client token")
