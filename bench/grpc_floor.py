@@ -3,9 +3,9 @@
 A client that waits for its job makes two calls: a unary ``SubmitJob`` and a server-streaming
 ``WatchJob``. Here a server in a process of its own (grpc.aio on the same event loop and transport
 settings as the control plane) answers the same two shapes with no work at all: an echo, and a stream
-of one message. The median time of one unary plus one stream call, from the same kind of client the
-latency benchmark uses, is the part of a round trip that is gRPC and the operating system's, not
-Corral's; on a small virtual machine it is most of it. ``python -m bench.grpc_floor`` prints it.
+of one message. The median time of one unary plus one stream call (and of one stream call alone, the shape of
+RunJob), from the same kind of client the latency benchmark uses, is the part of a round trip that is
+gRPC and the operating system's, not Corral's; on a small virtual machine it is most of it. ``python -m bench.grpc_floor`` prints it.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ async def _serve(port_file: Path) -> None:
     await server.wait_for_termination()
 
 
-def measure(calls: int = 300) -> float:
-    """Median milliseconds of one unary call plus one single-message stream against a bare server."""
+def measure(calls: int = 300) -> tuple[float, float]:
+    """Median milliseconds against a bare server of one unary call plus one single-message stream (a
+    SubmitJob then a WatchJob), and of one single-message stream alone (a RunJob), alternated."""
     with tempfile.TemporaryDirectory(prefix="corral-floor-") as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "--serve", str(port_file)])
@@ -65,15 +66,19 @@ def measure(calls: int = 300) -> float:
             with grpc.insecure_channel(f"127.0.0.1:{port_file.read_text()}") as channel:
                 unary = channel.unary_unary(f"/{_SERVICE}/Unary", _ident, _ident)
                 stream = channel.unary_stream(f"/{_SERVICE}/Stream", _ident, _ident)
-                samples = []
+                two_calls, one_call = [], []
                 for i in range(calls + 20):  # the first 20 warm up
                     t0 = time.perf_counter()
                     unary(_PAYLOAD, timeout=10)
                     for _ in stream(_PAYLOAD, timeout=10):
                         pass
+                    t1 = time.perf_counter()
+                    for _ in stream(_PAYLOAD, timeout=10):
+                        pass
                     if i >= 20:
-                        samples.append((time.perf_counter() - t0) * 1000)
-            return statistics.median(samples)
+                        two_calls.append((t1 - t0) * 1000)
+                        one_call.append((time.perf_counter() - t1) * 1000)
+            return statistics.median(two_calls), statistics.median(one_call)
         finally:
             server.terminate()
             server.wait(10)
@@ -89,7 +94,10 @@ def main(argv: list[str] | None = None) -> None:
 
         event_loop.run(_serve(a.serve), "uvloop")
         return
-    print(f"bare gRPC unary + stream round trip: {measure(a.calls):.2f} ms (median of {a.calls})")
+    two_calls, one_call = measure(a.calls)
+    print(
+        f"bare gRPC unary + stream round trip: {two_calls:.2f} ms, one stream: {one_call:.2f} ms (medians of {a.calls})"
+    )
 
 
 if __name__ == "__main__":

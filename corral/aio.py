@@ -229,11 +229,56 @@ class AsyncClient:
         assert job is not None and job.is_terminal  # following ends only at a terminal state
         return job
 
-    async def _follow(self, follow: Follow) -> AsyncGenerator[Job, None]:
+    async def run(
+        self,
+        type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (same API as Client.run)
+        **fields: Any,
+    ) -> Job:
+        """Submit one job and wait until it ends, in one ``RunJob`` call; see :meth:`corral.Client.run`."""
+        job: Job | None = None
+        async with aclosing(self.submit_and_watch(type, payload, timeout=timeout, **fields)) as updates:
+            async for job in updates:  # noqa: B007 (the last one is the answer)
+                pass
+        assert job is not None and job.is_terminal  # following ends only at a terminal state
+        return job
+
+    def submit_and_watch(
+        self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> AsyncGenerator[Job, None]:
+        """What :meth:`run` does, yielding the job as accepted and after every change; see
+        :meth:`corral.Client.submit_and_watch`."""
+        request = JobSpec(type=type, payload=payload, **fields).to_proto()
+        return self._follow(Follow("", timeout), request)
+
+    async def _follow(self, follow: Follow, run: jobs_pb2.SubmitJobRequest | None = None) -> AsyncGenerator[Job, None]:
+        """Follow ``follow.job_id`` to its end; with ``run``, the job that RunJob submits from it."""
+        if run is not None:
+            error: CorralError | None = None
+            try:
+                async with aclosing(self._stream(lambda c: c.jobs.RunJob, run, follow.remaining())) as updates:
+                    async for job in updates:
+                        follow.job_id = job.id
+                        if follow.is_new(job):
+                            yield job
+                        if job.is_terminal:
+                            return
+            except DeadlineExceeded:
+                raise follow.timed_out() from None
+            except CorralError as exc:
+                error = exc
+            await asyncio.sleep(follow.after_run(error))
+        async for job in self._rewatch(follow):
+            yield job
+
+    async def _rewatch(self, follow: Follow) -> AsyncGenerator[Job, None]:
         while True:
             error: CorralError | None = None
             try:
-                async with aclosing(self._watch(follow.job_id, follow.remaining())) as updates:
+                request = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
+                async with aclosing(self._stream(lambda c: c.jobs.WatchJob, request, follow.remaining())) as updates:
                     async for job in updates:
                         if follow.is_new(job):
                             yield job
@@ -245,12 +290,13 @@ class AsyncClient:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
             await asyncio.sleep(follow.pause(error))
 
-    async def _watch(self, id: str, time_limit: float | None) -> AsyncGenerator[Job, None]:
-        # Moves on like a unary call, but only before the first event (see corral.Client._watch).
-        request = by_id(jobs_pb2.WatchJobRequest, id)
+    async def _stream(
+        self, rpc: Callable[[_Connection], Any], request: Any, time_limit: float | None
+    ) -> AsyncGenerator[Job, None]:
+        # Moves on like a unary call, but only before the first event (see corral.Client._stream).
         attempts = self._failover.attempts()
         for address, conn in attempts:
-            call = conn.jobs.WatchJob(request, timeout=time_limit, metadata=self.metadata)
+            call = rpc(conn)(request, timeout=time_limit, metadata=self.metadata)
             served = False
             try:
                 with translate_errors():

@@ -268,11 +268,61 @@ class Client:
         assert job is not None and job.is_terminal  # following ends only at a terminal state
         return job
 
-    def _follow(self, follow: Follow) -> Generator[Job, None, None]:
+    def run(
+        self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Job:
+        """Submit one job and wait until it ends, in one ``RunJob`` call; return it terminal.
+
+        The other keyword arguments are :meth:`submit`'s (the fields of :class:`~corral.spec.JobSpec`).
+        It costs one round trip less than :meth:`submit` then :meth:`wait`. The submission is sent once,
+        as :meth:`submit` sends it: an error before the job was accepted is raised, and whether to send
+        it again is the caller's choice (an idempotency key makes that safe). Once accepted, the job is
+        followed as :meth:`wait` follows it, across control-plane restarts;
+        :class:`~corral.errors.DeadlineExceeded` after ``timeout`` seconds (None: no limit).
+
+        Raises:
+            InvalidArgument: naming the field, as :meth:`submit` does, before anything is sent.
+        """
+        job: Job | None = None
+        with closing(self.submit_and_watch(type, payload, timeout=timeout, **fields)) as updates:
+            for job in updates:  # noqa: B007 (the last one is the answer)
+                pass
+        assert job is not None and job.is_terminal  # following ends only at a terminal state
+        return job
+
+    def submit_and_watch(
+        self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Generator[Job, None, None]:
+        """What :meth:`run` does, yielding the job as accepted and after every change, as :meth:`watch`
+        yields it; the iteration ends at a terminal state."""
+        request = JobSpec(type=type, payload=payload, **fields).to_proto()
+        return self._follow(Follow("", timeout), request)
+
+    def _follow(self, follow: Follow, run: jobs_pb2.SubmitJobRequest | None = None) -> Generator[Job, None, None]:
+        """Follow ``follow.job_id`` to its end; with ``run``, the job that RunJob submits from it."""
+        if run is not None:
+            error: CorralError | None = None
+            try:
+                with closing(self._stream(lambda c: c.jobs.RunJob, run, follow.remaining())) as updates:
+                    for job in updates:
+                        follow.job_id = job.id
+                        if follow.is_new(job):
+                            yield job
+                        if job.is_terminal:
+                            return
+            except DeadlineExceeded:
+                raise follow.timed_out() from None
+            except CorralError as exc:
+                error = exc
+            time.sleep(follow.after_run(error))
+        yield from self._rewatch(follow)
+
+    def _rewatch(self, follow: Follow) -> Generator[Job, None, None]:
         while True:
             error: CorralError | None = None
             try:
-                with closing(self._watch(follow.job_id, follow.remaining())) as updates:
+                request = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
+                with closing(self._stream(lambda c: c.jobs.WatchJob, request, follow.remaining())) as updates:
                     for job in updates:
                         if follow.is_new(job):
                             yield job
@@ -284,13 +334,14 @@ class Client:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
             time.sleep(follow.pause(error))
 
-    def _watch(self, id: str, timeout: float | None) -> Generator[Job, None, None]:
+    def _stream(
+        self, rpc: Callable[[_Connection], Any], request: Any, timeout: float | None
+    ) -> Generator[Job, None, None]:
         # A stream moves on like a unary call, but only before its first event: after that the break
         # is raised, and corral.follow watches again, from the address that served it.
-        request = by_id(jobs_pb2.WatchJobRequest, id)
         attempts = self._failover.attempts()
         for address, conn in attempts:
-            call = conn.jobs.WatchJob(request, timeout=timeout, metadata=self.metadata)
+            call = rpc(conn)(request, timeout=timeout, metadata=self.metadata)
             served = False
             try:
                 with translate_errors():

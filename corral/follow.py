@@ -85,7 +85,8 @@ class Follow:
     def timed_out(self) -> DeadlineExceeded:
         """The error for a follow that ran out of time."""
         limit = "" if self._timeout is None else f" after {self._timeout:g} s"
-        return DeadlineExceeded(f"job {self.job_id!r} not finished{limit}")
+        job = f"job {self.job_id!r}" if self.job_id else "the job"  # RunJob: not known to be accepted yet
+        return DeadlineExceeded(f"{job} not finished{limit}")
 
     def is_new(self, job: Job) -> bool:
         """Whether ``job`` differs from the last one yielded (a re-watch repeats the current state)."""
@@ -95,6 +96,21 @@ class Follow:
             return False
         self._last = job
         return True
+
+    def after_run(self, error: CorralError | None) -> float:
+        """Seconds to wait before watching the job that a ``RunJob`` stream submitted, after the stream
+        broke with ``error`` (None: it ended before a terminal state); as :meth:`pause`.
+
+        Raises:
+            CorralError: ``error`` when no event said the job was accepted: the submission may or may
+                not have been committed, and is never sent again unasked (as a failed submit is not).
+            Unavailable: the stream ended with no event and no error.
+        """
+        if not self.job_id:
+            if error is not None:
+                raise error
+            raise Unavailable("the control plane ended RunJob before it accepted the job")
+        return self.pause(error)
 
     def pause(self, error: CorralError | None) -> float:
         """Seconds to wait before watching again after the stream broke with ``error`` (None: it ended

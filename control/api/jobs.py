@@ -133,6 +133,16 @@ class JobServicer:
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors
+    async def RunJob(
+        self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.JobEvent]:
+        sub = convert.submission(request, _metadata(context, "idempotency-key"))
+        (accepted,) = await self.s.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
+        # Scheduler.watch subscribes before it reads the job: no change after the commit goes unheard.
+        async for job in self.s.watch(accepted.id):
+            yield jobs_pb2.JobEvent(job=convert.job(job))
+
+    @grpc_errors
     async def GetStats(self, request: jobs_pb2.GetStatsRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Stats:
         counts = self.s.state_counts()
         by_worker_state = {s.name: 0 for s in WorkerState}

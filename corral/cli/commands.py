@@ -1,7 +1,7 @@
 """The client commands of ``corral``: submit, get, list, cancel, retry, watch, stats, workers, drain, audit (the
 account commands are in :mod:`corral.cli.account_commands`).
 
-Each handler takes the parsed arguments, makes one :class:`corral.Client` call (two for ``submit --wait``)
+Each handler takes the parsed arguments, makes one :class:`corral.Client` call
 and prints a table or, with ``--json``, JSON. Errors are not caught here:
 :func:`corral.cli.main.main` turns a :class:`corral.errors.CorralError` into one line on stderr and the
 exit status.
@@ -17,6 +17,7 @@ import argparse
 import sys
 from contextlib import closing
 from datetime import UTC, datetime
+from typing import Any
 
 from corral.cli import login_file, render
 from corral.cli.exitcode import ExitCode, fail
@@ -41,37 +42,41 @@ __all__ = [
 
 
 def submit(args: argparse.Namespace) -> int:
-    """``corral submit TYPE``: submit one job; with ``--wait``, wait for it and exit 1 unless it SUCCEEDED."""
+    """``corral submit TYPE``: submit one job; with ``--wait``, wait for it (in the same call, RunJob) and
+    exit 1 unless it SUCCEEDED."""
+    fields: dict[str, Any] = {
+        "name": args.name,
+        "priority": args.priority,
+        "thread_demand": args.threads,
+        "timeout_sec": args.timeout,
+        "max_attempts": args.max_attempts,
+        "scheduled_at": args.at,
+        "idempotency_key": args.idempotency_key,
+        "labels": dict(args.label),
+        "worker_selector": dict(args.worker_selector),
+        "depends_on": args.depends_on,
+        "gpu_count": args.gpu_count,
+        "memory_mb": args.memory_mb,
+    }
     with client_for(args) as client:
-        job = client.submit(
-            args.type,
-            args.payload,
-            name=args.name,
-            priority=args.priority,
-            thread_demand=args.threads,
-            timeout_sec=args.timeout,
-            max_attempts=args.max_attempts,
-            scheduled_at=args.at,
-            idempotency_key=args.idempotency_key,
-            labels=dict(args.label),
-            worker_selector=dict(args.worker_selector),
-            depends_on=args.depends_on,
-            gpu_count=args.gpu_count,
-            memory_mb=args.memory_mb,
-        )
-        if not args.wait:
+        if args.wait:
             if args.json:
-                render.print_json(job.to_dict())
+                job = client.run(args.type, args.payload, **fields)
             else:
-                out = render.console()
-                out.print(f"Submitted job [bold]{job.id}[/] ({job.type}, ", render.state_text(job.state), ")", sep="")
-            return ExitCode.OK
-        if args.json:
-            job = client.wait(job.id)
-        else:
-            with render.console(stderr=True).status(f"Waiting for job {job.id} ({job.type})..."):
-                job = client.wait(job.id)
-    return _show_final(job, args.json)
+                with (
+                    render.console(stderr=True).status(f"Submitting a {args.type} job...") as status,
+                    closing(client.submit_and_watch(args.type, args.payload, **fields)) as updates,
+                ):
+                    for job in updates:
+                        status.update(f"Job {job.id} ({job.type}) is {job.state.name}...")
+            return _show_final(job, args.json)
+        job = client.submit(args.type, args.payload, **fields)
+    if args.json:
+        render.print_json(job.to_dict())
+    else:
+        out = render.console()
+        out.print(f"Submitted job [bold]{job.id}[/] ({job.type}, ", render.state_text(job.state), ")", sep="")
+    return ExitCode.OK
 
 
 def get(args: argparse.Namespace) -> int:

@@ -69,6 +69,11 @@ class JobServiceStub:
                 request_serializer=corral_dot_v1_dot_jobs__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.RunJob = channel.unary_stream(
+                '/corral.v1.JobService/RunJob',
+                request_serializer=corral_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+                _registered_method=True)
         self.GetStats = channel.unary_unary(
                 '/corral.v1.JobService/GetStats',
                 request_serializer=corral_dot_v1_dot_jobs__pb2.GetStatsRequest.SerializeToString,
@@ -123,6 +128,16 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunJob(self, request, context):
+        """Submits one job, as SubmitJob does, and streams it, as WatchJob does: the first event is the job
+        as committed (for a repeated idempotency key, the job the key names), then one after every change,
+        ending at a terminal state. One call where a client that waits for its job would make two.
+        Ending the stream early leaves the job to run, as ending a WatchJob does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -165,6 +180,11 @@ def add_JobServiceServicer_to_server(servicer, server):
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
                     request_deserializer=corral_dot_v1_dot_jobs__pb2.WatchJobRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
+            ),
+            'RunJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.RunJob,
+                    request_deserializer=corral_dot_v1_dot_jobs__pb2.SubmitJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
@@ -361,6 +381,33 @@ class JobService:
             target,
             '/corral.v1.JobService/WatchJob',
             corral_dot_v1_dot_jobs__pb2.WatchJobRequest.SerializeToString,
+            corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.JobService/RunJob',
+            corral_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
             corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
             options,
             channel_credentials,

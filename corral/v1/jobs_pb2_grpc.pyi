@@ -44,6 +44,12 @@ class JobServiceStub:
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     WatchJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]
     """Streams the job now and after every change; ends at a terminal state."""
+    RunJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.SubmitJobRequest, _jobs_pb2.JobEvent]
+    """Submits one job, as SubmitJob does, and streams it, as WatchJob does: the first event is the job
+    as committed (for a repeated idempotency key, the job the key names), then one after every change,
+    ending at a terminal state. One call where a client that waits for its job would make two.
+    Ending the stream early leaves the job to run, as ending a WatchJob does.
+    """
     GetStats: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]
 
 @_typing.type_check_only
@@ -58,6 +64,12 @@ class JobServiceAsyncStub(JobServiceStub):
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     WatchJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
     """Streams the job now and after every change; ends at a terminal state."""
+    RunJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.SubmitJobRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
+    """Submits one job, as SubmitJob does, and streams it, as WatchJob does: the first event is the job
+    as committed (for a repeated idempotency key, the job the key names), then one after every change,
+    ending at a terminal state. One call where a client that waits for its job would make two.
+    Ending the stream early leaves the job to run, as ending a WatchJob does.
+    """
     GetStats: _aio.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]  # type: ignore[assignment]
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -111,6 +123,18 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_jobs_pb2.JobEvent], _abc.AsyncIterator[_jobs_pb2.JobEvent]]:
         """Streams the job now and after every change; ends at a terminal state."""
+
+    @_abc_1.abstractmethod
+    def RunJob(
+        self,
+        request: _jobs_pb2.SubmitJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_jobs_pb2.JobEvent], _abc.AsyncIterator[_jobs_pb2.JobEvent]]:
+        """Submits one job, as SubmitJob does, and streams it, as WatchJob does: the first event is the job
+        as committed (for a repeated idempotency key, the job the key names), then one after every change,
+        ending at a terminal state. One call where a client that waits for its job would make two.
+        Ending the stream early leaves the job to run, as ending a WatchJob does.
+        """
 
     @_abc_1.abstractmethod
     def GetStats(

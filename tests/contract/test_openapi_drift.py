@@ -31,6 +31,7 @@ DESIGN_TABLE = {
     ("GET", "/v1/autoscaler"): "AdminService.GetAutoscaler",
 }
 ADDED = {
+    ("POST", "/v1/jobs:run"): "JobService.RunJob",
     ("POST", "/v1/accounts"): "AccountService.Register",
     ("POST", "/v1/login"): "AccountService.Login",
     ("GET", "/v1/whoami"): "AccountService.WhoAmI",
@@ -40,8 +41,8 @@ ADDED = {
     ("POST", "/v1/accounts:endAllLogins"): "AccountService.EndAllLogins",
     ("GET", "/v1/audit"): "AdminService.ListAuditEvents",
 }
-"""Routes beyond DESIGN.md's table: accounts (CORRAL_ACCOUNTS) and the audit log, none of which changes
-a route above."""
+"""Routes beyond DESIGN.md's table: submit-and-watch in one call, accounts (CORRAL_ACCOUNTS) and the
+audit log, none of which changes a route above."""
 
 
 def spec() -> Any:

@@ -48,7 +48,7 @@ def follower(request: pytest.FixtureRequest, served: ControlProc) -> Iterator[di
                 seen.append(job)
             return seen
 
-        yield {"wait": client.wait, "watch": watch_sync, "submit": client.submit}
+        yield {"wait": client.wait, "watch": watch_sync, "submit": client.submit, "run": client.run}
         client.close()
         return
 
@@ -64,8 +64,13 @@ def follower(request: pytest.FixtureRequest, served: ControlProc) -> Iterator[di
                 seen.append(job)
         return seen
 
+    async def run(*args: Any, **kwargs: Any) -> corral.Job:
+        async with corral.AsyncClient(served.address, timeout=10) as c:
+            return await c.run(*args, **kwargs)
+
     with corral.Client(served.address, timeout=10) as submitter:
         yield {
+            "run": lambda *args, **kwargs: asyncio.run(run(*args, **kwargs)),
             "wait": lambda job_id, limit=None: asyncio.run(wait(job_id, limit)),
             "watch": lambda job_id, on_event: asyncio.run(watch(job_id, on_event)),
             "submit": submitter.submit,
@@ -94,6 +99,35 @@ def test_wait_and_watch_ride_through_a_control_plane_restart(served: ControlProc
     states = [j.state for j in watched["value"]]
     assert states[-1] is JobState.SUCCEEDED and JobState.RUNNING in states
     assert len(states) == len(set(states)), f"a state was seen twice: {states}"
+
+
+def test_run_rides_through_a_control_plane_restart_once_the_job_was_accepted(
+    served: ControlProc, follower: Any
+) -> None:
+    # Given a job run in one call (RunJob) that is running on its worker
+    running, ran = in_thread(lambda: follower["run"]("sleep", {"seconds": 3}, timeout=60))
+    stats = jobs_pb2.GetStatsRequest()
+    wait_until(lambda: served.jobs.GetStats(stats, timeout=10).running == 1, 30, what="the job to run")
+
+    # When the control plane stops and comes back 1 s later, while the call is open
+    restart(served, 1.0)
+
+    # Then the call returns the job's end: it ran once, and was submitted once
+    running.join(30)
+    assert "error" not in ran, ran
+    done = ran["value"]
+    assert done.state is JobState.SUCCEEDED and done.attempts == 1
+    assert served.jobs.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10).total == 1
+
+
+def test_run_against_a_stopped_control_plane_raises_and_submits_nothing(served: ControlProc, follower: Any) -> None:
+    assert served.stop() == 0
+    started = time.monotonic()
+    with pytest.raises(corral.Unavailable):
+        follower["run"]("noop", timeout=60)
+    assert time.monotonic() - started < 15, "an unreachable control plane must be reported within seconds"
+    served.start()
+    assert served.jobs.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10).total == 0
 
 
 def test_an_outage_past_the_limit_raises_unavailable(served: ControlProc, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,12 +55,16 @@ CASES: list[tuple[str, jobs_pb2.SubmitJobRequest, str]] = [
 ]
 
 
+@pytest.mark.parametrize("call", ["SubmitJob", "RunJob"])
 @pytest.mark.parametrize(("name", "req", "field"), CASES, ids=[c[0] for c in CASES])
 def test_bad_submission_names_the_field_and_stores_nothing(
-    control_plane: ControlProc, name: str, req: jobs_pb2.SubmitJobRequest, field: str
+    control_plane: ControlProc, name: str, req: jobs_pb2.SubmitJobRequest, field: str, call: str
 ) -> None:
     before = _stored(control_plane)
-    err = rpc_error(control_plane.jobs.SubmitJob, req)
+    if call == "SubmitJob":
+        err = rpc_error(control_plane.jobs.SubmitJob, req)
+    else:  # the same submission, and the same refusal, before the stream says anything
+        err = rpc_error(lambda: list(control_plane.jobs.RunJob(req, timeout=30)))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert _field(err) == field
     assert (err.details() or "").startswith(field)  # type: ignore[attr-defined]
