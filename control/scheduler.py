@@ -217,9 +217,26 @@ class Scheduler:
         """Commit what is queued now, then at once run the after-commit work that the commit covers:
         the announcements and assignments of this loop turn go out now, not a turn later."""
         covered, self._after_commit = self._after_commit, []  # all queued their writes before this commit
+        if self.store.commit_now():
+            for cb in covered:
+                cb()
+            return
+        # The commit suspends (sync=full, PostgreSQL). It covers other calls' changes too, so a caller
+        # cancelled meanwhile (a client's deadline, a closed stream) must not cut the work after it.
+        task = asyncio.ensure_future(self._commit_covering(covered))
+        self._tasks.add(task)
+        task.add_done_callback(self._commit_settled)
+        await asyncio.shield(task)
+
+    async def _commit_covering(self, covered: list[Callable[[], None]]) -> None:
         await self.store.commit()
         for cb in covered:
             cb()
+
+    def _commit_settled(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # raised to its caller, or, if the caller had gone, logged by the store
 
     def _flush(self) -> None:
         if self._dispatch_pending:  # leases made this turn join the same transaction

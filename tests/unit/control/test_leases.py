@@ -92,3 +92,34 @@ def test_the_lease_queue_stays_small_while_many_short_jobs_come_and_go(tmp_path:
             store.close()
 
     asyncio.run(main())
+
+
+def test_a_submission_cancelled_during_its_commit_still_sends_what_the_commit_covers(tmp_path: Path) -> None:
+    """A commit that suspends (CORRAL_DB_SYNC=full, or PostgreSQL) must not be cut by a caller that goes
+    away meanwhile (a client's deadline, a stream closed): what runs after it (assignments, watchers'
+    events) belongs to every change the commit covers, not only the caller's."""
+
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"), sync="full")
+        scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
+        sessions, link = WorkerSessions(scheduler), _Link()
+        try:
+            # Given a free worker, and a submission whose commit is in flight on the sync thread
+            sessions.register(Hello("w1", threads=1, slots=1), link)
+            call = asyncio.ensure_future(scheduler.submit([Submission("noop", {}, payload_json="{}")]))
+            await _turns(1)
+            assert not call.done()
+            # When its caller is cancelled before the commit ends
+            call.cancel()
+            # Then the job, leased in that transaction, still goes to the worker once the commit ends
+            for _ in range(500):
+                if link.assigned:
+                    break
+                await asyncio.sleep(0.01)
+            assert [a.attempt for a in link.assigned] == [1]
+            page = await store.list_jobs([JobState.RUNNING], "", 10, 0, ())
+            assert [j.id for j in page.jobs] == [link.assigned[0].job_id]  # and the lease is stored
+        finally:
+            store.close()
+
+    asyncio.run(main())
