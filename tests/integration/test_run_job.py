@@ -18,6 +18,7 @@ from corral import JobState
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_rest import BAD_REQUEST, Rest
+from tests.support import cli
 from tests.support.calls import TERMINAL, request
 
 
@@ -131,3 +132,16 @@ def test_the_clients_run_a_job_and_return_its_end(served: ControlProc, kind: str
         30,
         what="the job whose wait timed out to finish anyway",
     )
+
+
+def test_corral_submit_wait_runs_the_job_in_one_call(served: ControlProc) -> None:
+    done = cli.corral("submit", "add_numbers", "--payload", '{"a": 20, "b": 22}', "--wait", "--control", served.address)
+    assert done.returncode == 0, done.stderr
+    assert "SUCCEEDED" in done.stdout and "42" in done.stdout
+
+    failed = cli.corral(
+        "submit", "sleep", "--payload", '{"seconds": 30}', "--timeout", "1", "--max-attempts", "1", "--wait",
+        "--control", served.address,
+    )  # fmt: skip
+    assert failed.returncode == 1 and "ended FAILED: TIMEOUT" in failed.stderr, failed.stderr
+    assert stored(served) == 2
