@@ -222,12 +222,7 @@ class AsyncClient:
     async def wait(self, id: str, timeout: float | None = None) -> Job:  # noqa: ASYNC109 (same API as Client.wait)
         """Wait until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
-        job: Job | None = None
-        async with aclosing(self._follow(Follow(id, timeout))) as updates:
-            async for job in updates:  # noqa: B007 (the last one is the answer)
-                pass
-        assert job is not None and job.is_terminal  # following ends only at a terminal state
-        return job
+        return await _last(self._follow(Follow(id, timeout)))
 
     async def run(
         self,
@@ -238,12 +233,7 @@ class AsyncClient:
         **fields: Any,
     ) -> Job:
         """Submit one job and wait until it ends, in one ``RunJob`` call; see :meth:`corral.Client.run`."""
-        job: Job | None = None
-        async with aclosing(self.submit_and_watch(type, payload, timeout=timeout, **fields)) as updates:
-            async for job in updates:  # noqa: B007 (the last one is the answer)
-                pass
-        assert job is not None and job.is_terminal  # following ends only at a terminal state
-        return job
+        return await _last(self.submit_and_watch(type, payload, timeout=timeout, **fields))
 
     def submit_and_watch(
         self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
@@ -254,11 +244,16 @@ class AsyncClient:
         return self._follow(Follow("", timeout), request)
 
     async def _follow(self, follow: Follow, run: jobs_pb2.SubmitJobRequest | None = None) -> AsyncGenerator[Job, None]:
-        """Follow ``follow.job_id`` to its end; with ``run``, the job that RunJob submits from it."""
-        if run is not None:
+        """Follow ``follow.job_id`` to its end; with ``run``, first submit it (see corral.Client._follow)."""
+        while True:
             error: CorralError | None = None
+            request: jobs_pb2.SubmitJobRequest | jobs_pb2.WatchJobRequest
+            if run is not None:
+                rpc, request = (lambda c: c.jobs.RunJob), run
+            else:
+                rpc, request = (lambda c: c.jobs.WatchJob), by_id(jobs_pb2.WatchJobRequest, follow.job_id)
             try:
-                async with aclosing(self._stream(lambda c: c.jobs.RunJob, run, follow.remaining())) as updates:
+                async with aclosing(self._stream(rpc, request, follow.remaining())) as updates:
                     async for job in updates:
                         follow.job_id = job.id
                         if follow.is_new(job):
@@ -268,27 +263,10 @@ class AsyncClient:
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:
-                error = exc
-            await asyncio.sleep(follow.after_run(error))
-        async for job in self._rewatch(follow):
-            yield job
-
-    async def _rewatch(self, follow: Follow) -> AsyncGenerator[Job, None]:
-        while True:
-            error: CorralError | None = None
-            try:
-                request = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
-                async with aclosing(self._stream(lambda c: c.jobs.WatchJob, request, follow.remaining())) as updates:
-                    async for job in updates:
-                        if follow.is_new(job):
-                            yield job
-                        if job.is_terminal:
-                            return
-            except DeadlineExceeded:
-                raise follow.timed_out() from None
-            except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
-            await asyncio.sleep(follow.pause(error))
+            pause = follow.after_run(error) if run is not None else follow.pause(error)
+            run = None  # never sent twice: from here the job is watched
+            await asyncio.sleep(pause)
 
     async def _stream(
         self, rpc: Callable[[_Connection], Any], request: Any, time_limit: float | None
@@ -409,3 +387,13 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.address!r})"
+
+
+async def _last(updates: AsyncGenerator[Job, None]) -> Job:
+    """The terminal job a follow ends with (the stream is closed however it ends)."""
+    job: Job | None = None
+    async with aclosing(updates):
+        async for job in updates:  # noqa: B007 (the last one is the answer)
+            pass
+    assert job is not None and job.is_terminal  # following ends only at a terminal state
+    return job

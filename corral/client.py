@@ -261,12 +261,7 @@ class Client:
     def wait(self, id: str, timeout: float | None = None) -> Job:
         """Block until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
-        job: Job | None = None
-        with closing(self._follow(Follow(id, timeout))) as updates:
-            for job in updates:  # noqa: B007 (the last one is the answer)
-                pass
-        assert job is not None and job.is_terminal  # following ends only at a terminal state
-        return job
+        return _last(self._follow(Follow(id, timeout)))
 
     def run(
         self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
@@ -283,12 +278,7 @@ class Client:
         Raises:
             InvalidArgument: naming the field, as :meth:`submit` does, before anything is sent.
         """
-        job: Job | None = None
-        with closing(self.submit_and_watch(type, payload, timeout=timeout, **fields)) as updates:
-            for job in updates:  # noqa: B007 (the last one is the answer)
-                pass
-        assert job is not None and job.is_terminal  # following ends only at a terminal state
-        return job
+        return _last(self.submit_and_watch(type, payload, timeout=timeout, **fields))
 
     def submit_and_watch(
         self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
@@ -299,11 +289,17 @@ class Client:
         return self._follow(Follow("", timeout), request)
 
     def _follow(self, follow: Follow, run: jobs_pb2.SubmitJobRequest | None = None) -> Generator[Job, None, None]:
-        """Follow ``follow.job_id`` to its end; with ``run``, the job that RunJob submits from it."""
-        if run is not None:
+        """Follow ``follow.job_id`` to its end; with ``run``, first submit it with RunJob (its first event
+        names the job), then follow it as any other."""
+        while True:
             error: CorralError | None = None
+            request: jobs_pb2.SubmitJobRequest | jobs_pb2.WatchJobRequest
+            if run is not None:
+                rpc, request = (lambda c: c.jobs.RunJob), run
+            else:
+                rpc, request = (lambda c: c.jobs.WatchJob), by_id(jobs_pb2.WatchJobRequest, follow.job_id)
             try:
-                with closing(self._stream(lambda c: c.jobs.RunJob, run, follow.remaining())) as updates:
+                with closing(self._stream(rpc, request, follow.remaining())) as updates:
                     for job in updates:
                         follow.job_id = job.id
                         if follow.is_new(job):
@@ -313,26 +309,10 @@ class Client:
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:
-                error = exc
-            time.sleep(follow.after_run(error))
-        yield from self._rewatch(follow)
-
-    def _rewatch(self, follow: Follow) -> Generator[Job, None, None]:
-        while True:
-            error: CorralError | None = None
-            try:
-                request = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
-                with closing(self._stream(lambda c: c.jobs.WatchJob, request, follow.remaining())) as updates:
-                    for job in updates:
-                        if follow.is_new(job):
-                            yield job
-                        if job.is_terminal:
-                            return
-            except DeadlineExceeded:
-                raise follow.timed_out() from None
-            except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
-            time.sleep(follow.pause(error))
+            pause = follow.after_run(error) if run is not None else follow.pause(error)
+            run = None  # never sent twice: from here the job is watched
+            time.sleep(pause)
 
     def _stream(
         self, rpc: Callable[[_Connection], Any], request: Any, timeout: float | None
@@ -530,3 +510,13 @@ def list_request(
     if queue:
         request.order = jobs_pb2.ListJobsRequest.QUEUE
     return request
+
+
+def _last(updates: Generator[Job, None, None]) -> Job:
+    """The terminal job a follow ends with (the stream is closed however it ends)."""
+    job: Job | None = None
+    with closing(updates):
+        for job in updates:  # noqa: B007 (the last one is the answer)
+            pass
+    assert job is not None and job.is_terminal  # following ends only at a terminal state
+    return job
