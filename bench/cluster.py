@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 
+from corral.client import SYNC_CHANNEL_OPTIONS
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +76,7 @@ class Cluster:
     def __enter__(self) -> Cluster:
         self.db = self._new_postgres_database() if self.postgres else str(Path(self.tmp.name) / "bench.db")
         self._start_control()
-        self.channel = grpc.insecure_channel(self.address, options=[("grpc.max_receive_message_length", 64 << 20)])
+        self.channel = grpc.insecure_channel(self.address, options=SYNC_CHANNEL_OPTIONS)  # as corral.Client's
         self.jobs = jobs_pb2_grpc.JobServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
         for _ in range(self.n_workers):

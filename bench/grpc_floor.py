@@ -22,6 +22,8 @@ from pathlib import Path
 
 import grpc  # after corral.transport, which the bench package imports first: the control plane's settings
 
+from corral.client import SYNC_CHANNEL_OPTIONS
+
 _SERVICE = "corral.bench.Floor"
 _PAYLOAD = b"x" * 200  # about a Job message
 
@@ -63,7 +65,8 @@ def measure(calls: int = 300) -> tuple[float, float]:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("the bare gRPC server did not start")
                 time.sleep(0.02)
-            with grpc.insecure_channel(f"127.0.0.1:{port_file.read_text()}") as channel:
+            # The options the benchmarks' own clients use (corral.Client's), so that the floor is theirs.
+            with grpc.insecure_channel(f"127.0.0.1:{port_file.read_text()}", options=SYNC_CHANNEL_OPTIONS) as channel:
                 unary = channel.unary_unary(f"/{_SERVICE}/Unary", _ident, _ident)
                 stream = channel.unary_stream(f"/{_SERVICE}/Stream", _ident, _ident)
                 two_calls, one_call = [], []

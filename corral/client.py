@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+import grpc.experimental
 
 from corral.account import Account, Identity, Login, account_request
 from corral.audit import AuditPage, audit_request
@@ -51,6 +52,15 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_receive_message_length", 64 << 20),  # payloads and results (a binary array can be megabytes)
     *keepalive(KEEPALIVE_SEC, KEEPALIVE_SEC),
 )
+SYNC_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    *DEFAULT_CHANNEL_OPTIONS,
+    # A stream (WatchJob, RunJob) is read on the thread that iterates it, not handed over from gRPC's
+    # channel thread: one wake-up less per event. Measured against a real control plane, RunJob round
+    # trips alternated between two channels, five runs of 1,450 each: p50 0 to 6% lower (median 2%),
+    # never higher. The iterating thread still sees Ctrl-C (gRPC checks for signals while it waits).
+    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+)
+"""The options of :class:`Client`'s channels (blocking gRPC); :class:`AsyncClient` uses the first ones."""
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -132,7 +142,7 @@ class Client:
         self.timeout = call_timeout(timeout)
         self.metadata = auth_metadata(token, metadata)
         reconnect = RECONNECT_OPTIONS if len(self.addresses) > 1 else ()
-        channel_options = [*DEFAULT_CHANNEL_OPTIONS, *reconnect, *options]
+        channel_options = [*SYNC_CHANNEL_OPTIONS, *reconnect, *options]
         credentials = None if tls_ca is None else ssl_credentials(tls_ca)
 
         def connect(target: str) -> _Connection:
