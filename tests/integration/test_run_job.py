@@ -99,6 +99,12 @@ def test_rest_streams_the_run_as_newline_delimited_json(served: ControlProc) -> 
     assert malformed.status == 400, malformed.body
     assert stored(served) == 1
 
+    # The Idempotency-Key header works as on POST /v1/jobs: the same key streams the same job
+    keyed = [rest.post("/v1/jobs:run", {"type": "noop"}, headers={"Idempotency-Key": '"run-7"'}) for _ in range(2)]
+    first, again = ([line["result"]["job"] for line in r.lines()] for r in keyed)
+    assert again[-1]["id"] == first[-1]["id"] and again[-1]["state"] == "SUCCEEDED"
+    assert stored(served) == 2
+
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_the_clients_run_a_job_and_return_its_end(served: ControlProc, kind: str) -> None:
