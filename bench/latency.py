@@ -8,7 +8,8 @@ call to the arrival of the SUCCEEDED event: the moment the client has its answer
 ``grpc_floor_ms`` is the same two calls against a bare gRPC server that does nothing (see
 :mod:`bench.grpc_floor`), measured just before each run, and ``run_floor_ms`` the one stream call:
 what no scheduler built on gRPC can go below on this machine. ``over_floor_ms`` and
-``run_over_floor_ms`` are the p50s minus those floors: what Corral's own work costs.
+``run_over_floor_ms`` are the p50s minus those floors: what Corral's own work costs. A second table
+splits the RunJob round trips by the job's own times (see :func:`_phases`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from bench.report import table
 from corral.v1 import jobs_pb2
 
 
-def run_once(n: int, postgres: str = "") -> dict[str, float]:
+def run_once(n: int, postgres: str = "") -> tuple[dict[str, float], dict[str, float]]:
+    """One run: the latency row, and where the RunJob round trips' time went."""
     floor, run_floor = grpc_floor.measure(n)
     with Cluster(workers=1, threads=1, postgres=postgres) as c:
         req = jobs_pb2.SubmitJobRequest(type="noop")
@@ -32,18 +34,20 @@ def run_once(n: int, postgres: str = "") -> dict[str, float]:
             job = c.jobs.SubmitJob(req).job
             list(c.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id)))
             list(c.jobs.RunJob(req))
-        two_calls, one_call = [], []
+        two_calls, one_call, phases = [], [], []
         for _ in range(n):  # the two ways alternate, so that the machine's noise falls on both alike
             t0 = time.perf_counter()
             job = c.jobs.SubmitJob(req).job
-            two_calls.append(_until_succeeded(c.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id)), t0))
-            t0 = time.perf_counter()
-            one_call.append(_until_succeeded(c.jobs.RunJob(req), t0))
+            two_calls.append(_until_succeeded(c.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id)), t0)[0])
+            t0, sent = time.perf_counter(), time.time()
+            elapsed, done = _until_succeeded(c.jobs.RunJob(req), t0)
+            one_call.append(elapsed)
+            phases.append(_phases(done, sent, sent + elapsed / 1000))
     q = statistics.quantiles(two_calls, n=100)
     p50 = statistics.median(two_calls)
     run_q = statistics.quantiles(one_call, n=100)
     run_p50 = statistics.median(one_call)
-    return {
+    row = {
         "p50_ms": p50,
         "p90_ms": q[89],
         "p99_ms": q[98],
@@ -55,11 +59,26 @@ def run_once(n: int, postgres: str = "") -> dict[str, float]:
         "run_floor_ms": run_floor,
         "run_over_floor_ms": run_p50 - run_floor,
     }
+    return row, {name: statistics.median(p[name] for p in phases) for name in phases[0]}
 
 
-def _until_succeeded(stream: Any, t0: float) -> float:
-    """Milliseconds from ``t0`` to the SUCCEEDED event of ``stream``; the stream's close (its status,
-    which follows the last event) is read after the clock stops."""
+def _phases(job: jobs_pb2.Job, sent: float, answered: float) -> dict[str, float]:
+    """Where one RunJob round trip went, in ms, from the job's own times (the control plane's clock,
+    which is this machine's): until the job was stored, until it was leased, until its result reached
+    the control plane (of which the worker's own run of it: ``exec``), and until the client had it."""
+    created, started, finished = (t.ToMicroseconds() / 1e6 for t in (job.created_at, job.started_at, job.finished_at))
+    return {
+        "to_stored_ms": (created - sent) * 1000,
+        "stored_to_leased_ms": (started - created) * 1000,
+        "leased_to_result_ms": (finished - started) * 1000,
+        "of_which_worker_exec_ms": job.exec_seconds * 1000,
+        "result_to_client_ms": (answered - finished) * 1000,
+    }
+
+
+def _until_succeeded(stream: Any, t0: float) -> tuple[float, jobs_pb2.Job]:
+    """Milliseconds from ``t0`` to the SUCCEEDED event of ``stream``, and that job; the stream's close
+    (its status, which follows the last event) is read after the clock stops."""
     for event in stream:
         if event.job.state == jobs_pb2.Job.SUCCEEDED:
             elapsed = (time.perf_counter() - t0) * 1000
@@ -67,7 +86,7 @@ def _until_succeeded(stream: Any, t0: float) -> float:
     else:
         raise AssertionError(f"job ended {jobs_pb2.Job.State.Name(event.job.state)}")
     assert not list(stream), "events after SUCCEEDED"
-    return elapsed
+    return elapsed, event.job
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,10 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=3)
     add_postgres_flag(p)
     a = p.parse_args(argv)
+    runs = [run_once(a.jobs, a.postgres) for _ in range(a.runs)]
     table(
         f"latency: {a.jobs} sequential submit -> SUCCEEDED round trips, 1 idle worker, {store_name(a.postgres)}",
-        [run_once(a.jobs, a.postgres) for _ in range(a.runs)],
+        [row for row, _ in runs],
     )
+    table("where a RunJob round trip went (medians, ms)", [phases for _, phases in runs])
 
 
 if __name__ == "__main__":
