@@ -23,6 +23,16 @@ from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def cpu_seconds_of(pid: int) -> float:
+    """CPU time (user + system, every thread) process ``pid`` used so far; 0 once it is gone (a runner
+    replaced meanwhile: its time is lost, a small undercount)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def add_postgres_flag(parser: argparse.ArgumentParser) -> None:
     """``--postgres URL``: run on PostgreSQL instead of SQLite (see :class:`Cluster`)."""
     parser.add_argument(
@@ -147,14 +157,7 @@ class Cluster:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) used so far by the control plane, the worker agents, their runner
         processes and this client: deltas over a run give each part's CPU per job."""
-        tick = os.sysconf("SC_CLK_TCK")
-
-        def used(pid: int) -> float:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # gone (a runner replaced meanwhile): its time is lost, a small undercount
-                return 0.0
-            return (int(fields[11]) + int(fields[12])) / tick
+        used = cpu_seconds_of
 
         def children(pid: int) -> list[int]:
             out: list[int] = []

@@ -19,9 +19,11 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc  # after corral.transport, which the bench package imports first: the control plane's settings
 
+from bench.cluster import cpu_seconds_of
 from corral.client import SYNC_CHANNEL_OPTIONS
 
 _SERVICE = "corral.bench.Floor"
@@ -53,9 +55,20 @@ async def _serve(port_file: Path) -> None:
     await server.wait_for_termination()
 
 
-def measure(calls: int = 300) -> tuple[float, float]:
-    """Median milliseconds against a bare server of one unary call plus one single-message stream (a
-    SubmitJob then a WatchJob), and of one single-message stream alone (a RunJob), alternated."""
+class Floor(NamedTuple):
+    """What the bare server gave."""
+
+    two_calls_ms: float
+    """Median of one unary call plus one single-message stream (a SubmitJob, then a WatchJob)."""
+    one_call_ms: float
+    """Median of one single-message stream alone (a RunJob)."""
+    server_cpu_us_per_call: float
+    """The bare server's CPU (every thread) per call, averaged over all three: what grpc.aio itself
+    costs a server on this machine for each call, before any work of its own."""
+
+
+def measure(calls: int = 300) -> Floor:
+    """The floor of ``calls`` round trips of each shape against a bare server, alternated."""
     with tempfile.TemporaryDirectory(prefix="corral-floor-") as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "--serve", str(port_file)])
@@ -70,7 +83,10 @@ def measure(calls: int = 300) -> tuple[float, float]:
                 unary = channel.unary_unary(f"/{_SERVICE}/Unary", _ident, _ident)
                 stream = channel.unary_stream(f"/{_SERVICE}/Stream", _ident, _ident)
                 two_calls, one_call = [], []
+                cpu0 = 0.0
                 for i in range(calls + 20):  # the first 20 warm up
+                    if i == 20:
+                        cpu0 = cpu_seconds_of(server.pid)
                     t0 = time.perf_counter()
                     unary(_PAYLOAD, timeout=10)
                     for _ in stream(_PAYLOAD, timeout=10):
@@ -81,7 +97,8 @@ def measure(calls: int = 300) -> tuple[float, float]:
                     if i >= 20:
                         two_calls.append((t1 - t0) * 1000)
                         one_call.append((time.perf_counter() - t1) * 1000)
-            return statistics.median(two_calls), statistics.median(one_call)
+                cpu = cpu_seconds_of(server.pid) - cpu0
+            return Floor(statistics.median(two_calls), statistics.median(one_call), cpu / (3 * calls) * 1e6)
         finally:
             server.terminate()
             server.wait(10)
@@ -97,9 +114,10 @@ def main(argv: list[str] | None = None) -> None:
 
         event_loop.run(_serve(a.serve), "uvloop")
         return
-    two_calls, one_call = measure(a.calls)
+    floor = measure(a.calls)
     print(
-        f"bare gRPC unary + stream round trip: {two_calls:.2f} ms, one stream: {one_call:.2f} ms (medians of {a.calls})"
+        f"bare gRPC unary + stream round trip: {floor.two_calls_ms:.2f} ms, one stream: {floor.one_call_ms:.2f} ms "
+        f"(medians of {a.calls}); the server's CPU: {floor.server_cpu_us_per_call:.0f} µs per call"
     )
 
 

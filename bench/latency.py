@@ -27,7 +27,7 @@ from corral.v1 import jobs_pb2
 
 def run_once(n: int, postgres: str = "") -> tuple[dict[str, float], dict[str, float]]:
     """One run: the latency row, and where the RunJob round trips' time went."""
-    floor, run_floor = grpc_floor.measure(n)
+    floor, run_floor, _ = grpc_floor.measure(n)
     with Cluster(workers=1, threads=1, postgres=postgres) as c:
         req = jobs_pb2.SubmitJobRequest(type="noop")
         for _ in range(20):  # warm up connections and code paths
