@@ -112,6 +112,17 @@ def test_idempotency_keys_are_each_client_s_own(tenants: Tenants) -> None:
     assert tenants.bob.submit("add_numbers", {"a": 5, "b": 5}, idempotency_key="order-42").id == b.id
 
 
+def test_run_makes_the_caller_s_job_and_replays_only_the_caller_s_key(tenants: Tenants) -> None:
+    # Given a job alice ran in one call (RunJob) with a key
+    ran = tenants.alice.run("add_numbers", {"a": 1, "b": 2}, idempotency_key="run-42", timeout=30)
+    assert ran.owner == "alice" and ran.result == {"sum": 3}
+    # Then it is hers alone, and bob's run with the same key makes a job of his own
+    _refused_as_missing(tenants.bob, ran.id)
+    bobs = tenants.bob.run("add_numbers", {"a": 5, "b": 5}, idempotency_key="run-42", timeout=30)
+    assert bobs.id != ran.id and bobs.owner == "bob" and bobs.result == {"sum": 10}
+    assert tenants.alice.run("add_numbers", {"a": 1, "b": 2}, idempotency_key="run-42", timeout=30).id == ran.id
+
+
 def test_rest_follows_the_same_rules(tenants: Tenants) -> None:
     rest = Rest(tenants.cp.http_port)
     alice = {"Authorization": f"Bearer {tenants.tokens['alice']}"}
