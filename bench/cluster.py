@@ -157,7 +157,6 @@ class Cluster:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) used so far by the control plane, the worker agents, their runner
         processes and this client: deltas over a run give each part's CPU per job."""
-        used = cpu_seconds_of
 
         def children(pid: int) -> list[int]:
             out: list[int] = []
@@ -168,10 +167,10 @@ class Cluster:
 
         workers = [p.pid for p in self.procs[1:] if p.poll() is None]
         return {
-            "control": used(self.control.pid),
-            "workers": sum(used(w) for w in workers),
-            "runners": sum(used(r) for w in workers for r in children(w)),
-            "client": used(os.getpid()),
+            "control": cpu_seconds_of(self.control.pid),
+            "workers": sum(cpu_seconds_of(w) for w in workers),
+            "runners": sum(cpu_seconds_of(r) for w in workers for r in children(w)),
+            "client": cpu_seconds_of(os.getpid()),
         }
 
     def rss_mb(self) -> float:

@@ -3,9 +3,10 @@
 A client that waits for its job makes two calls: a unary ``SubmitJob`` and a server-streaming
 ``WatchJob``. Here a server in a process of its own (grpc.aio on the same event loop and transport
 settings as the control plane) answers the same two shapes with no work at all: an echo, and a stream
-of one message. The median time of one unary plus one stream call (and of one stream call alone, the shape of
-RunJob), from the same kind of client the latency benchmark uses, is the part of a round trip that is
-gRPC and the operating system's, not Corral's; on a small virtual machine it is most of it. ``python -m bench.grpc_floor`` prints it.
+of one message. The median time of one unary plus one stream call (and of one stream call alone, the
+shape of RunJob), from the same kind of client the latency benchmark uses, is the part of a round trip
+that is gRPC and the operating system's, not Corral's; on a small virtual machine it is most of it.
+``python -m bench.grpc_floor`` prints it, and the bare server's CPU per call.
 """
 
 from __future__ import annotations
