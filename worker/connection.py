@@ -75,6 +75,15 @@ RESULTS_LINGER_SEC = 0.001
 """Longest a finished job's result waits for others still running on this worker, so that their
 results share one Results message (the stream's per-message cost dominates short jobs). A result
 goes out at once when nothing else is running."""
+SHORT_JOB_LINGER_SEC = 0.003
+"""The same wait when the job whose result waits ran for less than this, and only for jobs that started
+less than this ago (short ones too, likely to end soon; a long one running beside it is not waited for).
+A job that short costs less than the messages about it (a few hundred µs of CPU per gRPC message on a
+small machine), so saving messages is worth more than the slot it leaves idle; for a longer job the idle
+slot costs more, and RESULTS_LINGER_SEC holds. Measured with ``python -m bench throughput`` (noop jobs,
+4 slots per worker) in eleven runs alternated with the flat 1 ms wait (three of this rule, eight of
+the same without the check for long jobs): completed/s a median 5% higher (from -20% to +15% on this
+noisy machine), the worker agents' CPU per job lower in ten of the eleven. One-slot workers never wait."""
 RESULTS_BATCH_BYTES = 1 << 20
 """A Results message is cut after about this many bytes of result and error text."""
 
@@ -388,12 +397,17 @@ class Connection:
             self._flushed.set()
 
     async def _linger(self) -> None:
-        """Wait (at most RESULTS_LINGER_SEC) while other jobs still run, so their results join this batch."""
+        """Wait (at most RESULTS_LINGER_SEC, or SHORT_JOB_LINGER_SEC after a short job) while other jobs
+        still run, so their results join this batch."""
         if RESULTS_LINGER_SEC <= 0 or self._closing:
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + RESULTS_LINGER_SEC
+        first = self._pending[0] if self._pending else None
+        short = first is not None and first.finished_at - first.started_at < SHORT_JOB_LINGER_SEC
+        deadline = loop.time() + (SHORT_JOB_LINGER_SEC if short else RESULTS_LINGER_SEC)
         while self._pool.busy > 0 and not self._outbox and not self._closing:
+            if short and not self._pool.started_since(time.time() - SHORT_JOB_LINGER_SEC):
+                break  # what still runs has run longer than a short job: its results are not coming soon
             left = deadline - loop.time()
             if left <= 0:
                 return

@@ -318,6 +318,10 @@ class RunnerPool:
         """Attempts running now."""
         return len(self._running)
 
+    def started_since(self, when: float) -> bool:
+        """Whether an attempt that started at or after ``when`` (``time.time()``) is still running."""
+        return any(r.started_at >= when for r in self._running.values())
+
     @property
     def queued(self) -> int:
         """Attempts waiting for a process."""

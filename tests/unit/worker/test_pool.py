@@ -115,6 +115,20 @@ def test_runs_jobs_and_reports_results_and_failures():
     scenario(2, body)
 
 
+def test_started_since_says_whether_an_attempt_started_since_then_still_runs():
+    async def body(b: Bundle) -> None:
+        before = time.time()
+        b.submit("long", "sleep", {"seconds": 30})
+        await until(lambda: b.pool.busy == 1, what="the job to run")
+        assert b.pool.started_since(before)
+        assert not b.pool.started_since(time.time() + 1)
+        b.pool.kill("long", 1, Outcome.CANCELLED)
+        await b.result("long")
+        assert not b.pool.started_since(before)
+
+    scenario(1, body)
+
+
 def test_results_and_errors_are_kept_within_what_the_stream_carries():
     async def body(b: Bundle) -> None:
         # Given jobs whose output is at, and just past, the limits
