@@ -55,19 +55,20 @@ CASES: list[tuple[str, jobs_pb2.SubmitJobRequest, str]] = [
 ]
 
 
-@pytest.mark.parametrize("call", ["SubmitJob", "RunJob"])
 @pytest.mark.parametrize(("name", "req", "field"), CASES, ids=[c[0] for c in CASES])
 def test_bad_submission_names_the_field_and_stores_nothing(
-    control_plane: ControlProc, name: str, req: jobs_pb2.SubmitJobRequest, field: str, call: str
+    control_plane: ControlProc, name: str, req: jobs_pb2.SubmitJobRequest, field: str
 ) -> None:
     before = _stored(control_plane)
-    if call == "SubmitJob":
-        err = rpc_error(control_plane.jobs.SubmitJob, req)
-    else:  # the same submission, and the same refusal, before the stream says anything
-        err = rpc_error(lambda: list(control_plane.jobs.RunJob(req, timeout=30)))
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert _field(err) == field
-    assert (err.details() or "").startswith(field)  # type: ignore[attr-defined]
+    refusals = {
+        "SubmitJob": rpc_error(control_plane.jobs.SubmitJob, req),
+        # The same submission in one call with its watch: the same refusal, before the stream says anything
+        "RunJob": rpc_error(lambda: list(control_plane.jobs.RunJob(req, timeout=30))),
+    }
+    for call, err in refusals.items():
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, call  # type: ignore[attr-defined]
+        assert _field(err) == field, call
+        assert (err.details() or "").startswith(field), call  # type: ignore[attr-defined]
     assert _stored(control_plane) == before
 
 
