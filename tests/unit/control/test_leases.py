@@ -14,6 +14,7 @@ from control.registry import Assignment, AttemptKey
 from control.scheduler import LEASE_SLACK, Scheduler
 from control.sessions import Hello, Outcome, Report, WorkerSessions
 from control.store import SQLiteStore
+from tests.support.waiting import until
 
 
 class _Link:
@@ -112,10 +113,7 @@ def test_a_submission_cancelled_during_its_commit_still_sends_what_the_commit_co
             # When its caller is cancelled before the commit ends
             call.cancel()
             # Then the job, leased in that transaction, still goes to the worker once the commit ends
-            for _ in range(500):
-                if link.assigned:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: link.assigned, 5.0, "the assignment")
             assert [a.attempt for a in link.assigned] == [1]
             page = await store.list_jobs([JobState.RUNNING], "", 10, 0, ())
             assert [j.id for j in page.jobs] == [link.assigned[0].job_id]  # and the lease is stored
