@@ -69,10 +69,10 @@ class _RefusingInvoker:
         raise self._failure
 
     async def stream(
-        self, route: Route, request: Message, metadata: tuple[tuple[str, str], ...]
+        self, route: Route, request: Message | AsyncIterator[Message], metadata: tuple[tuple[str, str], ...]
     ) -> AsyncIterator[Message]:
         raise self._failure
-        yield request  # pragma: no cover (an async generator that fails at once)
+        yield  # pragma: no cover (an async generator that fails at once)
 
     async def close(self) -> None:
         return None

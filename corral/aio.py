@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from corral.errors import CorralError, DeadlineExceeded
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
+from corral.run_streams import AsyncRunStream, RunStreams, StaleStream
 from corral.spec import JobSpec, When, batch_request, by_id
 from corral.status import translate_errors
 from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
@@ -97,6 +99,7 @@ class AsyncClient:
         self._options = [*DEFAULT_CHANNEL_OPTIONS, *reconnect, *options]
         self._credentials = None if tls_ca is None else ssl_credentials(tls_ca)
         self._failover = Failover(self.addresses, self._connect)
+        self._runs: RunStreams[AsyncRunStream] = RunStreams()
 
     @property
     def current_address(self) -> str:
@@ -232,7 +235,8 @@ class AsyncClient:
         timeout: float | None = None,  # noqa: ASYNC109 (same API as Client.run)
         **fields: Any,
     ) -> Job:
-        """Submit one job and wait until it ends, in one ``RunJob`` call; see :meth:`corral.Client.run`."""
+        """Submit one job and wait until it ends, on a kept ``RunJobs`` stream (with a ``timeout``, in one
+        ``RunJob`` call); see :meth:`corral.Client.run`."""
         return await _last(self.submit_and_watch(type, payload, timeout=timeout, **fields))
 
     def submit_and_watch(
@@ -241,19 +245,25 @@ class AsyncClient:
         """What :meth:`run` does, yielding the job as accepted and after every change; see
         :meth:`corral.Client.submit_and_watch`."""
         request = JobSpec(type=type, payload=payload, **fields).to_proto()
-        return self._follow(Follow("", timeout), request)
+        follow = Follow("", timeout)
+        if timeout is None:
+            return self._follow(follow, lambda: self._run_on_stream(request))
+        return self._follow(follow, lambda: self._stream(lambda c: c.jobs.RunJob, request, follow.remaining()))
 
-    async def _follow(self, follow: Follow, run: jobs_pb2.SubmitJobRequest | None = None) -> AsyncGenerator[Job, None]:
-        """Follow ``follow.job_id`` to its end; with ``run``, first submit it (see corral.Client._follow)."""
+    async def _follow(
+        self, follow: Follow, submit: Callable[[], AsyncGenerator[Job, None]] | None = None
+    ) -> AsyncGenerator[Job, None]:
+        """Follow ``follow.job_id`` to its end; with ``submit``, first the stream that submits it (see
+        corral.Client._follow)."""
         while True:
             error: CorralError | None = None
-            request: jobs_pb2.SubmitJobRequest | jobs_pb2.WatchJobRequest
-            if run is not None:
-                rpc, request = (lambda c: c.jobs.RunJob), run
+            if submit is not None:
+                updates = submit()
             else:
-                rpc, request = (lambda c: c.jobs.WatchJob), by_id(jobs_pb2.WatchJobRequest, follow.job_id)
+                watch = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
+                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.remaining())
             try:
-                async with aclosing(self._stream(rpc, request, follow.remaining())) as updates:
+                async with aclosing(updates):
                     async for job in updates:
                         follow.job_id = job.id
                         if follow.is_new(job):
@@ -264,32 +274,65 @@ class AsyncClient:
                 raise follow.timed_out() from None
             except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
-            pause = follow.after_run(error) if run is not None else follow.pause(error)
-            run = None  # never sent twice: from here the job is watched
+            pause = follow.after_run(error) if submit is not None else follow.pause(error)
+            submit = None  # never sent twice: from here the job is watched
             await asyncio.sleep(pause)
 
-    async def _stream(
+    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest) -> AsyncGenerator[Job, None]:
+        """As corral.Client._run_on_stream; a kept stream found ended when written to (its end not read
+        yet by this event loop) is replaced by a fresh one, since nothing was sent on it."""
+
+        async def run(address: str, conn: _Connection) -> AsyncGenerator[Job, None]:
+            make = functools.partial(AsyncRunStream, address, conn.jobs.RunJobs, self.metadata)
+            stream = self._runs.borrow(address, make)
+            try:
+                try:
+                    async for job in stream.run(request):
+                        yield job
+                except StaleStream:
+                    stream.close()
+                    stream = make()
+                    async for job in stream.run(request):
+                        yield job
+            finally:
+                self._runs.give_back(stream)
+
+        return self._served(lambda address, conn: (run(address, conn), lambda: None))
+
+    def _stream(
         self, rpc: Callable[[_Connection], Any], request: Any, time_limit: float | None
     ) -> AsyncGenerator[Job, None]:
-        # Moves on like a unary call, but only before the first event (see corral.Client._stream).
+        """As corral.Client._stream."""
+
+        def start(address: str, conn: _Connection) -> tuple[AsyncGenerator[Job, None], Callable[[], None]]:
+            call = rpc(conn)(request, timeout=time_limit, metadata=self.metadata)
+            return (Job.from_proto(event.job) async for event in call), call.cancel
+
+        return self._served(start)
+
+    async def _served(
+        self, start: Callable[[str, _Connection], tuple[AsyncGenerator[Job, None], Callable[[], None]]]
+    ) -> AsyncGenerator[Job, None]:
+        """As corral.Client._served."""
         attempts = self._failover.attempts()
         for address, conn in attempts:
-            call = rpc(conn)(request, timeout=time_limit, metadata=self.metadata)
+            jobs, end = start(address, conn)
             served = False
             try:
                 with translate_errors():
-                    async for event in call:
-                        if not served:
-                            served = True
-                            attempts.took(address)
-                        yield Job.from_proto(event.job)
+                    async with aclosing(jobs):
+                        async for job in jobs:
+                            if not served:
+                                served = True
+                                attempts.took(address)
+                            yield job
             except CorralError as exc:
                 if served:
                     raise
                 attempts.failed(address, exc)
                 continue
             finally:
-                call.cancel()
+                end()
             attempts.took(address)
             return
         raise attempts.exhausted()
@@ -374,6 +417,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Close the channels; calls in flight are cancelled. Idempotent (a later call opens new ones)."""
+        self._runs.close()
         for conn in self._failover.take_connections():
             await conn.channel.close()
 

@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import os
 import time
@@ -39,6 +40,7 @@ from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
+from corral.run_streams import RunStream, RunStreams
 from corral.spec import JobSpec, When, batch_request, by_id, put
 from corral.status import translate_errors
 from corral.transport import keepalive
@@ -158,6 +160,7 @@ class Client:
             )
 
         self._failover = Failover(self.addresses, connect)
+        self._runs: RunStreams[RunStream] = RunStreams()
         # Every channel is made now rather than on first use: a thread-safe client then needs no lock
         # around making one, and a gRPC channel opens no connection before its first call, so an
         # address that is never needed costs an object, not a socket.
@@ -276,10 +279,13 @@ class Client:
     def run(
         self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
     ) -> Job:
-        """Submit one job and wait until it ends, in one ``RunJob`` call; return it terminal.
+        """Submit one job and wait until it ends; return it terminal.
 
         The other keyword arguments are :meth:`submit`'s (the fields of :class:`~corral.spec.JobSpec`).
-        It costs one round trip less than :meth:`submit` then :meth:`wait`. The submission is sent once,
+        It costs one round trip less than :meth:`submit` then :meth:`wait`: the job is sent on a
+        ``RunJobs`` stream that the client keeps open from one ``run`` to the next
+        (:mod:`corral.run_streams`), or with a ``timeout``, in one ``RunJob`` call with that deadline
+        (a blocking read of an open stream cannot time out). The submission is sent once,
         as :meth:`submit` sends it: an error before the job was accepted is raised, and whether to send
         it again is the caller's choice (an idempotency key makes that safe). Once accepted, the job is
         followed as :meth:`wait` follows it, across control-plane restarts;
@@ -296,20 +302,25 @@ class Client:
         """What :meth:`run` does, yielding the job as accepted and after every change, as :meth:`watch`
         yields it; the iteration ends at a terminal state."""
         request = JobSpec(type=type, payload=payload, **fields).to_proto()
-        return self._follow(Follow("", timeout), request)
+        follow = Follow("", timeout)
+        if timeout is None:
+            return self._follow(follow, lambda: self._run_on_stream(request))
+        return self._follow(follow, lambda: self._stream(lambda c: c.jobs.RunJob, request, follow.remaining()))
 
-    def _follow(self, follow: Follow, run: jobs_pb2.SubmitJobRequest | None = None) -> Generator[Job, None, None]:
-        """Follow ``follow.job_id`` to its end; with ``run``, first submit it with RunJob (its first event
-        names the job), then follow it as any other."""
+    def _follow(
+        self, follow: Follow, submit: Callable[[], Generator[Job, None, None]] | None = None
+    ) -> Generator[Job, None, None]:
+        """Follow ``follow.job_id`` to its end; with ``submit``, first the stream that submits it (its
+        first event names the job), then follow it as any other."""
         while True:
             error: CorralError | None = None
-            request: jobs_pb2.SubmitJobRequest | jobs_pb2.WatchJobRequest
-            if run is not None:
-                rpc, request = (lambda c: c.jobs.RunJob), run
+            if submit is not None:
+                updates = submit()
             else:
-                rpc, request = (lambda c: c.jobs.WatchJob), by_id(jobs_pb2.WatchJobRequest, follow.job_id)
+                watch = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
+                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.remaining())
             try:
-                with closing(self._stream(rpc, request, follow.remaining())) as updates:
+                with closing(updates):
                     for job in updates:
                         follow.job_id = job.id
                         if follow.is_new(job):
@@ -320,33 +331,54 @@ class Client:
                 raise follow.timed_out() from None
             except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
-            pause = follow.after_run(error) if run is not None else follow.pause(error)
-            run = None  # never sent twice: from here the job is watched
+            pause = follow.after_run(error) if submit is not None else follow.pause(error)
+            submit = None  # never sent twice: from here the job is watched
             time.sleep(pause)
+
+    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest) -> Generator[Job, None, None]:
+        """``request``'s job from acceptance to its end, on a kept RunJobs stream (corral.run_streams)."""
+
+        def start(address: str, conn: _Connection) -> tuple[Generator[Job, None, None], Callable[[], None]]:
+            stream = self._runs.borrow(address, functools.partial(RunStream, address, conn.jobs.RunJobs, self.metadata))
+            return stream.run(request), lambda: self._runs.give_back(stream)
+
+        return self._served(start)
 
     def _stream(
         self, rpc: Callable[[_Connection], Any], request: Any, timeout: float | None
     ) -> Generator[Job, None, None]:
-        # A stream moves on like a unary call, but only before its first event: after that the break
-        # is raised, and corral.follow watches again, from the address that served it.
+        """The jobs of the server stream ``rpc(connection)(request)`` (WatchJob, RunJob)."""
+
+        def start(address: str, conn: _Connection) -> tuple[Generator[Job, None, None], Callable[[], None]]:
+            call = rpc(conn)(request, timeout=timeout, metadata=self.metadata)
+            return (Job.from_proto(event.job) for event in call), call.cancel
+
+        return self._served(start)
+
+    def _served(
+        self, start: Callable[[str, _Connection], tuple[Generator[Job, None, None], Callable[[], None]]]
+    ) -> Generator[Job, None, None]:
+        """The jobs of a stream that ``start(address, connection)`` opens (with what ends it, called
+        however it ends). A stream moves on like a unary call, but only before its first event: after
+        that the break is raised, and corral.follow watches again, from the address that served it."""
         attempts = self._failover.attempts()
         for address, conn in attempts:
-            call = rpc(conn)(request, timeout=timeout, metadata=self.metadata)
+            jobs, end = start(address, conn)
             served = False
             try:
-                with translate_errors():
-                    for event in call:
+                with translate_errors(), closing(jobs):
+                    for job in jobs:
                         if not served:
                             served = True
                             attempts.took(address)
-                        yield Job.from_proto(event.job)
+                        yield job
             except CorralError as exc:
                 if served:
                     raise
                 attempts.failed(address, exc)
                 continue
             finally:
-                call.cancel()
+                end()
             attempts.took(address)
             return
         raise attempts.exhausted()
@@ -476,6 +508,7 @@ class Client:
 
     def close(self) -> None:
         """Close the channels; calls in flight are cancelled. Idempotent."""
+        self._runs.close()
         for conn in self._failover.connections():
             conn.channel.close()
 

@@ -25,7 +25,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from corral.errors import ERRORS_BY_CODE, CorralError, InvalidArgument, RateLimited
 
-__all__ = ["DEFAULT_RETRY_AFTER", "error_from_rpc", "translate_errors"]
+__all__ = ["DEFAULT_RETRY_AFTER", "error_from_rpc", "error_from_status", "translate_errors"]
 
 DEFAULT_RETRY_AFTER = 1.0
 """Seconds a :class:`RateLimited` suggests when the server named no delay."""
@@ -52,6 +52,20 @@ def error_from_rpc(exc: grpc.RpcError) -> CorralError:
     status = _rich_status(trailers.get(_DETAILS_KEY))
     error = _error(name, message, trailers, status)
     error.answered = status is not None  # the control plane sends its rich status with every error
+    return error
+
+
+def error_from_status(status: status_pb2.Status) -> CorralError:
+    """Return the :class:`CorralError` that a ``google.rpc.Status`` sent as data stands for (a RunJobs
+    stream's answer to a submission it refused), as :func:`error_from_rpc` reads the same status from a
+    failed call's trailer."""
+    code = grpc.StatusCode.UNKNOWN
+    for candidate in grpc.StatusCode:
+        if candidate.value[0] == status.code:
+            code = candidate
+            break
+    error = _error(code.name, status.message, {}, status)
+    error.answered = True
     return error
 
 

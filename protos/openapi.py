@@ -287,6 +287,11 @@ def operation(route: Route, schemas: Schemas, op_id: str) -> dict[str, Any]:
             schema = schemas.field(request.fields_by_name[route.body], True)
             required = True
         op["requestBody"] = {"required": required, "content": {"application/json": {"schema": schema}}}
+        if method.client_streaming:  # as grpc-gateway reads a request stream: JSON values one after another
+            op["requestBody"]["description"] = (
+                f"A stream of {request.name}: one or more JSON objects one after another (newline-delimited "
+                "JSON is one such body), all read before the answer starts. One object is such a body too."
+            )
     status = schemas.message(STATUS)
     if route.streaming:
         chunk = {

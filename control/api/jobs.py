@@ -14,9 +14,10 @@ from control.admission.validation import MAX_TYPE, check_text
 from control.api import convert
 from control.api.audited import audited
 from control.api.identity import PRINCIPAL, client_identity
+from control.api.run_jobs import RunJobsStream
 from control.api.status import grpc_errors
 from control.audit import AuditLog
-from control.jobs import JobState
+from control.jobs import JobRecord, JobState
 from control.registry import WorkerState
 from control.scheduler import Scheduler
 from control.turns import in_turns
@@ -141,6 +142,19 @@ class JobServicer:
         # Scheduler.watch subscribes before it reads the job: no change after the commit goes unheard.
         async for job in self.s.watch(accepted.id):
             yield jobs_pb2.JobEvent(job=convert.job(job))
+
+    @grpc_errors
+    async def RunJobs(
+        self, requests: AsyncIterator[jobs_pb2.RunJobsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.RunJobsEvent]:
+        client, owner = self._client(context), PRINCIPAL.get() or ""
+
+        async def submit(request: jobs_pb2.SubmitJobRequest) -> JobRecord:
+            (accepted,) = await self.s.submit([convert.submission(request)], client=client, owner=owner)
+            return accepted
+
+        async for event in RunJobsStream(self.s, submit).events(requests):
+            yield event
 
     @grpc_errors
     async def GetStats(self, request: jobs_pb2.GetStatsRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Stats:

@@ -69,10 +69,20 @@ def rich_status(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     status and details travel as metadata, which gRPC limits to 16 KiB (beyond it the caller got
     RESOURCE_EXHAUSTED "Stream removed" instead of the error).
     """
-    code = STATUS.get(err.code, grpc.StatusCode.UNKNOWN)
-    message = _bounded(err.message)
-    details: list[any_pb2.Any] = []
+    status = status_of(err)
     trailers: list[tuple[str, str | bytes]] = []
+    if isinstance(err, RateLimited):
+        trailers.append(("retry-after", str(math.ceil(err.retry_after))))
+    trailers.append(("grpc-status-details-bin", status.SerializeToString()))
+    return STATUS.get(err.code, grpc.StatusCode.UNKNOWN), status.message, tuple(trailers)
+
+
+def status_of(err: CorralError) -> status_pb2.Status:
+    """``err`` as a ``google.rpc.Status``: code, message (cut to MAX_MESSAGE characters) and details,
+    BadRequest naming the field and RetryInfo for rate limits. What a call that fails sends in its
+    ``grpc-status-details-bin`` trailer, and what a RunJobs stream sends for a refused submission."""
+    code = STATUS.get(err.code, grpc.StatusCode.UNKNOWN)
+    details: list[any_pb2.Any] = []
     if isinstance(err, InvalidArgument):
         bad = error_details_pb2.BadRequest()
         bad.field_violations.add(field=_bounded(err.field), description=_bounded(err.rule))
@@ -84,10 +94,9 @@ def rich_status(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
         packed = any_pb2.Any()
         packed.Pack(info)
         details.append(packed)
-        trailers.append(("retry-after", str(math.ceil(err.retry_after))))
-    status = status_pb2.Status(code=getattr(code_pb2, code.name, code_pb2.UNKNOWN), message=message, details=details)
-    trailers.append(("grpc-status-details-bin", status.SerializeToString()))
-    return code, message, tuple(trailers)
+    return status_pb2.Status(
+        code=getattr(code_pb2, code.name, code_pb2.UNKNOWN), message=_bounded(err.message), details=details
+    )
 
 
 MAX_MESSAGE = 1024

@@ -31,7 +31,11 @@ class Invoker(Protocol):
 
     async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message: ...
 
-    def stream(self, route: Route, request: Message, metadata: Metadata) -> AsyncIterator[Message]: ...
+    def stream(
+        self, route: Route, request: Message | AsyncIterator[Message], metadata: Metadata
+    ) -> AsyncIterator[Message]:
+        """A server stream; ``request``: the request, or for a client-streaming route its messages."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -78,7 +82,9 @@ class InProcess:
         response: Message = await self._method(route)(request, _Context(metadata))
         return response
 
-    async def stream(self, route: Route, request: Message, metadata: Metadata) -> AsyncIterator[Message]:
+    async def stream(
+        self, route: Route, request: Message | AsyncIterator[Message], metadata: Metadata
+    ) -> AsyncIterator[Message]:
         async for item in self._method(route)(request, _Context(metadata)):
             yield item
 
@@ -105,7 +111,10 @@ class Loopback:
         if fn is None:
             request_cls = message_factory.GetMessageClass(route.method.input_type)
             response_cls = message_factory.GetMessageClass(route.method.output_type)
-            make = self.channel.unary_stream if route.streaming else self.channel.unary_unary
+            if route.client_streaming:
+                make = self.channel.stream_stream
+            else:
+                make = self.channel.unary_stream if route.streaming else self.channel.unary_unary
             fn = self._callables[path] = make(
                 path, request_serializer=request_cls.SerializeToString, response_deserializer=response_cls.FromString
             )
@@ -118,7 +127,9 @@ class Loopback:
             raise _failure(err) from None
         return response
 
-    async def stream(self, route: Route, request: Message, metadata: Metadata) -> AsyncIterator[Message]:
+    async def stream(
+        self, route: Route, request: Message | AsyncIterator[Message], metadata: Metadata
+    ) -> AsyncIterator[Message]:
         call = self._callable(route)(request, metadata=metadata)
         try:
             async for item in call:

@@ -62,14 +62,22 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def loads(body: bytes) -> Any:
-    """The JSON value of a request body; InvalidArgument naming the problem when it is not strict JSON."""
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique)
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _text(body: bytes) -> str:
     try:
-        text = body.decode("utf-8")
+        return body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidArgument("", f"request body is not valid UTF-8 (byte {exc.start})") from None
+
+
+def loads(body: bytes) -> Any:
+    """The JSON value of a request body; InvalidArgument naming the problem when it is not strict JSON."""
+    text = _text(body)
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(
             "", f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
@@ -78,6 +86,29 @@ def loads(body: bytes) -> Any:
         raise InvalidArgument("", f"request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidArgument("", "request body is nested too deeply") from None
+
+
+def loads_many(body: bytes) -> list[Any]:
+    """The JSON values of a request body that streams messages (a client-streaming RPC, as grpc-gateway
+    reads one): values one after another, separated by whitespace or nothing (newline-delimited JSON is
+    one such body); InvalidArgument names the value and the problem when one is not strict JSON."""
+    text = _text(body)
+    values: list[Any] = []
+    pos = _SPACE.match(text, 0).end()  # type: ignore[union-attr]  # matches the empty string too
+    while pos < len(text):
+        try:
+            value, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgument(
+                "", f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
+        except ValueError as exc:
+            raise InvalidArgument("", f"request body is not valid JSON: value {len(values)}: {exc}") from None
+        except RecursionError:
+            raise InvalidArgument("", f"request body is nested too deeply (value {len(values)})") from None
+        values.append(value)
+        pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+    return values
 
 
 # ---- JSON value -> message -------------------------------------------------------------------------

@@ -95,6 +95,11 @@ class Route:
     def streaming(self) -> bool:
         return bool(self.method.server_streaming)
 
+    @property
+    def client_streaming(self) -> bool:
+        """Whether the request is a stream of messages (its body: JSON values one after another)."""
+        return bool(self.method.client_streaming)
+
     def query_fields(self) -> list[FieldDescriptor]:
         """Top-level request fields that the query string may set (not bound by the path or the body)."""
         if self.body == "*":

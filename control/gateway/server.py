@@ -30,7 +30,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import grpc
@@ -193,6 +193,9 @@ class Gateway:
             return _json(404, RpcFailure(grpc.StatusCode.NOT_FOUND, "Not Found").to_json())
         request[ROUTE] = route.name
         try:
+            if route.client_streaming:
+                messages = await self._request_messages(route, request)
+                return await self._stream(request, route, _each(messages), _metadata(request))
             message = await self._request_message(route, match.params, request)
             metadata = _metadata(request)
             if route.streaming:
@@ -210,16 +213,38 @@ class Gateway:
             return _json(200, protojson.to_json(getattr(response, route.response_body)))
         return _json(200, protojson.to_json(response))
 
-    async def _request_message(self, route: Route, params: dict[str, str], request: web.Request) -> Message:
+    def _request_type(self, route: Route) -> type[Message]:
         cls = self._request_types.get(route.name)
         if cls is None:
             cls = self._request_types[route.name] = message_factory.GetMessageClass(route.method.input_type)
-        message = cls()
-        if route.body:
+        return cls
+
+    async def _body(self, request: web.Request) -> bytes:
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise InvalidArgument("", f"request body is larger than {self.max_body_bytes} bytes") from None
+
+    async def _request_messages(self, route: Route, request: web.Request) -> list[Message]:
+        """The messages of a client-streaming call: the body's JSON objects, one message each, all read
+        (and checked, before anything is called) up front. A field is named ``requests[i].field``."""
+        cls = self._request_type(route)
+        messages = []
+        for i, value in enumerate(protojson.loads_many(await self._body(request))):
+            if not isinstance(value, dict):
+                raise InvalidArgument(f"requests[{i}]", "must be a JSON object")
+            message = cls()
             try:
-                raw = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise InvalidArgument("", f"request body is larger than {self.max_body_bytes} bytes") from None
+                protojson.to_message(value, message)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"requests[{i}].{exc.field}".rstrip("."), exc.rule) from None
+            messages.append(message)
+        return messages
+
+    async def _request_message(self, route: Route, params: dict[str, str], request: web.Request) -> Message:
+        message = self._request_type(route)()
+        if route.body:
+            raw = await self._body(request)
             if raw.strip():
                 value = protojson.loads(raw)
                 if route.body == "*":
@@ -237,7 +262,7 @@ class Gateway:
         return message
 
     async def _stream(
-        self, request: web.Request, route: Route, message: Message, metadata: Metadata
+        self, request: web.Request, route: Route, message: Message | AsyncIterator[Message], metadata: Metadata
     ) -> web.StreamResponse:
         resp: web.StreamResponse | None = None
         stream = self.invoker.stream(route, message, metadata)
@@ -261,6 +286,11 @@ class Gateway:
             await resp.prepare(request)
         await resp.write_eof()
         return resp
+
+
+async def _each(messages: list[Message]) -> AsyncIterator[Message]:
+    for message in messages:
+        yield message
 
 
 async def _shielded(call: Coroutine[Any, Any, Message]) -> Message:

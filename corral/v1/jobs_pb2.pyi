@@ -14,6 +14,7 @@ from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.rpc import status_pb2 as _status_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -670,6 +671,73 @@ class JobEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobEvent: _TypeAlias = JobEvent  # noqa: Y015
+
+@_typing.final
+class RunJobsRequest(_message.Message):
+    """One submission on a RunJobs stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TAG_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    tag: _builtins.str
+    """The caller's name for this submission: 1 to 64 characters, not in use by another of its
+    submissions on the same stream that has not ended yet. Every answer about it carries it.
+    """
+    @_builtins.property
+    def job(self) -> Global___SubmitJobRequest:
+        """As SubmitJob takes it. The idempotency key goes in job.idempotency_key (the call's metadata and
+        headers apply to the whole stream, not to one job).
+        """
+
+    def __init__(
+        self,
+        *,
+        tag: _builtins.str = ...,
+        job: Global___SubmitJobRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "tag", b"tag"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunJobsRequest: _TypeAlias = RunJobsRequest  # noqa: Y015
+
+@_typing.final
+class RunJobsEvent(_message.Message):
+    """One answer on a RunJobs stream: an event of the job the tagged submission made, or why the
+    submission was refused (then nothing was stored and the tag is free again).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TAG_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    tag: _builtins.str
+    @_builtins.property
+    def event(self) -> Global___JobEvent: ...
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """The error SubmitJob would have ended with, details (BadRequest, RetryInfo) included."""
+
+    def __init__(
+        self,
+        *,
+        tag: _builtins.str = ...,
+        event: Global___JobEvent | None = ...,
+        error: _status_pb2.Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "error", b"error", "event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "error", b"error", "event", b"event", "tag", b"tag"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_answer: _TypeAlias = _typing.Literal["event", "error"]  # noqa: Y015
+    _WhichOneofArgType_answer: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_answer) -> _WhichOneofReturnType_answer | None: ...
+
+Global___RunJobsEvent: _TypeAlias = RunJobsEvent  # noqa: Y015
 
 @_typing.final
 class GetStatsRequest(_message.Message):

@@ -74,6 +74,11 @@ class JobServiceStub:
                 request_serializer=corral_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.RunJobs = channel.stream_stream(
+                '/corral.v1.JobService/RunJobs',
+                request_serializer=corral_dot_v1_dot_jobs__pb2.RunJobsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_jobs__pb2.RunJobsEvent.FromString,
+                _registered_method=True)
         self.GetStats = channel.unary_unary(
                 '/corral.v1.JobService/GetStats',
                 request_serializer=corral_dot_v1_dot_jobs__pb2.GetStatsRequest.SerializeToString,
@@ -138,6 +143,20 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunJobs(self, request_iterator, context):
+        """RunJob for many jobs on one stream that stays open: each request submits one job, and the stream
+        carries each job's events, as RunJob's, tagged with the request's tag, until each has ended. Jobs
+        run at once, their events interleave; one tag's events are in order. A refused submission is
+        answered with its error and the stream goes on. Once the caller has sent its last request and
+        every job it submitted has ended, the stream ends OK. A client that runs many jobs one after
+        another pays for opening a call once, not once per job. Ending the stream early leaves the jobs
+        to run. Over REST, the body is newline-delimited RunJobsRequest objects, all read before the
+        answer starts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -186,6 +205,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.RunJob,
                     request_deserializer=corral_dot_v1_dot_jobs__pb2.SubmitJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
+            ),
+            'RunJobs': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunJobs,
+                    request_deserializer=corral_dot_v1_dot_jobs__pb2.RunJobsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_jobs__pb2.RunJobsEvent.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStats,
@@ -409,6 +433,33 @@ class JobService:
             '/corral.v1.JobService/RunJob',
             corral_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
             corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunJobs(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/corral.v1.JobService/RunJobs',
+            corral_dot_v1_dot_jobs__pb2.RunJobsRequest.SerializeToString,
+            corral_dot_v1_dot_jobs__pb2.RunJobsEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,16 @@ class JobServiceStub:
     ending at a terminal state. One call where a client that waits for its job would make two.
     Ending the stream early leaves the job to run, as ending a WatchJob does.
     """
+    RunJobs: _grpc.StreamStreamMultiCallable[_jobs_pb2.RunJobsRequest, _jobs_pb2.RunJobsEvent]
+    """RunJob for many jobs on one stream that stays open: each request submits one job, and the stream
+    carries each job's events, as RunJob's, tagged with the request's tag, until each has ended. Jobs
+    run at once, their events interleave; one tag's events are in order. A refused submission is
+    answered with its error and the stream goes on. Once the caller has sent its last request and
+    every job it submitted has ended, the stream ends OK. A client that runs many jobs one after
+    another pays for opening a call once, not once per job. Ending the stream early leaves the jobs
+    to run. Over REST, the body is newline-delimited RunJobsRequest objects, all read before the
+    answer starts.
+    """
     GetStats: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]
 
 @_typing.type_check_only
@@ -69,6 +79,16 @@ class JobServiceAsyncStub(JobServiceStub):
     as committed (for a repeated idempotency key, the job the key names), then one after every change,
     ending at a terminal state. One call where a client that waits for its job would make two.
     Ending the stream early leaves the job to run, as ending a WatchJob does.
+    """
+    RunJobs: _aio.StreamStreamMultiCallable[_jobs_pb2.RunJobsRequest, _jobs_pb2.RunJobsEvent]  # type: ignore[assignment]
+    """RunJob for many jobs on one stream that stays open: each request submits one job, and the stream
+    carries each job's events, as RunJob's, tagged with the request's tag, until each has ended. Jobs
+    run at once, their events interleave; one tag's events are in order. A refused submission is
+    answered with its error and the stream goes on. Once the caller has sent its last request and
+    every job it submitted has ended, the stream ends OK. A client that runs many jobs one after
+    another pays for opening a call once, not once per job. Ending the stream early leaves the jobs
+    to run. Over REST, the body is newline-delimited RunJobsRequest objects, all read before the
+    answer starts.
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]  # type: ignore[assignment]
 
@@ -134,6 +154,22 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         as committed (for a repeated idempotency key, the job the key names), then one after every change,
         ending at a terminal state. One call where a client that waits for its job would make two.
         Ending the stream early leaves the job to run, as ending a WatchJob does.
+        """
+
+    @_abc_1.abstractmethod
+    def RunJobs(
+        self,
+        request_iterator: _MaybeAsyncIterator[_jobs_pb2.RunJobsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_jobs_pb2.RunJobsEvent], _abc.AsyncIterator[_jobs_pb2.RunJobsEvent]]:
+        """RunJob for many jobs on one stream that stays open: each request submits one job, and the stream
+        carries each job's events, as RunJob's, tagged with the request's tag, until each has ended. Jobs
+        run at once, their events interleave; one tag's events are in order. A refused submission is
+        answered with its error and the stream goes on. Once the caller has sent its last request and
+        every job it submitted has ended, the stream ends OK. A client that runs many jobs one after
+        another pays for opening a call once, not once per job. Ending the stream early leaves the jobs
+        to run. Over REST, the body is newline-delimited RunJobsRequest objects, all read before the
+        answer starts.
         """
 
     @_abc_1.abstractmethod

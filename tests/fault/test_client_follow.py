@@ -101,11 +101,16 @@ def test_wait_and_watch_ride_through_a_control_plane_restart(served: ControlProc
     assert len(states) == len(set(states)), f"a state was seen twice: {states}"
 
 
+# run() sends a job on the client's kept RunJobs stream, or with a timeout in one RunJob call
+RUN_WAYS = pytest.mark.parametrize("limit", [None, 60.0], ids=["kept-stream", "one-call"])
+
+
+@RUN_WAYS
 def test_run_rides_through_a_control_plane_restart_once_the_job_was_accepted(
-    served: ControlProc, follower: Any
+    served: ControlProc, follower: Any, limit: float | None
 ) -> None:
-    # Given a job run in one call (RunJob) that is running on its worker
-    running, ran = in_thread(lambda: follower["run"]("sleep", {"seconds": 3}, timeout=60))
+    # Given a job run with run() that is running on its worker
+    running, ran = in_thread(lambda: follower["run"]("sleep", {"seconds": 3}, timeout=limit))
     stats = jobs_pb2.GetStatsRequest()
     wait_until(lambda: served.jobs.GetStats(stats, timeout=10).running == 1, 30, what="the job to run")
 
@@ -120,11 +125,14 @@ def test_run_rides_through_a_control_plane_restart_once_the_job_was_accepted(
     assert served.jobs.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10).total == 1
 
 
-def test_run_against_a_stopped_control_plane_raises_and_submits_nothing(served: ControlProc, follower: Any) -> None:
+@RUN_WAYS
+def test_run_against_a_stopped_control_plane_raises_and_submits_nothing(
+    served: ControlProc, follower: Any, limit: float | None
+) -> None:
     assert served.stop() == 0
     started = time.monotonic()
     with pytest.raises(corral.Unavailable):
-        follower["run"]("noop", timeout=60)
+        follower["run"]("noop", timeout=limit)
     assert time.monotonic() - started < 15, "an unreachable control plane must be reported within seconds"
     served.start()
     assert served.jobs.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10).total == 0
