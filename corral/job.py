@@ -217,6 +217,8 @@ class JobPage:
 
 def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     """Convert a ``Struct`` to a dict, turning integral numbers (JSON numbers are doubles) back into ints."""
+    if not struct.fields:  # most payloads of short jobs, and every job's result until it ends
+        return {}
     value = _integral(json_format.MessageToDict(struct))
     return value if isinstance(value, dict) else {}
 
