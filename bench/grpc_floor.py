@@ -2,9 +2,11 @@
 
 A client that waits for its job makes two calls: a unary ``SubmitJob`` and a server-streaming
 ``WatchJob``. Here a server in a process of its own (grpc.aio on the same event loop and transport
-settings as the control plane) answers the same two shapes with no work at all: an echo, and a stream
-of one message. The median time of one unary plus one stream call (and of one stream call alone, the
-shape of RunJob), from the same kind of client the latency benchmark uses, is the part of a round trip
+settings as the control plane) answers the same shapes with no work at all: an echo, a stream of one
+message, and a bidirectional stream that echoes each message. The median time of one unary plus one
+stream call (and of one stream call alone, the shape of RunJob, and of one message on a stream kept
+open, the shape of ``Client.run`` on its kept RunJobs stream), from the same kind of client the
+latency benchmark uses, is the part of a round trip
 that is gRPC and the operating system's, not Corral's; on a small virtual machine it is most of it.
 ``python -m bench.grpc_floor`` prints it, and the bare server's CPU per call.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import statistics
 import subprocess
 import sys
@@ -42,10 +45,15 @@ async def _serve(port_file: Path) -> None:
     async def stream(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         yield request
 
+    async def echo(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async for request in requests:
+            yield request
+
     server = grpc.aio.server()
     handlers = {
         "Unary": grpc.unary_unary_rpc_method_handler(unary, _ident, _ident),
         "Stream": grpc.unary_stream_rpc_method_handler(stream, _ident, _ident),
+        "Echo": grpc.stream_stream_rpc_method_handler(echo, _ident, _ident),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
     port = server.add_insecure_port("127.0.0.1:0")
@@ -63,9 +71,13 @@ class Floor(NamedTuple):
     """Median of one unary call plus one single-message stream (a SubmitJob, then a WatchJob)."""
     one_call_ms: float
     """Median of one single-message stream alone (a RunJob)."""
+    kept_stream_ms: float
+    """Median of one message there and back on a bidirectional stream that stays open, fed from a
+    queue as a blocking client feeds its kept RunJobs stream (``corral.run_streams``)."""
     server_cpu_us_per_call: float
-    """The bare server's CPU (every thread) per call, averaged over all three: what grpc.aio itself
-    costs a server on this machine for each call, before any work of its own."""
+    """The bare server's CPU (every thread) per call, averaged over the three calls of each round
+    (the kept stream's messages are sent after them): what grpc.aio itself costs a server on this
+    machine for each call, before any work of its own."""
 
 
 def measure(calls: int = 300) -> Floor:
@@ -83,7 +95,9 @@ def measure(calls: int = 300) -> Floor:
             with grpc.insecure_channel(f"127.0.0.1:{port_file.read_text()}", options=SYNC_CHANNEL_OPTIONS) as channel:
                 unary = channel.unary_unary(f"/{_SERVICE}/Unary", _ident, _ident)
                 stream = channel.unary_stream(f"/{_SERVICE}/Stream", _ident, _ident)
-                two_calls, one_call = [], []
+                outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+                kept = channel.stream_stream(f"/{_SERVICE}/Echo", _ident, _ident)(iter(outbox.get, None))
+                two_calls, one_call, on_kept = [], [], []
                 cpu0 = 0.0
                 for i in range(calls + 20):  # the first 20 warm up
                     if i == 20:
@@ -99,7 +113,20 @@ def measure(calls: int = 300) -> Floor:
                         two_calls.append((t1 - t0) * 1000)
                         one_call.append((time.perf_counter() - t1) * 1000)
                 cpu = cpu_seconds_of(server.pid) - cpu0
-            return Floor(statistics.median(two_calls), statistics.median(one_call), cpu / (3 * calls) * 1e6)
+                for i in range(calls + 20):  # after the others: the server's CPU above is theirs alone
+                    t0 = time.perf_counter()
+                    outbox.put(_PAYLOAD)
+                    next(kept)
+                    if i >= 20:
+                        on_kept.append((time.perf_counter() - t0) * 1000)
+                outbox.put(None)
+                kept.cancel()
+            return Floor(
+                statistics.median(two_calls),
+                statistics.median(one_call),
+                statistics.median(on_kept),
+                cpu / (3 * calls) * 1e6,
+            )
         finally:
             server.terminate()
             server.wait(10)
@@ -117,8 +144,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     floor = measure(a.calls)
     print(
-        f"bare gRPC unary + stream round trip: {floor.two_calls_ms:.2f} ms, one stream: {floor.one_call_ms:.2f} ms "
-        f"(medians of {a.calls}); the server's CPU: {floor.server_cpu_us_per_call:.0f} µs per call"
+        f"bare gRPC unary + stream round trip: {floor.two_calls_ms:.2f} ms, one stream: {floor.one_call_ms:.2f} ms, "
+        f"a message on a kept stream: {floor.kept_stream_ms:.2f} ms (medians of {a.calls}); "
+        f"the server's CPU: {floor.server_cpu_us_per_call:.0f} µs per call"
     )
 
 
