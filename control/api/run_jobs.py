@@ -7,9 +7,14 @@ interleave, while one tag's events keep their order. A submission that is refuse
 one tagged error (the ``google.rpc.Status`` SubmitJob would have ended with), and the tag is free
 again: the stream goes on.
 
+A request counts as unanswered until its last answer (its job's terminal event, or its refusal) has
+been handed to gRPC. While :data:`MAX_UNANSWERED` are, the reader takes no more: a caller that sends
+faster than it reads is held back by the stream's flow control, and the answers waiting here stay
+bounded, whatever it sends.
+
 The stream ends:
 
-* OK, once the caller has sent its last request (half-closed) and every tag has ended;
+* OK, once the caller has sent its last request (half-closed) and every request has its last answer;
 * UNAVAILABLE when the control plane stops (:meth:`control.watch.Watchers.on_close`), idle or not,
   so that a stream never holds a stop: a client re-watches the jobs it had been told of;
 * with the error, when a request cannot be read at all (its tag is unknown, so nothing else can
@@ -28,18 +33,20 @@ from control.api.status import Undecodable, status_of
 from control.jobs import JobRecord
 from control.scheduler import Scheduler
 from control.watch import SHUTTING_DOWN
-from corral.errors import CorralError, InvalidArgument, RateLimited, Unavailable
+from corral.errors import CorralError, InvalidArgument, Unavailable
 from corral.v1 import jobs_pb2
 
-__all__ = ["MAX_OPEN", "MAX_TAG", "RunJobsStream"]
+__all__ = ["MAX_TAG", "MAX_UNANSWERED", "RunJobsStream"]
 
 MAX_TAG = 64
 """Longest tag, in characters."""
-MAX_OPEN = 1000
-"""Most tags open at once on one stream; a request beyond it is refused ``RESOURCE_EXHAUSTED``."""
+MAX_UNANSWERED = 1000
+"""Most requests of one stream without their last answer sent; the stream reads no more until fewer."""
 
 Submit = Callable[[jobs_pb2.SubmitJobRequest], Awaitable[JobRecord]]
-_Item = jobs_pb2.RunJobsEvent | BaseException | None  # None: the stream is done
+_Item = tuple[jobs_pb2.RunJobsEvent, bool] | BaseException | None
+"""What the outbox holds: an answer and whether it is its request's last; an error that ends the
+stream; None, the stream is done."""
 
 
 class RunJobsStream:
@@ -49,7 +56,10 @@ class RunJobsStream:
         self.s = scheduler
         self._submit = submit
         self._outbox: asyncio.Queue[_Item] = asyncio.Queue()
-        self._open: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        """Tags whose job is being submitted or followed (a tag in use cannot be sent again)."""
+        self._unanswered = 0
+        self._room = asyncio.Event()
         self._read_all = False
 
     async def events(self, requests: AsyncIterator[jobs_pb2.RunJobsRequest]) -> AsyncIterator[jobs_pb2.RunJobsEvent]:
@@ -68,11 +78,16 @@ class RunJobsStream:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                event, last = item
+                yield event
+                if last:
+                    self._unanswered -= 1
+                    self._room.set()
+                    self._check_done()
         finally:
             stop()
             reader.cancel()
-            for task in self._open.values():
+            for task in self._running.values():
                 task.cancel()
 
     async def _read(self, requests: AsyncIterator[jobs_pb2.RunJobsRequest | Undecodable]) -> None:
@@ -80,6 +95,10 @@ class RunJobsStream:
             async for request in requests:
                 if isinstance(request, Undecodable):
                     raise InvalidArgument(request.field, request.reason)
+                while self._unanswered >= MAX_UNANSWERED:
+                    self._room.clear()
+                    await self._room.wait()
+                self._unanswered += 1
                 self._take(request)
         except CorralError as exc:
             self._outbox.put_nowait(exc)
@@ -89,43 +108,35 @@ class RunJobsStream:
 
     def _take(self, request: jobs_pb2.RunJobsRequest) -> None:
         tag = request.tag
-        try:
-            if not 1 <= len(tag) <= MAX_TAG:
-                raise InvalidArgument("tag", f"must be 1 to {MAX_TAG} characters, got {len(tag)}")
-            if tag in self._open:
-                raise InvalidArgument(
-                    "tag", f"{tag!r} names a job of this stream that has not ended: this request was refused"
-                )
-            if len(self._open) >= MAX_OPEN:
-                raise RateLimited(
-                    f"{MAX_OPEN} jobs of this stream have not ended yet: send more once some have, or open another",
-                    retry_after=1.0,
-                )
-        except CorralError as exc:
-            self._outbox.put_nowait(jobs_pb2.RunJobsEvent(tag=tag, error=status_of(exc)))
-            return
-        self._open[tag] = asyncio.ensure_future(self._run(tag, request.job))
+        if not 1 <= len(tag) <= MAX_TAG:
+            self._refuse(tag, InvalidArgument("tag", f"must be 1 to {MAX_TAG} characters, got {len(tag)}"))
+        elif tag in self._running:
+            self._refuse(tag, InvalidArgument("tag", f"{tag!r} names a job of this stream that has not ended"))
+        else:
+            self._running[tag] = asyncio.ensure_future(self._run(tag, request.job))
+
+    def _refuse(self, tag: str, error: CorralError) -> None:
+        self._outbox.put_nowait((jobs_pb2.RunJobsEvent(tag=tag, error=status_of(error)), True))
 
     async def _run(self, tag: str, request: jobs_pb2.SubmitJobRequest) -> None:
-        put = self._outbox.put_nowait
         try:
             try:
                 accepted = await self._submit(request)
             except InvalidArgument as exc:  # fields are named from the RunJobsRequest
-                put(jobs_pb2.RunJobsEvent(tag=tag, error=status_of(InvalidArgument(f"job.{exc.field}", exc.rule))))
+                self._refuse(tag, InvalidArgument(f"job.{exc.field}", exc.rule))
                 return
             except CorralError as exc:
-                put(jobs_pb2.RunJobsEvent(tag=tag, error=status_of(exc)))
+                self._refuse(tag, exc)
                 return
             # Scheduler.watch subscribes before it reads the job: no change after the commit goes unheard.
             async for job in self.s.watch(accepted.id):
-                put(jobs_pb2.RunJobsEvent(tag=tag, event=jobs_pb2.JobEvent(job=convert.job(job))))
+                event = jobs_pb2.RunJobsEvent(tag=tag, event=jobs_pb2.JobEvent(job=convert.job(job)))
+                self._outbox.put_nowait((event, job.state.terminal))
         except Exception as exc:  # the job was accepted but cannot be followed: end the stream with why
-            put(exc)
+            self._outbox.put_nowait(exc)
         finally:
-            del self._open[tag]
-            self._check_done()
+            del self._running[tag]
 
     def _check_done(self) -> None:
-        if self._read_all and not self._open:
+        if self._read_all and not self._unanswered:
             self._outbox.put_nowait(None)

@@ -147,11 +147,12 @@ class JobServiceServicer:
         """RunJob for many jobs on one stream that stays open: each request submits one job, and the stream
         carries each job's events, as RunJob's, tagged with the request's tag, until each has ended. Jobs
         run at once, their events interleave; one tag's events are in order. A refused submission is
-        answered with its error and the stream goes on. Once the caller has sent its last request and
-        every job it submitted has ended, the stream ends OK. A client that runs many jobs one after
-        another pays for opening a call once, not once per job. Ending the stream early leaves the jobs
-        to run. Over REST, the body is newline-delimited RunJobsRequest objects, all read before the
-        answer starts.
+        answered with its error and the stream goes on. While 1,000 requests are without their last
+        answer the stream reads no more. Once the caller has sent its last request and every job it
+        submitted has ended, the stream ends OK; a stopping control plane ends it UNAVAILABLE. A client
+        that runs many jobs one after another pays for opening a call once, not once per job. Ending the
+        stream early leaves the jobs to run. Over REST, the body is RunJobsRequest objects one after
+        another (newline-delimited JSON), all read before the answer starts.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
