@@ -112,15 +112,16 @@ def test_idempotency_keys_are_each_client_s_own(tenants: Tenants) -> None:
     assert tenants.bob.submit("add_numbers", {"a": 5, "b": 5}, idempotency_key="order-42").id == b.id
 
 
-def test_run_makes_the_caller_s_job_and_replays_only_the_caller_s_key(tenants: Tenants) -> None:
-    # Given a job alice ran in one call (RunJob) with a key
-    ran = tenants.alice.run("add_numbers", {"a": 1, "b": 2}, idempotency_key="run-42", timeout=30)
+@pytest.mark.parametrize("limit", [30.0, None], ids=["RunJob", "RunJobs"])
+def test_run_makes_the_caller_s_job_and_replays_only_the_caller_s_key(tenants: Tenants, limit: float | None) -> None:
+    # Given a job alice ran with run() and a key (in one RunJob call, or on her kept RunJobs stream)
+    ran = tenants.alice.run("add_numbers", {"a": 1, "b": 2}, idempotency_key="run-42", timeout=limit)
     assert ran.owner == "alice" and ran.result == {"sum": 3}
     # Then it is hers alone, and bob's run with the same key makes a job of his own
     _refused_as_missing(tenants.bob, ran.id)
-    bobs = tenants.bob.run("add_numbers", {"a": 5, "b": 5}, idempotency_key="run-42", timeout=30)
+    bobs = tenants.bob.run("add_numbers", {"a": 5, "b": 5}, idempotency_key="run-42", timeout=limit)
     assert bobs.id != ran.id and bobs.owner == "bob" and bobs.result == {"sum": 10}
-    assert tenants.alice.run("add_numbers", {"a": 1, "b": 2}, idempotency_key="run-42", timeout=30).id == ran.id
+    assert tenants.alice.run("add_numbers", {"a": 1, "b": 2}, idempotency_key="run-42", timeout=limit).id == ran.id
 
 
 def test_rest_follows_the_same_rules(tenants: Tenants) -> None:
