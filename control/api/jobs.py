@@ -147,6 +147,10 @@ class JobServicer:
     async def RunJobs(
         self, requests: AsyncIterator[jobs_pb2.RunJobsRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.RunJobsEvent]:
+        if _metadata(context, "idempotency-key"):  # one key cannot name each of a stream's jobs
+            raise InvalidArgument(
+                "idempotency-key", "names one job: on a RunJobs stream, give each job its own job.idempotency_key"
+            )
         client, owner = self._client(context), PRINCIPAL.get() or ""
 
         async def submit(request: jobs_pb2.SubmitJobRequest) -> JobRecord:

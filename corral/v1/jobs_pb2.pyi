@@ -686,8 +686,8 @@ class RunJobsRequest(_message.Message):
     """
     @_builtins.property
     def job(self) -> Global___SubmitJobRequest:
-        """As SubmitJob takes it. The idempotency key goes in job.idempotency_key (the call's metadata and
-        headers apply to the whole stream, not to one job).
+        """As SubmitJob takes it. The idempotency key goes in job.idempotency_key: one in the call's
+        metadata (or the Idempotency-Key header) would name every job of the stream, and is refused.
         """
 
     def __init__(

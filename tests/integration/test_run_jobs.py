@@ -245,6 +245,33 @@ def test_rest_reads_a_stream_of_requests_and_answers_tagged_newline_delimited_js
     empty = rest.call("POST", "/v1/jobs:runMany", raw=b"")
     assert empty.status == 200 and empty.lines() == []
 
+    # One Idempotency-Key cannot name each of a stream's jobs: refused, rather than ignored
+    keyed = rest.call("POST", "/v1/jobs:runMany", raw=b'{"tag": "a", "job": {"type": "noop"}}',
+                      headers={"Idempotency-Key": '"k-1"'})  # fmt: skip
+    (line,) = keyed.lines()  # a stream's error before its first answer: {"error": status}, as grpc-gateway
+    (detail,) = [d for d in line["error"]["details"] if d["@type"] == BAD_REQUEST]
+    assert keyed.status == 400 and detail["fieldViolations"][0]["field"] == "idempotency-key", keyed.body
+    assert stored(served) == 2
+
+
+def test_each_job_of_a_stream_carries_its_own_idempotency_key(served: ControlProc) -> None:
+    stream = Stream(served)
+    stream.send("a", request("noop", idempotency_key="k-1"))
+    first = stream.read_until(ended({"a"}))[-1].event.job
+    stream.send("b", request("noop", idempotency_key="k-1"))
+    again = stream.read_until(ended({"b"}))[-1].event.job
+    assert again.id == first.id and stored(served) == 1
+    stream.end()
+    assert list(stream.call) == []
+
+    # The call's idempotency-key metadata is refused, before anything is read
+    refused = served.jobs.RunJobs(iter([jobs_pb2.RunJobsRequest(tag="a", job=request("noop"))]),
+                                  metadata=(("idempotency-key", "k-2"),), timeout=30)  # fmt: skip
+    with pytest.raises(grpc.RpcError) as bad:
+        list(refused)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "idempotency-key" in (bad.value.details() or "")
+    assert stored(served) == 1
+
 
 class CountingStream(RunStream):
     opened = 0
