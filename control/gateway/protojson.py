@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from google.protobuf import duration_pb2, json_format, timestamp_pb2
@@ -76,16 +77,8 @@ def _text(body: bytes) -> str:
 def loads(body: bytes) -> Any:
     """The JSON value of a request body; InvalidArgument naming the problem when it is not strict JSON."""
     text = _text(body)
-    try:
+    with _json_errors(""):
         return _DECODER.decode(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(
-            "", f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except ValueError as exc:
-        raise InvalidArgument("", f"request body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidArgument("", "request body is nested too deeply") from None
 
 
 def loads_many(body: bytes) -> list[Any]:
@@ -96,19 +89,26 @@ def loads_many(body: bytes) -> list[Any]:
     values: list[Any] = []
     pos = _SPACE.match(text, 0).end()  # type: ignore[union-attr]  # matches the empty string too
     while pos < len(text):
-        try:
+        with _json_errors(f" (value {len(values)})"):
             value, pos = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(
-                "", f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-            ) from None
-        except ValueError as exc:
-            raise InvalidArgument("", f"request body is not valid JSON: value {len(values)}: {exc}") from None
-        except RecursionError:
-            raise InvalidArgument("", f"request body is nested too deeply (value {len(values)})") from None
         values.append(value)
         pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
     return values
+
+
+@contextlib.contextmanager
+def _json_errors(which: str) -> Iterator[None]:
+    """Raise what the body breaks as InvalidArgument; ``which``: the value's place, for a stream of them."""
+    try:
+        yield
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(
+            "", f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}{which}"
+        ) from None
+    except ValueError as exc:
+        raise InvalidArgument("", f"request body is not valid JSON: {exc}{which}") from None
+    except RecursionError:
+        raise InvalidArgument("", f"request body is nested too deeply{which}") from None
 
 
 # ---- JSON value -> message -------------------------------------------------------------------------

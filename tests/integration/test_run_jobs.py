@@ -28,18 +28,13 @@ from corral.run_streams import RunStream
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_rest import BAD_REQUEST, Rest
-from tests.support.calls import TERMINAL, request
+from tests.support.calls import TERMINAL, request, stored
 
 
 @pytest.fixture
 def served(control_plane: ControlProc, spawn_worker: Any) -> ControlProc:
     spawn_worker(control_plane, threads=4, imports=())  # the built-in job types only
     return control_plane
-
-
-def stored(cp: ControlProc) -> int:
-    total: int = cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10).total
-    return total
 
 
 class Stream:

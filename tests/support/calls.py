@@ -22,6 +22,12 @@ class Stubs(Protocol):
     def jobs(self) -> jobs_pb2_grpc.JobServiceStub: ...
 
 
+def stored(cp: Stubs) -> int:
+    """How many jobs the control plane holds (ListJobs' total)."""
+    total: int = cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(), timeout=10).total
+    return total
+
+
 def request(type_: str, payload: dict[str, Any] | None = None, **fields: Any) -> jobs_pb2.SubmitJobRequest:
     req = jobs_pb2.SubmitJobRequest(type=type_, **fields)
     if payload:

@@ -101,3 +101,17 @@ def test_output_is_lower_camel_case_with_defaults_and_int64_strings() -> None:
     assert protojson.to_json(jobs_pb2.ListJobsResponse(total=7)) == {"jobs": [], "total": "7"}
     assert protojson.to_json(admin_pb2.Worker(jobs_completed=2))["jobsCompleted"] == "2"
     assert protojson.dumps({"a": "é"}) == '{"a":"é"}'.encode()
+
+
+def test_a_streamed_body_is_json_values_one_after_another() -> None:
+    # Newline-delimited, back to back, spread over lines, or none at all
+    assert protojson.loads_many(b'{"a": 1}\n{"b": 2}\n') == [{"a": 1}, {"b": 2}]
+    assert protojson.loads_many(b'{"a": 1}{"b": 2}') == [{"a": 1}, {"b": 2}]
+    assert protojson.loads_many(b'  {\n "a": 1\n}\r\n\t{"b":\n 2}  ') == [{"a": 1}, {"b": 2}]
+    assert protojson.loads_many(b"") == [] and protojson.loads_many(b" \n ") == []
+    # A value that is not strict JSON is named by its place, and nothing is returned
+    for body, words in ((b'{"a": 1}\n{"a": NaN}', "(value 1)"), (b'{"a": 1} {"a": 1, "a": 2}', "duplicate key"),
+                        (b'{"a": 1}\n{"a":', "(value 1)"), (b"\xff", "UTF-8")):  # fmt: skip
+        with pytest.raises(InvalidArgument) as info:
+            protojson.loads_many(body)
+        assert words in info.value.rule, info.value.rule
