@@ -286,14 +286,14 @@ class AsyncClient:
             make = functools.partial(AsyncRunStream, address, conn.jobs.RunJobs, self.metadata)
             stream = self._runs.borrow(address, make)
             try:
-                try:
-                    async for job in stream.run(request):
-                        yield job
-                except StaleStream:
-                    stream.close()
-                    stream = make()
-                    async for job in stream.run(request):
-                        yield job
+                while True:  # at most twice: a fresh stream is never stale
+                    try:
+                        async for job in stream.run(request):
+                            yield job
+                        return
+                    except StaleStream:
+                        stream.close()
+                        stream = make()
             finally:
                 self._runs.give_back(stream)
 

@@ -113,8 +113,9 @@ class _OneRunAtATime:
         return jobs_pb2.RunJobsRequest(tag=str(self._next_tag), job=request)
 
     def _job_of(self, tag: str, event: jobs_pb2.RunJobsEvent) -> Job | None:
-        """The job an event of run ``tag`` carries; None for another run's (one left early). A refusal
-        of the submission is raised, and leaves the stream idle: it goes on."""
+        """The job an event of run ``tag`` carries; None for an event of another tag (none is expected: a
+        stream whose run was left early is closed, not lent again). A refusal of the submission is
+        raised, and leaves the stream idle: it goes on."""
         if event.tag != tag:
             return None
         if event.HasField("error"):

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from corral.errors import ERRORS_BY_CODE, CorralError, InvalidArgument, RateLimited
 
@@ -59,12 +59,8 @@ def error_from_status(status: status_pb2.Status) -> CorralError:
     """Return the :class:`CorralError` that a ``google.rpc.Status`` sent as data stands for (a RunJobs
     stream's answer to a submission it refused), as :func:`error_from_rpc` reads the same status from a
     failed call's trailer."""
-    code = grpc.StatusCode.UNKNOWN
-    for candidate in grpc.StatusCode:
-        if candidate.value[0] == status.code:
-            code = candidate
-            break
-    error = _error(code.name, status.message, {}, status)
+    name = code_pb2.Code.Name(status.code) if status.code in code_pb2.Code.values() else "UNKNOWN"
+    error = _error(name, status.message, {}, status)
     error.answered = True
     return error
 
