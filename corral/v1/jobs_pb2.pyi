@@ -651,6 +651,56 @@ class WatchJobRequest(_message.Message):
 Global___WatchJobRequest: _TypeAlias = WatchJobRequest  # noqa: Y015
 
 @_typing.final
+class WatchOutputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchOutputRequest: _TypeAlias = WatchOutputRequest  # noqa: Y015
+
+@_typing.final
+class OutputChunk(_message.Message):
+    """A piece of what one attempt of a job printed (its sys.stdout and sys.stderr, interleaved)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    attempt: _builtins.int
+    """The attempt that printed it."""
+    offset: _builtins.int
+    """Characters (Unicode code points) the attempt printed before `text`. A chunk that starts past the
+    end of the last one (of the same attempt) means the text in between was left out.
+    """
+    text: _builtins.str
+    def __init__(
+        self,
+        *,
+        attempt: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "offset", b"offset", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputChunk: _TypeAlias = OutputChunk  # noqa: Y015
+
+@_typing.final
 class JobEvent(_message.Message):
     """The job as it is after one change."""
 

@@ -79,6 +79,11 @@ class JobServiceStub:
                 request_serializer=corral_dot_v1_dot_jobs__pb2.RunJobsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_jobs__pb2.RunJobsEvent.FromString,
                 _registered_method=True)
+        self.WatchOutput = channel.unary_stream(
+                '/corral.v1.JobService/WatchOutput',
+                request_serializer=corral_dot_v1_dot_jobs__pb2.WatchOutputRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_jobs__pb2.OutputChunk.FromString,
+                _registered_method=True)
         self.GetStats = channel.unary_unary(
                 '/corral.v1.JobService/GetStats',
                 request_serializer=corral_dot_v1_dot_jobs__pb2.GetStatsRequest.SerializeToString,
@@ -158,6 +163,19 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchOutput(self, request, context):
+        """Streams what the job prints while it runs, a few times a second: first the end of what its
+        running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
+        through retries (each chunk names its attempt), ending when the job ends. A job that already
+        ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
+        prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
+        chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
+        its stored output holds beyond what was streamed follows.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -211,6 +229,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.RunJobs,
                     request_deserializer=corral_dot_v1_dot_jobs__pb2.RunJobsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_jobs__pb2.RunJobsEvent.SerializeToString,
+            ),
+            'WatchOutput': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchOutput,
+                    request_deserializer=corral_dot_v1_dot_jobs__pb2.WatchOutputRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_jobs__pb2.OutputChunk.SerializeToString,
             ),
             'GetStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStats,
@@ -461,6 +484,33 @@ class JobService:
             '/corral.v1.JobService/RunJobs',
             corral_dot_v1_dot_jobs__pb2.RunJobsRequest.SerializeToString,
             corral_dot_v1_dot_jobs__pb2.RunJobsEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.JobService/WatchOutput',
+            corral_dot_v1_dot_jobs__pb2.WatchOutputRequest.SerializeToString,
+            corral_dot_v1_dot_jobs__pb2.OutputChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,15 @@ class JobServiceStub:
     stream early leaves the jobs to run. Over REST, the body is RunJobsRequest objects one after
     another (newline-delimited JSON), all read before the answer starts.
     """
+    WatchOutput: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchOutputRequest, _jobs_pb2.OutputChunk]
+    """Streams what the job prints while it runs, a few times a second: first the end of what its
+    running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
+    through retries (each chunk names its attempt), ending when the job ends. A job that already
+    ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
+    prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
+    chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
+    its stored output holds beyond what was streamed follows.
+    """
     GetStats: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]
 
 @_typing.type_check_only
@@ -91,6 +100,15 @@ class JobServiceAsyncStub(JobServiceStub):
     that runs many jobs one after another pays for opening a call once, not once per job. Ending the
     stream early leaves the jobs to run. Over REST, the body is RunJobsRequest objects one after
     another (newline-delimited JSON), all read before the answer starts.
+    """
+    WatchOutput: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchOutputRequest, _jobs_pb2.OutputChunk]  # type: ignore[assignment]
+    """Streams what the job prints while it runs, a few times a second: first the end of what its
+    running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
+    through retries (each chunk names its attempt), ending when the job ends. A job that already
+    ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
+    prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
+    chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
+    its stored output holds beyond what was streamed follows.
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]  # type: ignore[assignment]
 
@@ -173,6 +191,21 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         that runs many jobs one after another pays for opening a call once, not once per job. Ending the
         stream early leaves the jobs to run. Over REST, the body is RunJobsRequest objects one after
         another (newline-delimited JSON), all read before the answer starts.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchOutput(
+        self,
+        request: _jobs_pb2.WatchOutputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_jobs_pb2.OutputChunk], _abc.AsyncIterator[_jobs_pb2.OutputChunk]]:
+        """Streams what the job prints while it runs, a few times a second: first the end of what its
+        running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
+        through retries (each chunk names its attempt), ending when the job ends. A job that already
+        ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
+        prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
+        chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
+        its stored output holds beyond what was streamed follows.
         """
 
     @_abc_1.abstractmethod

@@ -298,6 +298,37 @@ class Results(_message.Message):
 Global___Results: _TypeAlias = Results  # noqa: Y015
 
 @_typing.final
+class JobOutput(_message.Message):
+    """What a running attempt printed lately, sent while it runs (at most every 0.2 s, at most 16 Ki
+    characters, the latest). Live only: the end of everything it printed travels with its result.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """Characters the attempt printed before `text` (more than the last chunk's end: text left out)."""
+    text: _builtins.str
+    @_builtins.property
+    def attempt(self) -> Global___AttemptRef: ...
+    def __init__(
+        self,
+        *,
+        attempt: Global___AttemptRef | None = ...,
+        offset: _builtins.int = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "offset", b"offset", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobOutput: _TypeAlias = JobOutput  # noqa: Y015
+
+@_typing.final
 class Draining(_message.Message):
     """The worker stops taking new work (SIGTERM); it finishes what it runs, then closes the stream."""
 
@@ -326,6 +357,7 @@ class WorkerMessage(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
     DRAINING_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -334,6 +366,8 @@ class WorkerMessage(_message.Message):
     def results(self) -> Global___Results: ...
     @_builtins.property
     def draining(self) -> Global___Draining: ...
+    @_builtins.property
+    def output(self) -> Global___JobOutput: ...
     def __init__(
         self,
         *,
@@ -341,12 +375,13 @@ class WorkerMessage(_message.Message):
         heartbeat: Global___Heartbeat | None = ...,
         results: Global___Results | None = ...,
         draining: Global___Draining | None = ...,
+        output: Global___JobOutput | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "heartbeat", b"heartbeat", "msg", b"msg", "register", b"register", "results", b"results"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "heartbeat", b"heartbeat", "msg", b"msg", "output", b"output", "register", b"register", "results", b"results"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "heartbeat", b"heartbeat", "msg", b"msg", "register", b"register", "results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "heartbeat", b"heartbeat", "msg", b"msg", "output", b"output", "register", b"register", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register", "heartbeat", "results", "draining"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register", "heartbeat", "results", "draining", "output"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

@@ -9,8 +9,9 @@
 * ``big_output`` {"result_bytes", "error_bytes", "code"}: returns ``{"x": "a" * result_bytes}``, or with
   ``error_bytes`` fails with ``code`` (default ``BIG``) and a message of that many characters.
 
-* ``chatty`` {"lines", "fail"?}: prints ``lines`` numbered lines, "out N" to stdout and every tenth
-  as "err N" to stderr, then returns ``{"printed": lines}`` or, with ``fail``, fails ``CHATTY``.
+* ``chatty`` {"lines", "fail"?, "every"?, "hold"?}: prints ``lines`` numbered lines, "out N" to stdout
+  and every tenth as "err N" to stderr, ``every`` seconds apart, then (with ``hold``, a path) waits
+  until that file exists, then returns ``{"printed": lines}`` or, with ``fail``, fails ``CHATTY``.
 * ``leak`` {"mib"}: keeps ``mib`` MiB alive in its runner process for good (a plug-in that leaks) and
   returns the runner's pid.
 
@@ -192,17 +193,28 @@ class Chatty(JobType):
     name = "chatty"
     schema = {
         "type": "object",
-        "properties": {"lines": {"type": "integer", "minimum": 0}, "fail": {"type": "boolean"}},
+        "properties": {
+            "lines": {"type": "integer", "minimum": 0},
+            "fail": {"type": "boolean"},
+            "every": {"type": "number", "minimum": 0, "maximum": 10},
+            "hold": {"type": "string"},
+        },
         "required": ["lines"],
         "additionalProperties": False,
     }
 
     def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         lines = int(payload["lines"])
+        every = float(payload.get("every", 0))
         for i in range(1, lines + 1):
             print(f"out {i}")
             if i % 10 == 0:
                 print(f"err {i}", file=sys.stderr)
+            if every:
+                time.sleep(every)
+        hold = payload.get("hold")
+        while hold and not os.path.exists(hold):  # a test lets it end by creating the file
+            time.sleep(0.01)
         if payload.get("fail"):
             raise JobFailed("CHATTY", f"failed after {lines} lines")
         return {"printed": lines}
