@@ -44,6 +44,7 @@ from control.dependencies import Dependencies
 from control.dispatch import POLICIES, SelectionPolicy, granted_threads, reserve_for
 from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
+from control.live_output import LiveOutput
 from control.metrics import Metrics
 from control.queue import DelayedQueue, LeaseQueue, QueueOrder, ReadyQueue
 from control.queue_view import DrainRate, QueuePage, queue_page
@@ -55,6 +56,7 @@ from control.turns import in_turns
 from control.watch import SHUTTING_DOWN, Watchers
 from corral import logs
 from corral.errors import FailedPrecondition, NotFound, RateLimited, Unavailable
+from corral.printed import OutputChunk, PrintedCursor, split_cut_note
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class Scheduler:
         """Execution rate limits (CORRAL_EXEC_RATE_LIMITS), None when there are none."""
         self.registry = WorkerRegistry()
         self.watchers = Watchers()
+        self.live_output = LiveOutput()
+        """What running jobs print, for WatchOutput (control.live_output)."""
         self.active: dict[str, JobRecord] = {}
         self.recent = RecentJobs()
         """Jobs that finished lately (control.recent): read without a store query."""
@@ -280,6 +284,7 @@ class Scheduler:
         if before is JobState.RUNNING:
             self.running.discard(job.id)
             self.usage.stopped(job)
+            self.live_output.stopped(job.id)
         if after is JobState.PENDING:
             self._enqueue(job)
         elif after is JobState.SCHEDULED:
@@ -519,6 +524,42 @@ class Scheduler:
                     yield job
         finally:
             self.watchers.unsubscribe(job_id, q)
+
+    async def watch_output(self, job_id: str) -> AsyncIterator[OutputChunk]:
+        """What the job prints, until it ends: the end of what its running attempt printed so far, then
+        each piece as it comes; when an attempt stops, what its stored output holds beyond what was
+        streamed. Each character once, in order (corral.printed); a jump in offset is text left out.
+
+        Raises:
+            NotFound: no such job.
+            Unavailable: the control plane is stopping (control.watch).
+        """
+        # One queue for both: a piece an attempt printed comes before the change that ends the attempt.
+        q: asyncio.Queue[JobRecord | OutputChunk | None] = asyncio.Queue()
+        self.watchers.listen(job_id, q.put_nowait)
+        self.live_output.listen(job_id, q.put_nowait)
+        cursor = PrintedCursor()
+        try:
+            job = copy.copy(await self.get(job_id))
+            backlog = self.live_output.backlog(job_id) if job.state is JobState.RUNNING else None
+            chunks = [backlog] if backlog is not None else _stored_output(job)
+            while True:
+                for chunk in chunks:
+                    if (fresh := cursor.take(chunk)) is not None:
+                        yield fresh.chunk
+                if job.state.terminal:
+                    return
+                item = await q.get()
+                if item is None:  # stopping (control.watch)
+                    raise Unavailable(SHUTTING_DOWN)
+                if isinstance(item, OutputChunk):
+                    chunks = [item]
+                else:
+                    job = item
+                    chunks = _stored_output(job)
+        finally:
+            self.watchers.forget(job_id, q.put_nowait)
+            self.live_output.forget(job_id, q.put_nowait)
 
     # ---- cancel / retry -------------------------------------------------------------------------
     async def cancel(self, job_id: str) -> JobRecord:
@@ -773,6 +814,15 @@ class Scheduler:
     # ---- stats ----------------------------------------------------------------------------------
     def state_counts(self) -> dict[JobState, int]:
         return {s: self.counts.get(s, 0) for s in JobState}
+
+
+def _stored_output(job: JobRecord) -> list[OutputChunk]:
+    """The stored output of the job's latest attempt as a chunk, once that attempt stopped (none while
+    it runs: its live pieces come instead)."""
+    if not job.output or job.state is JobState.RUNNING or job.attempts < 1:
+        return []
+    offset, text = split_cut_note(job.output)
+    return [OutputChunk(job.attempts, offset, text)]
 
 
 def needs_of(job: JobRecord) -> Needs:

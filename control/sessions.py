@@ -208,6 +208,15 @@ class WorkerSessions:
         s.later(changed, lambda: link.ack(acks))
         s.dispatch_soon()
 
+    def printed(self, worker_id: str, job_id: str, attempt: int, offset: int, text: str) -> None:
+        """Take what a running attempt printed lately (live output), from the worker that holds its
+        lease and for the attempt it holds; anything else (a stale attempt, a worker that lost the job)
+        is dropped."""
+        job = self.s.active.get(job_id)
+        if job is None or job.state is not JobState.RUNNING or job.attempts != attempt or job.worker_id != worker_id:
+            return
+        self.s.live_output.add(job_id, attempt, offset, text)
+
     def draining(self, worker_id: str) -> None:
         """The worker announced it is draining: give it nothing new."""
         worker = self.heard_from(worker_id)

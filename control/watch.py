@@ -1,4 +1,4 @@
-"""Watchers: who wants to hear about which job's changes (WatchJob streams).
+"""Watchers: who wants to hear about which job's changes (WatchJob, RunJob and WatchOutput streams).
 
 Announcements carry a snapshot of the job taken after the change was committed. Announcing costs
 one dict lookup when nobody watches the job.
@@ -23,10 +23,10 @@ SHUTTING_DOWN = "the control plane is shutting down: watch again once it is back
 
 
 class Watchers:
-    """Per-job subscriber queues."""
+    """Per-job listeners: each one a function that takes the job's snapshots (``None``: stopping)."""
 
     def __init__(self) -> None:
-        self._subs: dict[str, list[asyncio.Queue[JobRecord | None]]] = {}
+        self._subs: dict[str, list[Callable[[JobRecord | None], None]]] = {}
         self._on_close: set[Callable[[], None]] = set()
         self.closed = False
 
@@ -36,18 +36,31 @@ class Watchers:
         Raises:
             Unavailable: the control plane is stopping.
         """
-        if self.closed:
-            raise Unavailable(SHUTTING_DOWN)
         q: asyncio.Queue[JobRecord | None] = asyncio.Queue()
-        self._subs.setdefault(job_id, []).append(q)
+        self.listen(job_id, q.put_nowait)
         return q
 
     def unsubscribe(self, job_id: str, q: asyncio.Queue[JobRecord | None]) -> None:
+        self.forget(job_id, q.put_nowait)
+
+    def listen(self, job_id: str, put: Callable[[JobRecord | None], None]) -> None:
+        """Have ``put`` called with each snapshot of the job, and with ``None`` when the control plane
+        stops (a WatchOutput stream puts them into the queue it also reads live output from).
+
+        Raises:
+            Unavailable: the control plane is stopping.
+        """
+        if self.closed:
+            raise Unavailable(SHUTTING_DOWN)
+        self._subs.setdefault(job_id, []).append(put)
+
+    def forget(self, job_id: str, put: Callable[[JobRecord | None], None]) -> None:
+        """Undo :meth:`listen`."""
         subs = self._subs.get(job_id)
         if subs is None:
             return
-        if q in subs:
-            subs.remove(q)
+        if put in subs:
+            subs.remove(put)
         if not subs:
             del self._subs[job_id]
 
@@ -55,8 +68,8 @@ class Watchers:
         subs = self._subs.get(job.id)
         if subs:
             snap = copy.copy(job)
-            for q in subs:
-                q.put_nowait(snap)
+            for put in subs:
+                put(snap)
 
     def on_close(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Have ``callback`` called when the control plane stops (a RunJobs stream, which may be waiting
@@ -75,5 +88,5 @@ class Watchers:
             callback()
         self._on_close.clear()
         for subs in self._subs.values():
-            for q in subs:
-                q.put_nowait(None)
+            for put in subs:
+                put(None)

@@ -9,6 +9,7 @@ Modules:
 - ``addresses`` the rule of an address list, shared by the clients, the CLI and the worker.
 - ``job``      :class:`Job`, :class:`JobState`, :class:`JobError`, :class:`JobPage`: jobs as Python values.
 - ``spec``     :class:`JobSpec`: what a client submits.
+- ``printed``  :class:`OutputChunk`: a piece of what a job printed (``watch_output``).
 - ``cluster``  :class:`Stats`, :class:`WorkerInfo`, :class:`WorkerState`, :class:`AutoscalerStatus`.
 - ``account``  :class:`Account`, :class:`Login`, :class:`Identity`: accounts, logins, who the caller is.
 - ``errors``   the error tree shared by every component (client and server raise the same classes).
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.job import JobError as JobError
     from corral.job import JobPage as JobPage
     from corral.job import JobState as JobState
+    from corral.printed import OutputChunk as OutputChunk
     from corral.spec import JobSpec as JobSpec
 
 # The public names, grouped by concept, and the module each lives in. They load on first use (PEP 562):
@@ -70,6 +72,7 @@ _HOMES = {
     # Jobs
     **dict.fromkeys(("Job", "JobError", "JobPage", "JobState"), "corral.job"),
     "JobSpec": "corral.spec",
+    "OutputChunk": "corral.printed",
     # Cluster
     **dict.fromkeys(("AutoscalerStatus", "Stats", "WorkerInfo", "WorkerState"), "corral.cluster"),
     # Accounts

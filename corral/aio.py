@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequenc
 from contextlib import aclosing
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -44,10 +44,13 @@ from corral.errors import CorralError, DeadlineExceeded
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
+from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import AsyncRunStream, RunStreams, StaleStream
 from corral.spec import JobSpec, When, batch_request, by_id
 from corral.status import translate_errors
 from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+_T = TypeVar("_T")
 
 __all__ = ["AsyncClient"]
 
@@ -222,6 +225,28 @@ class AsyncClient:
         """
         return self._follow(Follow(id))
 
+    async def watch_output(self, id: str) -> AsyncGenerator[OutputChunk, None]:
+        """Yield what the job prints, as it prints it, until the job ends; see
+        :meth:`corral.Client.watch_output`. ``aclose()`` on the generator cancels the stream."""
+        follow = Follow(id)
+        cursor = PrintedCursor()
+        request = by_id(jobs_pb2.WatchOutputRequest, id)
+
+        def start(address: str, conn: _Connection) -> tuple[AsyncGenerator[OutputChunk, None], Callable[[], None]]:
+            call = conn.jobs.WatchOutput(request, metadata=self.metadata)
+            return (OutputChunk(c.attempt, c.offset, c.text) async for c in call), call.cancel
+
+        while True:
+            try:
+                async with aclosing(self._served(start)) as chunks:
+                    async for chunk in chunks:
+                        follow.reached()
+                        if (fresh := cursor.take(chunk)) is not None:
+                            yield fresh.chunk
+                return  # the stream ends once the job has ended
+            except CorralError as exc:
+                await asyncio.sleep(follow.pause(exc))  # raises it unless the control plane went away
+
     async def wait(self, id: str, timeout: float | None = None) -> Job:  # noqa: ASYNC109 (same API as Client.wait)
         """Wait until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
@@ -311,8 +336,8 @@ class AsyncClient:
         return self._served(start)
 
     async def _served(
-        self, start: Callable[[str, _Connection], tuple[AsyncGenerator[Job, None], Callable[[], None]]]
-    ) -> AsyncGenerator[Job, None]:
+        self, start: Callable[[str, _Connection], tuple[AsyncGenerator[_T, None], Callable[[], None]]]
+    ) -> AsyncGenerator[_T, None]:
         """As corral.Client._served."""
         attempts = self._failover.attempts()
         for address, conn in attempts:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import grpc.experimental
@@ -40,11 +40,14 @@ from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
 from corral.job import Job, JobPage, JobState
+from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import RunStream, RunStreams
 from corral.spec import JobSpec, When, batch_request, by_id, put
 from corral.status import translate_errors
 from corral.transport import keepalive
 from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+_T = TypeVar("_T")
 
 KEEPALIVE_SEC = 5.0
 """While a call is open the client pings the control plane this often, and gives the connection up
@@ -271,6 +274,35 @@ class Client:
         """
         return self._follow(Follow(id))
 
+    def watch_output(self, id: str) -> Generator[OutputChunk, None, None]:
+        """Yield what the job prints, as it prints it (``WatchOutput``), until the job ends: first the
+        end of what its running attempt printed so far (or, for a job that stopped, its stored output),
+        then each piece a few times a second, through retries (each chunk names its attempt).
+
+        A chunk whose offset is past the end of the last one of its attempt follows text that was left
+        out (a job that printed faster than it is streamed). A restart of the control plane does not end
+        it: the output is watched again and each character still yielded once (:mod:`corral.printed`,
+        :mod:`corral.follow` says when it gives up). Closing the generator cancels the stream.
+        """
+        follow = Follow(id)
+        cursor = PrintedCursor()
+        request = by_id(jobs_pb2.WatchOutputRequest, id)
+
+        def start(address: str, conn: _Connection) -> tuple[Generator[OutputChunk, None, None], Callable[[], None]]:
+            call = conn.jobs.WatchOutput(request, metadata=self.metadata)
+            return (OutputChunk(c.attempt, c.offset, c.text) for c in call), call.cancel
+
+        while True:
+            try:
+                with closing(self._served(start)) as chunks:
+                    for chunk in chunks:
+                        follow.reached()
+                        if (fresh := cursor.take(chunk)) is not None:
+                            yield fresh.chunk
+                return  # the stream ends once the job has ended
+            except CorralError as exc:
+                time.sleep(follow.pause(exc))  # raises it unless the control plane went away
+
     def wait(self, id: str, timeout: float | None = None) -> Job:
         """Block until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
@@ -356,8 +388,8 @@ class Client:
         return self._served(start)
 
     def _served(
-        self, start: Callable[[str, _Connection], tuple[Generator[Job, None, None], Callable[[], None]]]
-    ) -> Generator[Job, None, None]:
+        self, start: Callable[[str, _Connection], tuple[Generator[_T, None, None], Callable[[], None]]]
+    ) -> Generator[_T, None, None]:
         """The jobs of a stream that ``start(address, connection)`` opens (with what ends it, called
         however it ends). A stream moves on like a unary call, but only before its first event: after
         that the break is raised, and corral.follow watches again, from the address that served it."""

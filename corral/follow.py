@@ -66,6 +66,7 @@ class Follow:
         self._timeout = timeout
         self._deadline = None if timeout is None else clock() + timeout
         self._last: Job | None = None
+        self._reached = False
         self._outage_since: float | None = None
         self._pause = REWATCH_PAUSE_SEC
 
@@ -90,12 +91,17 @@ class Follow:
 
     def is_new(self, job: Job) -> bool:
         """Whether ``job`` differs from the last one yielded (a re-watch repeats the current state)."""
-        self._outage_since = None
-        self._pause = REWATCH_PAUSE_SEC
+        self.reached()
         if job == self._last:
             return False
         self._last = job
         return True
+
+    def reached(self) -> None:
+        """A stream answered: any outage is over, and the control plane was reached."""
+        self._reached = True
+        self._outage_since = None
+        self._pause = REWATCH_PAUSE_SEC
 
     def after_run(self, error: CorralError | None) -> float:
         """Seconds to wait before watching the job that a ``RunJob`` stream submitted, after the stream
@@ -127,7 +133,7 @@ class Follow:
             if not broken_stream(error):
                 raise error
             # Before the first event the plane may never have been reached (a wrong address): shorter.
-            limit = OUTAGE_LIMIT_SEC if self._last is not None else FIRST_CONTACT_LIMIT_SEC
+            limit = OUTAGE_LIMIT_SEC if self._reached else FIRST_CONTACT_LIMIT_SEC
             if self._outage_since is None:
                 self._outage_since = now
             elif now - self._outage_since > limit:

@@ -1,11 +1,19 @@
-"""What a job prints: its ``sys.stdout`` and ``sys.stderr`` writes, caught while it runs, the end kept.
+"""What a job prints: its ``sys.stdout`` and ``sys.stderr`` writes, caught while it runs, the end kept
+and sent live.
 
 A worker started with ``CORRAL_JOB_OUTPUT_BYTES=N`` (default 64 KiB; 0: not caught) gives each runner
 ``--output-bytes N``. While a job runs, ``sys.stdout`` and ``sys.stderr`` are :class:`PrintStream` s
 writing, interleaved as on a terminal, into one :class:`PrintTail` that keeps the last N bytes (made
 once per runner, cleared for each job). The text travels with the job's answer
-(:func:`runner.wire.with_output`) and is stored as the attempt's ``output``. A job that prints
-nothing costs a clear and two attribute swaps.
+(:func:`runner.wire.with_output`) and is stored as the attempt's ``output``.
+
+So that users can follow a job as it runs, the streams write through a :class:`LiveFeed`, which also
+sends what was printed lately as ``PRINTED`` frames (:func:`runner.wire.encode_printed`): at most
+every :data:`WINDOW_SEC`, at most :data:`WINDOW_CHARS` characters each, the latest. Live output is a
+view, not the record: a job that prints faster loses the middle of each window live (the frame's
+offset says how much), and the stored end is what stays. The feed's thread starts with the first
+print; a job that prints nothing costs a clear, two attribute swaps and the uncontended lock of its
+ending, as it did without live output.
 
 Only Python-level writes are caught. What C code or a child process writes to the file descriptors
 goes, as before, to the worker's stderr: ``fileno()`` answers with the real descriptor, so that
@@ -15,8 +23,19 @@ goes, as before, to the worker's stderr: ``fileno()`` answers with the real desc
 from __future__ import annotations
 
 import io
+import os
+import threading
+import time
+from collections.abc import Callable
 
-__all__ = ["PrintStream", "PrintTail"]
+from corral.printed import cut_note
+
+__all__ = ["WINDOW_CHARS", "WINDOW_SEC", "LiveFeed", "PrintStream", "PrintTail"]
+
+WINDOW_SEC = 0.2
+"""How long printed text waits before it is sent live: what a job prints meanwhile goes in one frame."""
+WINDOW_CHARS = 16 * 1024
+"""The most characters sent live per window, the latest (the contract's ``JobOutput`` limit)."""
 
 
 class PrintTail:
@@ -25,7 +44,7 @@ class PrintTail:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.chars = 0
-        """Characters written in all."""
+        """Characters written since the last :meth:`clear`."""
         self._parts: list[str] = []
         self._kept = 0
 
@@ -36,6 +55,7 @@ class PrintTail:
         self._kept = 0
 
     def add(self, text: str) -> None:
+        """Keep ``text``, written after what came before."""
         self.chars += len(text)
         self._parts.append(text)
         self._kept += len(text)
@@ -44,6 +64,17 @@ class PrintTail:
             joined = "".join(self._parts)[-self.limit :]
             self._parts = [joined]
             self._kept = len(joined)
+
+    def take(self) -> tuple[int, str]:
+        """``(offset, text)``: the end (at most ``limit`` characters) of what was written since the last
+        take, and the characters written before it since the last :meth:`clear`. The text is forgotten;
+        :attr:`chars` keeps counting, so that the next offset shows what was left out."""
+        text = "".join(self._parts)
+        if len(text) > self.limit:
+            text = text[len(text) - self.limit :]
+        self._parts.clear()
+        self._kept = 0
+        return self.chars - len(text), text
 
     def data(self) -> bytes:
         """The kept end as UTF-8, at most ``limit`` bytes, with a first line saying how much was cut."""
@@ -54,22 +85,110 @@ class PrintTail:
         if len(encoded) <= self.limit and self.chars == len(text):
             return encoded
         kept = encoded[-self.limit :].decode("utf-8", "ignore")  # a character cut at the start is dropped
-        note = f"[... {self.chars - len(kept)} characters before this were cut]\n"
-        return (note + kept).encode("utf-8")
+        return (cut_note(self.chars - len(kept)) + kept).encode("utf-8")
+
+
+class LiveFeed:
+    """Writes to a job's :class:`PrintTail` and sends what was printed lately with ``send(offset, text)``.
+
+    The first write after a send wakes a flusher thread, which waits :data:`WINDOW_SEC` (what is printed
+    meanwhile joins the same frame) and sends the end of it, at most :data:`WINDOW_CHARS` characters.
+    ``send`` runs with :attr:`lock` held; a send that blocks (a full pipe) holds up the job's next
+    print, which is the back-pressure wanted. The runner ends a job holding :attr:`lock`: it calls
+    :meth:`flush` and writes the job's answer, so no live text of a job goes after its answer.
+    """
+
+    def __init__(self, tail: PrintTail, send: Callable[[int, str], None]) -> None:
+        """A feed into ``tail`` (the job's stored end); nothing runs until the first :meth:`add`."""
+        self.tail = tail
+        self.lock = threading.RLock()
+        """Held while a tail changes or a frame goes out. Reentrant: a job's signal handler that prints
+        while the interrupted code is inside :meth:`add` must not deadlock."""
+        self._send = send
+        self._window = PrintTail(WINDOW_CHARS)
+        self._pending = False  # text in the window that a flush will send
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._forked = False
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def add(self, text: str) -> None:
+        """Keep ``text`` in the tail and send it within :data:`WINDOW_SEC`."""
+        if not text:
+            return
+        with self.lock:
+            self.tail.add(text)
+            if self._forked:
+                return
+            self._window.add(text)
+            if self._pending:
+                return  # the flush that is due sends it too
+            self._pending = True
+            if self._thread is None:
+                self.start()
+            # Set after _pending, under the lock: the flusher clears the event before it takes the lock
+            # to flush, so a wake-up is never lost, at worst spent on a window already flushed.
+            self._wake.set()
+
+    def start(self) -> None:
+        """Start the flusher thread now rather than at the first print (idempotent): a runner under a
+        memory limit starts it before the limit, so that its stack (8 MiB) and malloc arena (up to 64 MiB
+        of address space) count in the idle footprint, not against a job."""
+        with self.lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._flusher, name="corral-live-output", daemon=True)
+                self._thread.start()
+
+    def flush(self) -> None:
+        """Send what waits now; call with :attr:`lock` held (the runner then writes the job's answer)."""
+        if not self._pending:
+            return
+        self._pending = False
+        offset, text = self._window.take()
+        if text:
+            self._send(offset, text)
+
+    def clear(self) -> None:
+        """Forget what was printed (a new job starts): its offsets count from 0."""
+        with self.lock:
+            self.tail.clear()
+            self._window.clear()
+            self._pending = False
+
+    def _flusher(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            time.sleep(WINDOW_SEC)
+            with self.lock:
+                try:
+                    self.flush()
+                except OSError:  # the worker is gone: the runner finds out on its next read
+                    return
+
+    def _after_fork(self) -> None:
+        # A child a job forks (multiprocessing) must not write frames on its parent's pipe, where they
+        # would interleave with the parent's, nor wait on a lock held at the fork: it keeps a tail only.
+        self.lock = threading.RLock()
+        self._forked = True
 
 
 class PrintStream(io.TextIOBase):
-    """``sys.stdout`` or ``sys.stderr`` while a job runs: text goes to a :class:`PrintTail`."""
+    """``sys.stdout`` or ``sys.stderr`` while a job runs: text goes to a :class:`PrintTail`, or through a
+    :class:`LiveFeed`."""
 
-    def __init__(self, tail: PrintTail, fd: int) -> None:
+    def __init__(self, tail: PrintTail, fd: int, feed: LiveFeed | None = None) -> None:
+        """A stream into ``tail``, or through ``feed`` (whose tail it is) to send it live too; ``fd``:
+        the real stream's descriptor."""
         super().__init__()
-        self._tail = tail
+        self._add = tail.add if feed is None else feed.add
         self._fd = fd
 
     def write(self, s: str) -> int:
+        """Keep ``s`` (text only, as a real text stream)."""
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        self._tail.add(s)
+        self._add(s)
         return len(s)
 
     def writable(self) -> bool:

@@ -22,7 +22,8 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
   plug-in that leaks), when the worker asks for that (CORRAL_RUNNER_MAX_JOBS, CORRAL_RUNNER_MAX_RSS_MB);
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
   keeps the default SIGTERM action, which is how the worker stops a job at its deadline;
-* catches what each job prints (``--output-bytes``, :mod:`runner.output`) and sends it with the answer;
+* catches what each job prints (``--output-bytes``, :mod:`runner.output`): sends it live while the job
+  runs (``PRINTED`` frames, at most every 0.2 s, all before the job's answer) and its end with the answer;
 * sets ``CUDA_VISIBLE_DEVICES`` to the GPUs the worker gave a job (empty for none, on a worker that has
   GPUs) while the job runs, and puts its own value back after; since CUDA reads the variable once per
   process, it exits after answering a job that held GPUs (see :mod:`runner.wire`).
@@ -45,7 +46,7 @@ from typing import BinaryIO
 from runner import JobContext, all_types, execute, load_plugins
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
-from runner.output import PrintStream, PrintTail
+from runner.output import LiveFeed, PrintStream, PrintTail
 from runner.wire import (
     DEVICES_ENV,
     INHERIT_DEVICES,
@@ -53,13 +54,14 @@ from runner.wire import (
     READY,
     REQUEST,
     encode_failure,
+    encode_printed,
     encode_response,
     encode_result,
     last,
     with_output,
 )
 
-__all__ = ["catalog", "die_with_parent", "main", "serve"]
+__all__ = ["catalog", "die_with_parent", "live_feed", "main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
 # The signal the kernel sends when the worker goes: a real-time one that jobs have no use for, handled
@@ -97,11 +99,13 @@ def serve(
     max_jobs: int = 0,
     max_rss_mb: int = 0,
     output_bytes: int = 0,
+    feed: LiveFeed | None = None,
 ) -> None:
     """Answer requests until end of file on ``requests``, or until an answer is the last (flagged
     ``LAST``): a job ran out of memory or left a process running, or the process reached ``max_jobs``
     jobs or ``max_rss_mb`` MiB resident (0: no such limit). ``output_bytes``: how much of what each
-    job prints goes back with its answer (:mod:`runner.output`; 0: none is caught)."""
+    job prints goes back with its answer, and is sent live meanwhile (:mod:`runner.output`; 0: none is
+    caught); ``feed``: the :func:`live_feed` for that, if made beforehand."""
     header_size = REQUEST.size
     unpack = REQUEST.unpack
     read = requests.read
@@ -109,8 +113,11 @@ def serve(
     _write_all(out_fd, encode_response(READY, body=catalog()))
     before = _children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
     done = 0
-    tail = PrintTail(output_bytes)  # made once: a job then costs two swaps and a clear
-    streams = PrintStream(tail, 1), PrintStream(tail, 2)
+    if output_bytes and feed is None:
+        feed = live_feed(out_fd, output_bytes)
+    if feed is not None:  # made once: a job then costs two swaps, a clear and its ending
+        tail = feed.tail
+        streams = PrintStream(tail, 1, feed), PrintStream(tail, 2, feed)
     while True:
         header = read(header_size)
         if len(header) < header_size:
@@ -129,8 +136,8 @@ def serve(
         # The process must not run another job. CUDA reads CUDA_VISIBLE_DEVICES once per process, so
         # a job that held GPUs is its process's last: the next one would see its devices.
         spent = devices_len > 0
-        if output_bytes:
-            tail.clear()
+        if feed is not None:
+            feed.clear()
             real = sys.stdout, sys.stderr
             sys.stdout, sys.stderr = streams
         try:
@@ -152,21 +159,38 @@ def serve(
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
-        if output_bytes:
+        if feed is not None:
             sys.stdout, sys.stderr = real
-            frame = with_output(frame, tail.data())
         if not inherit:
             _restore_devices(own_devices)
         done += 1
-        if (
+        final = bool(
             spent
             or _children_left(before)  # the worker ends the runner's process group, and what the job left in it
             or done == max_jobs
             or (max_rss_mb and _resident_mb() > max_rss_mb)
-        ):
-            _write_all(out_fd, last(frame))
+        )
+        if final:
+            frame = last(frame)
+        if feed is None:
+            _write_all(out_fd, frame)
+        else:
+            # Under the feed's lock: what is left goes live first, and nothing of this job after its answer.
+            with feed.lock:
+                feed.flush()
+                _write_all(out_fd, with_output(frame, tail.data()))
+        if final:
             return
-        _write_all(out_fd, frame)
+
+
+def live_feed(out_fd: int, output_bytes: int) -> LiveFeed:
+    """The :class:`~runner.output.LiveFeed` of a runner that keeps ``output_bytes`` of what each job
+    prints: it writes ``PRINTED`` frames to ``out_fd`` (the pool's end of the pipe reads them)."""
+
+    def send(offset: int, text: str) -> None:
+        _write_all(out_fd, encode_printed(offset, text))
+
+    return LiveFeed(PrintTail(output_bytes), send)
 
 
 def _show_devices(devices: str) -> str | None:
@@ -260,10 +284,13 @@ def main(argv: list[str] | None = None) -> None:
         _write_all(args.out_fd, encode_failure(PLUGIN_IMPORT, str(exc)))
         sys.exit(2)
     warm_up_threads()
+    feed = live_feed(args.out_fd, args.output_bytes) if args.output_bytes > 0 else None
     if args.memory_limit_mb > 0:
+        if feed is not None:
+            feed.start()  # its thread's stack and arena are then part of the idle footprint, as the kernels'
         apply_memory_limit(args.memory_limit_mb)
     with os.fdopen(args.in_fd, "rb", buffering=1 << 16) as requests:
-        serve(requests, args.out_fd, args.memory_limit_mb, args.max_jobs, args.max_rss_mb, args.output_bytes)
+        serve(requests, args.out_fd, args.memory_limit_mb, args.max_jobs, args.max_rss_mb, args.output_bytes, feed)
     sys.exit(0)
 
 

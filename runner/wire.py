@@ -26,6 +26,14 @@ request, in order. A ``FAILED`` response instead of ``READY``, code ``PLUGIN_IMP
 could not start. End of file on its request pipe tells it to exit. An
 answer flagged ``LAST`` is the runner's last: it exits right after it, and the pool must not hand it
 another job (the flag travels in the answer itself, so no job can be sent in between).
+
+While a job runs, its runner may write any number of ``PRINTED`` responses for it, all before that
+job's ``OK`` or ``FAILED`` answer: what the job printed lately, sent live (see :mod:`runner.output`)::
+
+    PRINTED body: offset u64 (characters the job printed before the text), then the text (UTF-8)
+
+The offset lets a reader tell what was left out between two of them: a job that prints faster than
+they go sends only the latest of what it printed in each window.
 """
 
 from __future__ import annotations
@@ -42,10 +50,14 @@ __all__ = [
     "OK",
     "OUTPUT",
     "PLUGIN_IMPORT",
+    "PRINTED",
+    "PRINTED_OFFSET",
     "READY",
     "REQUEST",
     "RESPONSE",
+    "decode_printed",
     "encode_failure",
+    "encode_printed",
     "encode_request",
     "encode_response",
     "encode_result",
@@ -71,6 +83,11 @@ OK = 1
 """Response kind: the job succeeded; body is the result JSON."""
 FAILED = 2
 """Response kind: the job failed; code is the error code, body the message."""
+PRINTED = 3
+"""Response kind: what the running job printed lately (sent while it runs, before its answer); body:
+:data:`PRINTED_OFFSET`, then the text (see :func:`encode_printed`)."""
+PRINTED_OFFSET = struct.Struct("<Q")
+"""The start of a ``PRINTED`` body: characters (code points) the job printed before the text."""
 LAST = 1
 """Response flag: the runner exits after this answer."""
 OUTPUT = 2
@@ -131,6 +148,18 @@ def split_output(flags: int, body: bytes) -> tuple[bytes, bytes]:
     (size,) = OUTPUT_LEN.unpack_from(body)
     end = OUTPUT_LEN.size + size
     return body[OUTPUT_LEN.size : end], body[end:]
+
+
+def encode_printed(offset: int, text: str) -> bytes:
+    """A ``PRINTED`` frame: ``text``, which the job printed after ``offset`` characters (a character
+    UTF-8 cannot carry, a lone surrogate, becomes ``?``: one for one, so the offsets still hold)."""
+    return encode_response(PRINTED, b"", PRINTED_OFFSET.pack(offset) + text.encode("utf-8", "replace"))
+
+
+def decode_printed(body: bytes) -> tuple[int, str]:
+    """``(offset, text)`` of a ``PRINTED`` frame's body (see :func:`encode_printed`)."""
+    (offset,) = PRINTED_OFFSET.unpack_from(body)
+    return offset, body[PRINTED_OFFSET.size :].decode("utf-8", "replace")
 
 
 def encode_result(result_json: bytes) -> bytes:

@@ -42,6 +42,7 @@ class Agent:
                 gpus=config.gpus,
             ),
             on_result=self._on_result,
+            on_printed=self._on_printed,
         )
         self.connection: Connection | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -143,3 +144,7 @@ class Agent:
     def _on_result(self, completion: Completion) -> None:
         if self.connection is not None:
             self.connection.report(completion)
+
+    def _on_printed(self, job_id: str, attempt: int, offset: int, text: str) -> None:
+        if self.connection is not None:
+            self.connection.printed(job_id, attempt, offset, text)

@@ -33,6 +33,10 @@ devices are free (only a race can cause it: the control plane counts) does not r
 HANDED_BACK, which puts the job back in the queue without spending an attempt. A worker without GPUs
 hands back attempts that ask for any and leaves ``CUDA_VISIBLE_DEVICES`` as the runners inherited it.
 
+Printed output: with ``output_bytes`` the end of what a job prints comes with its completion
+(``Completion.output``), and while it runs ``on_printed`` gets what it printed lately (see
+:mod:`runner.output`), always before the attempt's completion; that of an attempt being killed is dropped.
+
 The hot path (submit -> frame on a pipe -> frame back -> Completion) does no logging above debug,
 no validation and no JSON parsing: payload and result stay the JSON text they arrived as.
 """
@@ -53,7 +57,18 @@ from dataclasses import dataclass, field
 
 from corral.logs import GPUS_UNAVAILABLE, JOB_TIMED_OUT, RUNNER_RESTARTED
 from runner.limits import memory_limit_from_env
-from runner.wire import FAILED, LAST, OK, OUTPUT, PLUGIN_IMPORT, READY, encode_request, split_output
+from runner.wire import (
+    FAILED,
+    LAST,
+    OK,
+    OUTPUT,
+    PLUGIN_IMPORT,
+    PRINTED,
+    READY,
+    decode_printed,
+    encode_request,
+    split_output,
+)
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
 
@@ -146,10 +161,18 @@ _KILL_CODES = {Outcome.TIMEOUT: "TIMEOUT", Outcome.CANCELLED: "CANCELLED", Outco
 class RunnerPool:
     """A fixed number of runner processes and the jobs they run; see the module docstring."""
 
-    def __init__(self, config: PoolConfig, on_result: Callable[[Completion], None]) -> None:
-        """Create a stopped pool; :meth:`start` starts the processes."""
+    def __init__(
+        self,
+        config: PoolConfig,
+        on_result: Callable[[Completion], None],
+        on_printed: Callable[[str, int, int, str], None] | None = None,
+    ) -> None:
+        """Create a stopped pool; :meth:`start` starts the processes. ``on_printed(job_id, attempt,
+        offset, text)``: what a running attempt printed lately (with ``output_bytes``), always before
+        that attempt's completion; nothing of an attempt being killed."""
         self.config = config
         self._on_result = on_result
+        self._on_printed = on_printed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._procs: set[RunnerProcess] = set()
         self._idle: list[RunnerProcess] = []
@@ -432,6 +455,11 @@ class RunnerPool:
 
     def _on_frame(self, proc: RunnerProcess, kind: int, flags: int, code: bytes, body: bytes) -> None:
         running = self._busy.get(proc)
+        if kind == PRINTED:  # live output: it must not touch the attempt's deadline timer nor its state
+            if running is not None and not running.killing and self._on_printed is not None:
+                offset, text = decode_printed(body)
+                self._on_printed(running.spec.job_id, running.spec.attempt, offset, text)
+            return
         if kind == READY:
             if not self.job_types and body:
                 self.job_types = _catalog(body)

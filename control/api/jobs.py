@@ -134,6 +134,13 @@ class JobServicer:
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors
+    async def WatchOutput(
+        self, request: jobs_pb2.WatchOutputRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.OutputChunk]:
+        async for chunk in self.s.watch_output(await self._visible(request.id)):
+            yield jobs_pb2.OutputChunk(attempt=chunk.attempt, offset=chunk.offset, text=chunk.text)
+
+    @grpc_errors
     async def RunJob(
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:

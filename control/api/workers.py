@@ -140,6 +140,9 @@ class WorkerServicer:
                 kind = msg.WhichOneof("msg")
                 if kind == "results":
                     sessions.results(worker_id, convert.reports(msg.results), link)
+                elif kind == "output":
+                    out = msg.output
+                    sessions.printed(worker_id, out.attempt.job_id, out.attempt.attempt, out.offset, out.text)
                 elif kind == "heartbeat":
                     sessions.heard_from(worker_id)
                     logger.debug(logs.WORKER_HEARTBEAT, extra={"worker_id": worker_id})

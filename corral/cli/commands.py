@@ -88,13 +88,40 @@ def get(args: argparse.Namespace) -> int:
 
 
 def output(args: argparse.Namespace) -> int:
-    """``corral output ID``: what the job's latest attempt printed, as it is (``--json``: with the state)."""
+    """``corral output ID``: what the job's latest attempt printed, as it is (``--json``: with the state);
+    with ``--follow``, what it prints as it prints it until it ends (``--json``: one chunk per line)."""
+    if args.follow:
+        return _follow_output(args)
     with client_for(args) as client:
         job = client.get(args.id)
     if args.json:
         render.print_json({"id": job.id, "state": job.state.name, "attempts": job.attempts, "output": job.output})
     else:
         sys.stdout.write(job.output)
+    return ExitCode.OK
+
+
+def _follow_output(args: argparse.Namespace) -> int:
+    """``corral output --follow ID``: the text on stdout as it comes; on stderr, a line where another
+    attempt starts and where text was left out, so that stdout stays the job's own text."""
+    attempt = 0
+    ends: dict[int, int] = {}
+    with client_for(args) as client, closing(client.watch_output(args.id)) as chunks:
+        for chunk in chunks:
+            if args.json:
+                render.print_json_line({"attempt": chunk.attempt, "offset": chunk.offset, "text": chunk.text})
+                continue
+            if chunk.attempt != attempt:
+                if attempt:
+                    sys.stdout.flush()
+                    print(f"--- attempt {chunk.attempt} ---", file=sys.stderr, flush=True)
+                attempt = chunk.attempt
+            if (left_out := chunk.offset - ends.get(chunk.attempt, 0)) > 0:
+                sys.stdout.flush()
+                print(f"[... {left_out} characters left out]", file=sys.stderr, flush=True)
+            ends[chunk.attempt] = chunk.end
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
     return ExitCode.OK
 
 

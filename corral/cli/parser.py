@@ -232,7 +232,6 @@ def _add_client_commands(
 
     for name, handler, help_text in (
         ("get", commands.get, "show one job"),
-        ("output", commands.output, "print what a job's latest attempt printed"),
         ("cancel", commands.cancel, "cancel a job that has not finished"),
         ("retry", commands.retry, "re-drive a FAILED job"),
         ("watch", commands.watch, "print every change of a job until it finishes (exit 1 unless SUCCEEDED)"),
@@ -240,6 +239,17 @@ def _add_client_commands(
         p = sub.add_parser(name, parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
         p.add_argument("id", metavar="ID", help="job id")
         p.set_defaults(handler=handler)
+
+    help_text = "print what a job's latest attempt printed"
+    p = sub.add_parser("output", parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
+    p.add_argument("id", metavar="ID", help="job id")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="print what the job prints as it prints it, through retries, until it ends (notes on stderr)",
+    )
+    p.set_defaults(handler=commands.output)
 
     p = sub.add_parser("list", parents=[parent], help="list jobs, newest first", description="List jobs, newest first.")
     p.add_argument(

@@ -33,6 +33,7 @@ DESIGN_TABLE = {
 ADDED = {
     ("POST", "/v1/jobs:run"): "JobService.RunJob",
     ("POST", "/v1/jobs:runMany"): "JobService.RunJobs",
+    ("GET", "/v1/jobs/{id}:watchOutput"): "JobService.WatchOutput",
     ("POST", "/v1/accounts"): "AccountService.Register",
     ("POST", "/v1/login"): "AccountService.Login",
     ("GET", "/v1/whoami"): "AccountService.WhoAmI",
@@ -42,8 +43,9 @@ ADDED = {
     ("POST", "/v1/accounts:endAllLogins"): "AccountService.EndAllLogins",
     ("GET", "/v1/audit"): "AdminService.ListAuditEvents",
 }
-"""Routes beyond DESIGN.md's table: submit-and-watch in one call (and for many jobs on one stream), accounts (CORRAL_ACCOUNTS) and the
-audit log, none of which changes a route above."""
+"""Routes beyond DESIGN.md's table: submit-and-watch in one call (and for many jobs on one stream), a
+job's output as it prints it, accounts (CORRAL_ACCOUNTS) and the audit log, none of which changes a
+route above."""
 
 
 def spec() -> Any:

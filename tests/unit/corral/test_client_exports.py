@@ -18,6 +18,7 @@ EXPECTED = {
     "JobError",
     "JobPage",
     "JobSpec",
+    "OutputChunk",
     "JobState",
     # Cluster
     "AutoscalerStatus",

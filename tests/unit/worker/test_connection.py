@@ -21,6 +21,7 @@ from corral.v1 import workers_pb2 as pb
 from tests.support.fake_control import FakeControl, job
 from tests.support.waiting import until
 from worker import Agent, WorkerConfig
+from worker.connection import MAX_QUEUED_OUTPUT
 
 ROOT = Path(__file__).resolve().parents[3]
 R = pb.JobResult
@@ -252,3 +253,51 @@ def test_registers_its_gpus_and_memory_and_attempts_keep_their_devices_across_a_
 
     # three slots: the late attempt gets a process at once (devices are picked as an attempt starts)
     scenario(body, slots=3, gpus=("0", "1", "2"), memory_mb=4096, imports=("tests.unit.runner.devices_probe",))
+
+
+def test_what_a_job_prints_goes_out_live_before_its_result():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        # Given a job that prints a line every 0.3 s
+        s.assign(job("talk", "chatty", {"lines": 3, "every": 0.3}))
+        # Then its output comes in JobOutput messages naming the attempt, all before its result
+        outputs: list[pb.JobOutput] = []
+        async with asyncio.timeout(10):
+            while (message := await s.inbox.get()).WhichOneof("msg") != "results":
+                if message.WhichOneof("msg") == "output":
+                    outputs.append(message.output)
+        assert {(o.attempt.job_id, o.attempt.attempt) for o in outputs} == {("talk", 1)}
+        assert outputs[0].offset == 0 and "".join(o.text for o in outputs) == "out 1\nout 2\nout 3\n"
+        [result] = message.results.results
+        assert (result.attempt.job_id, result.output) == ("talk", "out 1\nout 2\nout 3\n")
+        assert agent.connection is not None and agent.connection.output_dropped == 0
+
+    scenario(body)
+
+
+def test_live_output_is_dropped_and_counted_when_it_cannot_go_out():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        connection = agent.connection
+        assert connection is not None
+        s = await control.session()
+        await s.next("register")
+        # Given no registered session yet, output is dropped (not kept for later)
+        connection.printed("j", 1, 0, "early")
+        assert connection.output_dropped == 1
+        s.registered()
+        await until(connection.registered.is_set, what="the session registered")
+        # When more output comes than MAX_QUEUED_OUTPUT before the writer can write any (a stalled stream)
+        for i in range(MAX_QUEUED_OUTPUT + 6):
+            connection.printed("j", 1, i, "x")
+        # Then the rest is dropped and counted, and what was queued goes out in order
+        assert connection.output_dropped == 1 + 6
+        offsets = [(await s.next("output")).offset for _ in range(MAX_QUEUED_OUTPUT)]
+        assert offsets == list(range(MAX_QUEUED_OUTPUT))
+        # And once written, they no longer count against the bound
+        connection.printed("j", 1, 100, "y")
+        assert (await s.next("output")).text == "y"
+        assert connection.output_dropped == 7
+
+    scenario(body)
