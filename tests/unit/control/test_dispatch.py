@@ -2,18 +2,11 @@
 
 from control.dispatch import LeastLoaded, LeastRecentlyUsed, RoundRobin, granted_threads, reserve_for
 from control.registry import WorkerEntry
-
-
-class _Link:
-    def assign(self, assignments: object) -> None: ...
-    def cancel(self, job_id: str, attempt: int) -> None: ...
-    def ack(self, attempts: object) -> None: ...
-    def drain(self, deadline_sec: float) -> None: ...
-    def close(self) -> None: ...
+from tests.support.links import RecordingLink
 
 
 def worker(wid: str, threads: int = 1, slots: int = 1) -> WorkerEntry:
-    return WorkerEntry(wid, threads, slots, registered_at=0, last_seen=0, link=_Link())
+    return WorkerEntry(wid, threads, slots, registered_at=0, last_seen=0, link=RecordingLink())
 
 
 def test_round_robin_takes_turns_and_skips_full_workers() -> None:
@@ -70,7 +63,7 @@ def test_draining_and_disconnected_workers_take_nothing() -> None:
 
 def test_gpus_and_memory_place_only_where_they_are_free_and_are_never_scaled_down() -> None:
     plain = worker("plain", threads=8, slots=8)
-    gpu = WorkerEntry("gpu", 8, 8, registered_at=0, last_seen=0, link=_Link(), gpus=2, memory_mb=1000)
+    gpu = WorkerEntry("gpu", 8, 8, registered_at=0, last_seen=0, link=RecordingLink(), gpus=2, memory_mb=1000)
     rr = RoundRobin()
     assert rr.choose([plain, gpu], 1, (1, 0)) is gpu
     assert rr.choose([plain, gpu], 1, (0, 1000)) is gpu
@@ -83,7 +76,7 @@ def test_a_job_waiting_for_a_gpu_reserves_only_a_worker_whose_gpus_are_free() ->
     from control.registry import WorkerRegistry
 
     registry = WorkerRegistry()
-    gpu = WorkerEntry("gpu", 4, 4, registered_at=0, last_seen=0, link=_Link(), gpus=1)
+    gpu = WorkerEntry("gpu", 4, 4, registered_at=0, last_seen=0, link=RecordingLink(), gpus=1)
     registry.add(gpu)
     registry.hold(gpu, ("long", 1), 1, (1, 0))
     # The GPU is busy: the waiting job reserves nothing, so plain jobs keep the worker's threads

@@ -10,24 +10,11 @@ from control.admission import Submission
 from control.clock import FakeClock
 from control.config import ControlConfig
 from control.jobs import JobState
-from control.registry import Assignment, AttemptKey
 from control.scheduler import LEASE_SLACK, Scheduler
 from control.sessions import Hello, Outcome, Report, WorkerSessions
 from control.store import SQLiteStore
+from tests.support.links import RecordingLink
 from tests.support.waiting import until
-
-
-class _Link:
-    def __init__(self) -> None:
-        self.assigned: list[Assignment] = []
-
-    def assign(self, assignments: list[Assignment]) -> None:
-        self.assigned += assignments
-
-    def cancel(self, job_id: str, attempt: int) -> None: ...
-    def ack(self, attempts: list[AttemptKey]) -> None: ...
-    def drain(self, deadline_sec: float) -> None: ...
-    def close(self) -> None: ...
 
 
 async def _turns(n: int = 20) -> None:
@@ -40,7 +27,7 @@ def test_expired_leases_are_those_a_walk_of_every_running_job_finds(tmp_path: Pa
         clock = FakeClock()
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({"CORRAL_LEASE_GRACE_SEC": "1"}), clock)
-        sessions, link = WorkerSessions(scheduler), _Link()
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
         try:
             # Given 40 jobs running with timeouts of 1..40 s, of which those with odd timeouts finish
             sessions.register(Hello("w1", threads=40, slots=40), link)
@@ -73,7 +60,7 @@ def test_the_lease_queue_stays_small_while_many_short_jobs_come_and_go(tmp_path:
     async def main() -> None:
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
-        sessions, link = WorkerSessions(scheduler), _Link()
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
         try:
             # Given a worker with 4 slots that finishes each job at once, for many jobs
             sessions.register(Hello("w1", threads=4, slots=4), link)
@@ -103,7 +90,7 @@ def test_a_submission_cancelled_during_its_commit_still_sends_what_the_commit_co
     async def main() -> None:
         store = SQLiteStore(str(tmp_path / "c.db"), sync="full")
         scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
-        sessions, link = WorkerSessions(scheduler), _Link()
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
         try:
             # Given a free worker, and a submission whose commit is in flight on the sync thread
             sessions.register(Hello("w1", threads=1, slots=1), link)

@@ -16,28 +16,13 @@ from control.admission import Submission
 from control.clock import FakeClock
 from control.config import ControlConfig
 from control.live_output import BACKLOG_CHARS, MAX_CHUNK_CHARS, LiveOutput
-from control.registry import Assignment, AttemptKey
 from control.scheduler import Scheduler
 from control.sessions import Hello, Outcome, Report, WorkerSessions
 from control.store import SQLiteStore
 from corral.errors import NotFound, Unavailable
 from corral.printed import OutputChunk, cut_note
+from tests.support.links import RecordingLink
 from tests.support.waiting import until
-
-
-class _Link:
-    """Stands in for a worker's stream: records what it is sent."""
-
-    def __init__(self) -> None:
-        self.assigned: list[Assignment] = []
-
-    def assign(self, assignments: list[Assignment]) -> None:
-        self.assigned += assignments
-
-    def cancel(self, job_id: str, attempt: int) -> None: ...
-    def ack(self, attempts: list[AttemptKey]) -> None: ...
-    def drain(self, deadline_sec: float) -> None: ...
-    def close(self) -> None: ...
 
 
 async def _turns(n: int = 20) -> None:
@@ -70,7 +55,7 @@ def test_only_the_lease_holder_adds_and_a_watch_sees_each_character_once(tmp_pat
     async def main() -> None:
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
-        sessions, link, other = WorkerSessions(scheduler), _Link(), _Link()
+        sessions, link, other = WorkerSessions(scheduler), RecordingLink(), RecordingLink()
         try:
             # Given a job running on w1 (w2 is connected too)
             sessions.register(Hello("w1", threads=1, slots=1), link)

@@ -5,16 +5,8 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from control.registry import Assignment, AttemptKey, WorkerEntry, WorkerRegistry
-
-
-class _Link:
-    def assign(self, assignments: list[Assignment]) -> None: ...
-    def cancel(self, job_id: str, attempt: int) -> None: ...
-    def ack(self, attempts: list[AttemptKey]) -> None: ...
-    def drain(self, deadline_sec: float) -> None: ...
-    def close(self) -> None: ...
-
+from control.registry import WorkerEntry, WorkerRegistry
+from tests.support.links import RecordingLink
 
 # (operation, worker index, attempt number): what the control plane does to its workers
 OPS = st.lists(
@@ -43,7 +35,7 @@ def test_open_workers_and_the_capacity_are_exactly_what_a_walk_of_the_fleet_find
                 worker = WorkerEntry(
                     wid, threads=2 + i, slots=1 + i % 3, registered_at=0, last_seen=0, gpus=i, memory_mb=100 * i
                 )
-            worker.link, worker.draining = _Link(), False
+            worker.link, worker.draining = RecordingLink(), False
             registry.add(worker)
         elif worker is None:
             continue
@@ -58,7 +50,7 @@ def test_open_workers_and_the_capacity_are_exactly_what_a_walk_of_the_fleet_find
             worker.link = None
             registry.changed(worker)
         elif op == "reconnect":
-            worker.link = _Link()
+            worker.link = RecordingLink()
             registry.changed(worker)
         elif op == "remove":
             registry.remove(wid)
@@ -76,8 +68,8 @@ def test_open_workers_and_the_capacity_are_exactly_what_a_walk_of_the_fleet_find
 
 def test_most_threads_for_a_type_counts_connected_workers_that_run_it() -> None:
     registry = WorkerRegistry()
-    plain = WorkerEntry("plain", threads=4, slots=4, registered_at=0, last_seen=0, link=_Link())
-    gpu = WorkerEntry("gpu", threads=16, slots=1, registered_at=0, last_seen=0, link=_Link())
+    plain = WorkerEntry("plain", threads=4, slots=4, registered_at=0, last_seen=0, link=RecordingLink())
+    gpu = WorkerEntry("gpu", threads=16, slots=1, registered_at=0, last_seen=0, link=RecordingLink())
     gpu.job_types = frozenset({"render"})
     registry.add(plain)
     registry.add(gpu)
@@ -90,9 +82,9 @@ def test_most_threads_for_a_type_counts_connected_workers_that_run_it() -> None:
 
 def test_a_worker_selector_matches_labels_and_bounds_the_threads_a_job_can_get() -> None:
     registry = WorkerRegistry()
-    small = WorkerEntry("small", threads=4, slots=4, registered_at=0, last_seen=0, link=_Link())
+    small = WorkerEntry("small", threads=4, slots=4, registered_at=0, last_seen=0, link=RecordingLink())
     small.labels = {"gpu": "a100", "zone": "eu"}
-    big = WorkerEntry("big", threads=32, slots=4, registered_at=0, last_seen=0, link=_Link())
+    big = WorkerEntry("big", threads=32, slots=4, registered_at=0, last_seen=0, link=RecordingLink())
     big.labels = {"zone": "eu"}
     registry.add(small)
     registry.add(big)
@@ -110,7 +102,7 @@ def test_a_worker_selector_matches_labels_and_bounds_the_threads_a_job_can_get()
 
 def test_gpus_and_memory_held_come_back_exactly_when_their_attempt_is_released() -> None:
     registry = WorkerRegistry()
-    w = WorkerEntry("w", 8, 8, registered_at=0, last_seen=0, link=_Link(), gpus=4, memory_mb=4096)
+    w = WorkerEntry("w", 8, 8, registered_at=0, last_seen=0, link=RecordingLink(), gpus=4, memory_mb=4096)
     registry.add(w)
     registry.hold(w, ("a", 1), 1, (2, 1000))
     registry.hold(w, ("b", 1), 1)
@@ -130,7 +122,9 @@ def test_most_threads_counts_only_workers_with_the_gpus_and_memory_asked_for() -
     registry = WorkerRegistry()
     for wid, threads, gpus, memory in (("big", 32, 0, 64000), ("gpu", 8, 2, 16000)):
         registry.add(
-            WorkerEntry(wid, threads, threads, registered_at=0, last_seen=0, link=_Link(), gpus=gpus, memory_mb=memory)
+            WorkerEntry(
+                wid, threads, threads, registered_at=0, last_seen=0, link=RecordingLink(), gpus=gpus, memory_mb=memory
+            )
         )
     assert registry.most_threads("noop") == 32
     assert registry.most_threads("noop", (), (1, 0)) == 8

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, cast
 
 import pytest
@@ -26,7 +24,6 @@ from runner.wire import (
     OK,
     OUTPUT,
     PRINTED,
-    READY,
     RESPONSE,
     decode_printed,
     encode_failure,
@@ -37,9 +34,9 @@ from runner.wire import (
     split_output,
     with_output,
 )
-
-ROOT = Path(__file__).resolve().parents[3]
-WITHIN = 30.0
+from tests.conftest import ROOT
+from tests.support import runner_pipes
+from tests.support.runner_pipes import WITHIN, Frame, RunnerPipes
 
 
 def test_a_short_output_is_kept_whole_and_interleaved() -> None:
@@ -272,85 +269,42 @@ print(os.read(r, 1000).decode(), end="")
 # -- a real runner process ------------------------------------------------------------------------
 
 
-@dataclass
-class Runner:
-    """A ``python -m runner.serve`` process and the worker's ends of its pipes."""
-
-    proc: subprocess.Popen[bytes]
-    requests: int
-    answers: int
-    buffer: bytes = b""
-
-    def frame(self, within: float = WITHIN) -> tuple[int, int, bytes, bytes] | None:
-        """The next frame (kind, flags, code, body), None if none came within ``within`` seconds."""
-        deadline = time.monotonic() + within
-        while True:
-            if len(self.buffer) >= RESPONSE.size:
-                kind, flags, code_len, body_len = RESPONSE.unpack_from(self.buffer)
-                end = RESPONSE.size + code_len + body_len
-                if len(self.buffer) >= end:
-                    code = self.buffer[RESPONSE.size : RESPONSE.size + code_len]
-                    body = self.buffer[RESPONSE.size + code_len : end]
-                    self.buffer = self.buffer[end:]
-                    return kind, flags, code, body
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.answers], [], [], left)[0]:
-                return None
-            data = os.read(self.answers, 1 << 16)
-            if not data:
-                pytest.fail(f"the runner closed its pipe (exit status {self.proc.wait(WITHIN)})")
-            self.buffer += data
-
-    def run(self, job_type: str, payload: object) -> tuple[list[tuple[float, int, str]], tuple[int, int, bytes, bytes]]:
-        """Send one job; the PRINTED frames before its answer (when each came, offset, text), and the answer."""
-        os.write(self.requests, encode_request(b"job", job_type.encode(), json.dumps(payload).encode(), 1, 1, 0.0))
-        printed: list[tuple[float, int, str]] = []
-        while True:
-            frame = self.frame()
-            if frame is None:
-                pytest.fail(f"no answer from the runner within {WITHIN} s")
-            if frame[0] != PRINTED:
-                return printed, frame
-            printed.append((time.monotonic(), *decode_printed(frame[3])))
+def _run(runner: RunnerPipes, job_type: str, payload: object) -> tuple[list[tuple[float, int, str]], Frame]:
+    """Send one job; the PRINTED frames before its answer (when each came, offset, text), and the answer."""
+    os.write(runner.requests, encode_request(b"job", job_type.encode(), json.dumps(payload).encode(), 1, 1, 0.0))
+    printed: list[tuple[float, int, str]] = []
+    while True:
+        frame = runner.frame()
+        if frame[0] != PRINTED:
+            return printed, frame
+        printed.append((time.monotonic(), *decode_printed(frame[3])))
 
 
 @pytest.fixture
-def start_runner() -> Iterator[Callable[..., Runner]]:
+def start_runner() -> Iterator[Callable[..., RunnerPipes]]:
     """Starts runner processes as the pool does (importing the test job types); ends them after."""
-    started: list[Runner] = []
+    started: list[RunnerPipes] = []
 
-    def start(*args: str) -> Runner:
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
-        argv = [sys.executable, "-m", "runner.serve", "--in", str(req_r), "--out", str(resp_w)]
-        argv += ["--parent", str(os.getpid()), "--import", "tests.support.jobtypes", *args]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen(argv, pass_fds=(req_r, resp_w), env=env, cwd=ROOT, start_new_session=True)
-        os.close(req_r)
-        os.close(resp_w)
-        runner = Runner(proc, req_w, resp_r)
+    def start(*args: str) -> RunnerPipes:
+        runner = runner_pipes.start_runner("--import", "tests.support.jobtypes", *args)
         started.append(runner)
-        ready = runner.frame()
-        assert ready is not None and ready[0] == READY, ready
         return runner
 
     yield start
     for runner in started:
-        os.close(runner.requests)
-        if runner.proc.poll() is None:
-            runner.proc.kill()
-        runner.proc.wait(WITHIN)
-        os.close(runner.answers)
+        runner.close()
 
 
 def _lines(n: int) -> str:
     return "".join(f"out {i}\n" for i in range(1, n + 1))
 
 
-def test_a_runner_sends_what_a_job_prints_while_it_runs_then_its_answer(start_runner: Callable[..., Runner]) -> None:
+def test_a_runner_sends_what_a_job_prints_while_it_runs_then_its_answer(
+    start_runner: Callable[..., RunnerPipes],
+) -> None:
     runner = start_runner("--output-bytes", "4096")
     # Given a job that prints a line every 0.3 s
-    printed, (kind, flags, code, body) = runner.run("chatty", {"lines": 5, "every": 0.3})
+    printed, (kind, flags, code, body) = _run(runner, "chatty", {"lines": 5, "every": 0.3})
     answered = time.monotonic()
     # Then its lines came live, in order, counted from 0, the first well before the answer
     assert (kind, code) == (OK, b""), body
@@ -364,26 +318,26 @@ def test_a_runner_sends_what_a_job_prints_while_it_runs_then_its_answer(start_ru
     output, result = split_output(flags, body)
     assert (output.decode(), json.loads(result)) == (_lines(5), {"printed": 5})
     # And nothing of that job comes after its answer
-    assert runner.frame(within=3 * WINDOW_SEC) is None
+    assert runner.next_frame(within=3 * WINDOW_SEC) is None
     # When a quick job follows, what it printed goes at its end, before its answer, counted from 0
-    printed, (kind, flags, code, body) = runner.run("chatty", {"lines": 2, "fail": True})
+    printed, (kind, flags, code, body) = _run(runner, "chatty", {"lines": 2, "fail": True})
     assert [(offset, text) for _, offset, text in printed] == [(0, _lines(2))]
     assert (kind, code, split_output(flags, body)[0]) == (FAILED, b"CHATTY", _lines(2).encode())
     # And a quiet job's answer is as it always was: no frame before it, nothing attached
-    printed, (kind, flags, _, body) = runner.run("chatty", {"lines": 0})
+    printed, (kind, flags, _, body) = _run(runner, "chatty", {"lines": 0})
     assert (printed, kind, flags & OUTPUT, body) == ([], OK, 0, b'{"printed":0}')
 
 
-def test_a_runner_that_catches_nothing_sends_nothing_live(start_runner: Callable[..., Runner]) -> None:
+def test_a_runner_that_catches_nothing_sends_nothing_live(start_runner: Callable[..., RunnerPipes]) -> None:
     runner = start_runner()
-    printed, (kind, flags, _, _) = runner.run("chatty", {"lines": 3, "every": 0.3})
+    printed, (kind, flags, _, _) = _run(runner, "chatty", {"lines": 3, "every": 0.3})
     assert (printed, kind, flags & OUTPUT) == ([], OK, 0)
 
 
-def test_live_output_fits_in_a_small_memory_limit(start_runner: Callable[..., Runner]) -> None:
+def test_live_output_fits_in_a_small_memory_limit(start_runner: Callable[..., RunnerPipes]) -> None:
     # The feed's thread is started before the limit, so that its stack (8 MiB) is not taken from the
     # job's budget: here smaller than that stack, so a thread started at the first print would fail it.
     runner = start_runner("--output-bytes", "4096", "--memory-limit-mb", "4")
-    printed, (kind, _, code, body) = runner.run("chatty", {"lines": 3})
+    printed, (kind, _, code, body) = _run(runner, "chatty", {"lines": 3})
     assert (kind, code) == (OK, b""), body
     assert "".join(text for _, _, text in printed) == _lines(3)

@@ -1,0 +1,88 @@
+"""A real ``python -m runner.serve`` process, started as a worker's pool starts one, and the worker's
+ends of its two pipes: tests send request frames and read its answers (:mod:`runner.wire`)."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from runner.wire import READY, RESPONSE
+from tests.conftest import ROOT
+
+WITHIN = 30.0
+"""How long a test waits for a runner's next frame before it fails."""
+
+Frame = tuple[int, int, bytes, bytes]
+"""An answer: kind, flags, code, body."""
+
+
+@dataclass
+class RunnerPipes:
+    """A runner process, the ends of its pipes the worker would hold, and a reader of its frames."""
+
+    proc: subprocess.Popen[bytes]
+    requests: int
+    answers: int
+    buffer: bytes = b""
+
+    def next_frame(self, within: float = WITHIN) -> Frame | None:
+        """The next frame, None if none came within ``within`` seconds (fails if the pipe closed)."""
+        deadline = time.monotonic() + within
+        while True:
+            if len(self.buffer) >= RESPONSE.size:
+                kind, flags, code_len, body_len = RESPONSE.unpack_from(self.buffer)
+                end = RESPONSE.size + code_len + body_len
+                if len(self.buffer) >= end:
+                    code = self.buffer[RESPONSE.size : RESPONSE.size + code_len]
+                    body = self.buffer[RESPONSE.size + code_len : end]
+                    self.buffer = self.buffer[end:]
+                    return kind, flags, code, body
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.answers], [], [], left)[0]:
+                return None
+            data = os.read(self.answers, 1 << 16)
+            if not data:
+                pytest.fail(f"the runner closed its pipe (exit status {self.proc.wait(WITHIN)})")
+            self.buffer += data
+
+    def frame(self) -> Frame:
+        """The next frame; fails the test after WITHIN seconds."""
+        frame = self.next_frame()
+        if frame is None:
+            pytest.fail(f"no answer from the runner within {WITHIN} s")
+        return frame
+
+    def close(self) -> None:
+        """End the process (end of file on its requests, then a kill if it is still there)."""
+        os.close(self.requests)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(WITHIN)
+        os.close(self.answers)
+
+
+def start_runner(*args: str, env: dict[str, str] | None = None) -> RunnerPipes:
+    """Start ``python -m runner.serve`` with ``args`` (``--import``, ``--output-bytes`` ...) and ``env``
+    added to this environment; returns once it said READY."""
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    argv = [sys.executable, "-m", "runner.serve", "--in", str(req_r), "--out", str(resp_w)]
+    argv += ["--parent", str(os.getpid()), *args]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.Popen(argv, pass_fds=(req_r, resp_w), env=full_env, cwd=ROOT, start_new_session=True)
+    os.close(req_r)
+    os.close(resp_w)
+    runner = RunnerPipes(proc, req_w, resp_r)
+    try:
+        kind, _, code, body = runner.frame()
+        assert kind == READY, (kind, code, body)
+    except BaseException:
+        runner.close()
+        raise
+    return runner
