@@ -29,8 +29,9 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-cache",
 }
 HTML_SINKS = ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function")
-API_CALL = re.compile(r'api\(\s*"(GET|POST)",\s*"(/v1/[^"]*)"')
-"""How the script calls the bridge: ``api("METHOD", "/v1/route/{template}", ...)``."""
+API_CALL = re.compile(r'(?:api|stream)\(\s*"(GET|POST)",\s*"(/v1/[^"]*)"')
+"""How the script calls the bridge: ``api("METHOD", "/v1/route/{template}", ...)``, or ``stream(...)``
+for a server stream."""
 
 
 class PageParts(HTMLParser):
@@ -182,13 +183,14 @@ def test_every_call_the_script_makes_is_a_route_of_the_bridge(
     # And every call of the script, with nothing calling /v1/ some other way
     script = load_page(rest).script
     calls = API_CALL.findall(script)
-    assert len(calls) == script.count('"/v1/'), "a /v1/ path the script uses outside api(...)"
+    assert len(calls) == script.count('"/v1/'), "a /v1/ path the script uses outside api(...) and stream(...)"
     assert {path for _, path in calls} >= {
         "/v1/stats",
         "/v1/jobs",
         "/v1/jobs/{id}",
         "/v1/jobs/{id}:cancel",
         "/v1/jobs/{id}:retry",
+        "/v1/jobs/{id}:watchOutput",
         "/v1/workers",
         "/v1/workers/{id}:drain",
         "/v1/audit",

@@ -18,6 +18,8 @@
   const CANCELLABLE = new Set(["SCHEDULED", "PENDING", "RUNNING"]);
   const RETRYABLE = new Set(["FAILED"]);
   const NOT_DRAINABLE = new Set(["DRAINING", "UNAVAILABLE"]);
+  /** The most of a followed job's output the page holds (its end): a job may print without end. */
+  const LIVE_OUTPUT_CHARS = 65536;
 
   // ---- calls -------------------------------------------------------------------------------------
 
@@ -79,6 +81,39 @@
     if (status === 502 || status === 503 || status === 504) throw new Unreachable(message);
     if (status < 200 || status >= 300) throw new ApiError(status, message);
     return data;
+  }
+
+  /** Reads a server stream (newline-delimited JSON) and calls `onResult` with each message, until the
+   * stream ends (returns) or fails (throws as `api` does); `signal` aborts it. No timer: it lasts as
+   * long as what it follows. */
+  async function stream(method, template, params, signal, onResult) {
+    const headers = { Accept: "application/x-ndjson" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    let resp;
+    try {
+      resp = await fetch(routePath(template, params), { method, headers, signal, cache: "no-store" });
+    } catch (err) {
+      throw new Unreachable("the request failed");
+    }
+    if (resp.status === 401) throw new NeedsToken("HTTP 401");
+    if (!resp.ok || !resp.body) throw new ApiError(resp.status, "HTTP " + resp.status);
+    const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffered += value;
+      let end;
+      while ((end = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, end);
+        buffered = buffered.slice(end + 1);
+        if (!line.trim()) continue;
+        const message = JSON.parse(line);
+        if (message.error) throw new ApiError(0, String(message.error.message || "the stream failed"));
+        if (message.result) onResult(message.result);
+      }
+    }
   }
 
   // ---- the DOM, text only ------------------------------------------------------------------------
@@ -374,13 +409,60 @@
       setText("detail-outcome-title", "Result");
       setText("detail-outcome", job.result ? json(job.result) : "—");
     }
-    setText("detail-output", job.output || "—");
+    if (CANCELLABLE.has(job.state)) followOutput(job.id);
+    else if (!live || live.id !== job.id || !live.ended) setText("detail-output", job.output || "—");
     $("detail-cancel").hidden = !CANCELLABLE.has(job.state);
     $("detail-retry").hidden = !RETRYABLE.has(job.state);
     $("detail").hidden = false;
   }
 
+  // ---- the selected job's output, as it prints it ------------------------------------------------
+
+  /** The WatchOutput stream of the selected job, while it has not ended: { id, abort, text, done }. */
+  let live = null;
+
+  /** Follows what job `id` prints into the Output box (once per job: a refresh does not restart it).
+   * The box holds the end of it, with a line where an attempt starts and where text was left out. */
+  function followOutput(id) {
+    if (live && live.id === id && !live.ended) return;
+    stopOutput();
+    // ended: the stream reached the job's end, so its text (every attempt's) stays in the box after.
+    const state = { id, abort: new AbortController(), text: "", ended: false, attempt: 0, end: 0 };
+    live = state;
+    setText("detail-output", "(waiting for output)");
+    const add = (chunk) => {
+      const attempt = num(chunk.attempt);
+      const offset = num(chunk.offset);
+      if (attempt !== state.attempt) {
+        if (state.attempt) state.text += `--- attempt ${attempt} ---\n`;
+        state.attempt = attempt;
+        state.end = 0;
+      }
+      if (offset > state.end) state.text += `[... ${offset - state.end} characters left out]\n`;
+      const text = chunk.text || "";
+      state.text = (state.text + text).slice(-LIVE_OUTPUT_CHARS);
+      state.end = offset + [...text].length; // offsets count code points, not UTF-16 units
+      if (live === state) setText("detail-output", state.text);
+    };
+    stream("GET", "/v1/jobs/{id}:watchOutput", { id }, state.abort.signal, add)
+      .then(() => {
+        state.ended = state.text !== "";
+      })
+      .catch(() => {}) // stopped, or the control plane went away: the refresh shows the stored output
+      .finally(() => {
+        if (live !== state) return;
+        live = state.ended ? state : null; // a broken stream is followed again at the next refresh
+        refreshSoon();
+      });
+  }
+
+  function stopOutput() {
+    if (live) live.abort.abort();
+    live = null;
+  }
+
   function select(id) {
+    stopOutput();
     view.selected = id;
     lastJobs = "";
     setText("detail-title", "Job " + id);
@@ -635,6 +717,7 @@
       refreshSoon();
     });
     $("detail-close").addEventListener("click", () => {
+      stopOutput();
       view.selected = null;
       lastJobs = "";
       $("detail").hidden = true;
