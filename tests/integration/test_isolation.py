@@ -64,7 +64,14 @@ def _done(client: corral.Client) -> corral.Job:
 def _refused_as_missing(client: corral.Client, job_id: str) -> None:
     """Every call naming ``job_id`` fails as it does for an id that does not exist, word for word."""
     missing = "f" * 32
-    for call in (client.get, client.cancel, client.retry, lambda i: list(client.watch(i))):
+    calls = (
+        client.get,
+        client.cancel,
+        client.retry,
+        lambda i: list(client.watch(i)),
+        lambda i: list(client.watch_output(i)),
+    )
+    for call in calls:
         with pytest.raises(NotFound) as theirs:
             call(job_id)
         with pytest.raises(NotFound) as none:
@@ -79,7 +86,8 @@ def test_a_client_sees_and_manages_only_its_own_jobs(tenants: Tenants) -> None:
     bobs = _done(tenants.bob)
     assert (running.owner, done.owner, bobs.owner) == ("alice", "alice", "bob")
     wait_until(lambda: tenants.alice.get(running.id).state.name == "RUNNING", what="alice's job to run")
-    # Then bob cannot read, watch, cancel or retry alice's jobs: to him they do not exist
+    # Then bob cannot read, watch (its changes or its output), cancel or retry alice's jobs: to him they
+    # do not exist
     for job in (running, done):
         _refused_as_missing(tenants.bob, job.id)
     # and his list holds his job alone, whatever owner he asks for
@@ -135,9 +143,11 @@ def test_rest_follows_the_same_rules(tenants: Tenants) -> None:
         ("POST", f"/v1/jobs/{job['id']}:cancel"),
         ("POST", f"/v1/jobs/{job['id']}:retry"),
         ("GET", f"/v1/jobs/{job['id']}:watch"),
+        ("GET", f"/v1/jobs/{job['id']}:watchOutput"),
     ):
         reply = rest.call(method, path, headers=bob)
-        assert reply.status == 404 or (method == "GET" and path.endswith(":watch") and b'"code":5' in reply.body), (
+        streamed = method == "GET" and path.endswith(("watch", "watchOutput"))
+        assert reply.status == 404 or (streamed and b'"code":5' in reply.body), (
             method,
             path,
             reply.status,
