@@ -43,7 +43,7 @@ __all__ = [
 
 def submit(args: argparse.Namespace) -> int:
     """``corral submit TYPE``: submit one job; with ``--wait``, wait for it (in the same call, RunJob) and
-    exit 1 unless it SUCCEEDED."""
+    exit 1 unless it SUCCEEDED; with ``--follow``, print what it prints until it ends, then the same."""
     fields: dict[str, Any] = {
         "name": args.name,
         "priority": args.priority,
@@ -59,6 +59,15 @@ def submit(args: argparse.Namespace) -> int:
         "memory_mb": args.memory_mb,
     }
     with client_for(args) as client:
+        if args.follow:
+            job = client.submit(args.type, args.payload, **fields)
+            if not args.json:
+                print(f"Submitted job {job.id} ({job.type})", file=sys.stderr, flush=True)
+            _print_output(client, job.id, args.json)
+            job = client.get(job.id)  # the watch ended with the job
+            if args.json:
+                render.print_json_line(job.to_dict())
+            return ExitCode.OK if job.state is JobState.SUCCEEDED else fail(_ending(job))
         if args.wait:
             if args.json:
                 job = client.run(args.type, args.payload, **fields)
@@ -102,13 +111,21 @@ def output(args: argparse.Namespace) -> int:
 
 
 def _follow_output(args: argparse.Namespace) -> int:
-    """``corral output --follow ID``: the text on stdout as it comes; on stderr, a line where another
-    attempt starts and where text was left out, so that stdout stays the job's own text."""
+    """``corral output --follow ID``: what the job prints, as it prints it, until it ends."""
+    with client_for(args) as client:
+        _print_output(client, args.id, args.json)
+    return ExitCode.OK
+
+
+def _print_output(client: Client, job_id: str, as_json: bool) -> None:
+    """Print what job ``job_id`` prints, as it prints it, until it ends: its text on stdout and, on
+    stderr, a line where another attempt starts and where text was left out, so that stdout stays the
+    job's own text (``as_json``: one chunk per line on stdout)."""
     attempt = 0
     ends: dict[int, int] = {}
-    with client_for(args) as client, closing(client.watch_output(args.id)) as chunks:
+    with closing(client.watch_output(job_id)) as chunks:
         for chunk in chunks:
-            if args.json:
+            if as_json:
                 render.print_json_line({"attempt": chunk.attempt, "offset": chunk.offset, "text": chunk.text})
                 continue
             if chunk.attempt != attempt:
@@ -122,7 +139,6 @@ def _follow_output(args: argparse.Namespace) -> int:
             ends[chunk.attempt] = chunk.end
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
-    return ExitCode.OK
 
 
 def list_jobs(args: argparse.Namespace) -> int:

@@ -228,6 +228,12 @@ def _add_client_commands(
         help="memory the job needs, in MiB: it runs only on a worker with that much free (default 0: none)",
     )
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="print what the job prints, as it prints it, until it finishes (notes on stderr); exit 1 unless it SUCCEEDED",
+    )
     p.set_defaults(handler=commands.submit)
 
     for name, handler, help_text in (

@@ -214,3 +214,27 @@ def test_the_asyncio_client_follows_too(control_plane: ControlProc, spawn_worker
     chunks = asyncio.run(main())
     _check(chunks, {1: _lines(8)})
     assert _text(chunks) == _lines(8) and len(chunks) >= 2
+
+
+def test_submit_follow_prints_what_the_job_prints_then_exits_as_wait_does(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    spawn_worker(control_plane, threads=1)
+    address = control_plane.address
+    # A job that succeeds: its text on stdout, exactly; the job's id on stderr; exit 0
+    ok = cli.corral("submit", "chatty", "--payload", '{"lines": 12, "every": 0.02}', "-f", "--control", address)
+    assert (ok.returncode, ok.stdout) == (0, _lines(12)), ok.stderr
+    assert ok.stderr.startswith("Submitted job ")
+    # A job that fails its two attempts: both attempts' text, the second announced on stderr; exit 1
+    # with the job's end in one line
+    payload = '{"lines": 2, "every": 0.05, "fail": true}'
+    failed = cli.corral(
+        "submit", "chatty", "--payload", payload, "--max-attempts", "2", "--follow", "--control", address
+    )
+    assert (failed.returncode, failed.stdout) == (1, _lines(2) * 2)
+    assert "--- attempt 2 ---" in failed.stderr and "ended FAILED: CHATTY" in failed.stderr
+    # --json: one chunk per line, then the job
+    as_json = cli.corral("submit", "chatty", "--payload", '{"lines": 3}', "-f", "--json", "--control", address)
+    *chunks, last = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert as_json.returncode == 0 and "".join(c["text"] for c in chunks) == _lines(3)
+    assert (last["state"], last["output"]) == ("SUCCEEDED", _lines(3))
