@@ -526,9 +526,10 @@ class Scheduler:
             self.watchers.unsubscribe(job_id, q)
 
     async def watch_output(self, job_id: str) -> AsyncIterator[OutputChunk]:
-        """What the job prints, until it ends: the end of what its running attempt printed so far, then
-        each piece as it comes; when an attempt stops, what its stored output holds beyond what was
-        streamed. Each character once, in order (corral.printed); a jump in offset is text left out.
+        """What the job prints, until it ends: the end of what its running attempt printed so far (an
+        empty chunk when there is none yet), then each piece as it comes; when an attempt stops, what
+        its stored output holds beyond what was streamed. Each character once, in order
+        (corral.printed); a jump in offset is text left out.
 
         Raises:
             NotFound: no such job.
@@ -543,6 +544,8 @@ class Scheduler:
             job = copy.copy(await self.get(job_id))
             backlog = self.live_output.backlog(job_id) if job.state is JobState.RUNNING else None
             chunks = [backlog] if backlog is not None else _stored_output(job)
+            if not chunks:  # the first message comes at once, so that the caller knows it was heard
+                yield OutputChunk(job.attempts, 0, "")
             while True:
                 for chunk in chunks:
                     if (fresh := cursor.take(chunk)) is not None:

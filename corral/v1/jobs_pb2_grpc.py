@@ -164,13 +164,14 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchOutput(self, request, context):
-        """Streams what the job prints while it runs, a few times a second: first the end of what its
-        running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
-        through retries (each chunk names its attempt), ending when the job ends. A job that already
-        ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
-        prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
-        chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
-        its stored output holds beyond what was streamed follows.
+        """Streams what the job prints while it runs, a few times a second: first, at once, the end of what
+        its running attempt printed so far (the last 8 Ki characters; an empty chunk when there is none
+        yet), then each new piece as its worker forwards it, through retries (each chunk names its
+        attempt), ending when the job ends. A job that already ended gets what its last attempt printed,
+        as stored. Live pieces are best effort: a job that prints faster than 16 Ki characters in 0.2 s
+        has the older part of that left out (the next chunk's offset says how much), and a worker's
+        reconnect can drop a few; when an attempt ends, what its stored output holds beyond what was
+        streamed follows.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -62,13 +62,14 @@ class JobServiceStub:
     another (newline-delimited JSON), all read before the answer starts.
     """
     WatchOutput: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchOutputRequest, _jobs_pb2.OutputChunk]
-    """Streams what the job prints while it runs, a few times a second: first the end of what its
-    running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
-    through retries (each chunk names its attempt), ending when the job ends. A job that already
-    ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
-    prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
-    chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
-    its stored output holds beyond what was streamed follows.
+    """Streams what the job prints while it runs, a few times a second: first, at once, the end of what
+    its running attempt printed so far (the last 8 Ki characters; an empty chunk when there is none
+    yet), then each new piece as its worker forwards it, through retries (each chunk names its
+    attempt), ending when the job ends. A job that already ended gets what its last attempt printed,
+    as stored. Live pieces are best effort: a job that prints faster than 16 Ki characters in 0.2 s
+    has the older part of that left out (the next chunk's offset says how much), and a worker's
+    reconnect can drop a few; when an attempt ends, what its stored output holds beyond what was
+    streamed follows.
     """
     GetStats: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]
 
@@ -102,13 +103,14 @@ class JobServiceAsyncStub(JobServiceStub):
     another (newline-delimited JSON), all read before the answer starts.
     """
     WatchOutput: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchOutputRequest, _jobs_pb2.OutputChunk]  # type: ignore[assignment]
-    """Streams what the job prints while it runs, a few times a second: first the end of what its
-    running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
-    through retries (each chunk names its attempt), ending when the job ends. A job that already
-    ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
-    prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
-    chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
-    its stored output holds beyond what was streamed follows.
+    """Streams what the job prints while it runs, a few times a second: first, at once, the end of what
+    its running attempt printed so far (the last 8 Ki characters; an empty chunk when there is none
+    yet), then each new piece as its worker forwards it, through retries (each chunk names its
+    attempt), ending when the job ends. A job that already ended gets what its last attempt printed,
+    as stored. Live pieces are best effort: a job that prints faster than 16 Ki characters in 0.2 s
+    has the older part of that left out (the next chunk's offset says how much), and a worker's
+    reconnect can drop a few; when an attempt ends, what its stored output holds beyond what was
+    streamed follows.
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_jobs_pb2.GetStatsRequest, _jobs_pb2.Stats]  # type: ignore[assignment]
 
@@ -199,13 +201,14 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _jobs_pb2.WatchOutputRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_jobs_pb2.OutputChunk], _abc.AsyncIterator[_jobs_pb2.OutputChunk]]:
-        """Streams what the job prints while it runs, a few times a second: first the end of what its
-        running attempt printed so far (the last 8 KiB), then each new piece as its worker forwards it,
-        through retries (each chunk names its attempt), ending when the job ends. A job that already
-        ended gets what its last attempt printed, as stored. Live pieces are best effort: a job that
-        prints faster than 16 Ki characters in 0.2 s has the older part of that left out (the next
-        chunk's offset says how much), and a worker's reconnect can drop a few; when an attempt ends, what
-        its stored output holds beyond what was streamed follows.
+        """Streams what the job prints while it runs, a few times a second: first, at once, the end of what
+        its running attempt printed so far (the last 8 Ki characters; an empty chunk when there is none
+        yet), then each new piece as its worker forwards it, through retries (each chunk names its
+        attempt), ending when the job ends. A job that already ended gets what its last attempt printed,
+        as stored. Live pieces are best effort: a job that prints faster than 16 Ki characters in 0.2 s
+        has the older part of that left out (the next chunk's offset says how much), and a worker's
+        reconnect can drop a few; when an attempt ends, what its stored output holds beyond what was
+        streamed follows.
         """
 
     @_abc_1.abstractmethod

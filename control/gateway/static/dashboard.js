@@ -442,7 +442,7 @@
       const text = chunk.text || "";
       state.text = (state.text + text).slice(-LIVE_OUTPUT_CHARS);
       state.end = offset + [...text].length; // offsets count code points, not UTF-16 units
-      if (live === state) setText("detail-output", state.text);
+      if (live === state && state.text) setText("detail-output", state.text);
     };
     stream("GET", "/v1/jobs/{id}:watchOutput", { id }, state.abort.signal, add)
       .then(() => {

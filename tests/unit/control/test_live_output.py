@@ -102,19 +102,22 @@ def test_only_the_lease_holder_adds_and_a_watch_sees_each_character_once(tmp_pat
     asyncio.run(main())
 
 
-def test_a_watch_ends_unavailable_when_the_control_plane_stops(tmp_path: Path) -> None:
+def test_a_watch_is_answered_at_once_and_ends_unavailable_when_the_control_plane_stops(tmp_path: Path) -> None:
     async def main() -> None:
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
         try:
             (job,) = await scheduler.submit([Submission("noop", {}, payload_json="{}")])  # no worker: PENDING
+            seen: list[OutputChunk] = []
 
             async def watch() -> None:
-                async for _ in scheduler.watch_output(job.id):
-                    pass
+                async for chunk in scheduler.watch_output(job.id):
+                    seen.append(chunk)
 
             watching = asyncio.ensure_future(watch())
             await _turns()
+            # the first message comes at once, empty (nothing printed yet): the caller knows it was heard
+            assert seen == [OutputChunk(0, 0, "")]
             scheduler.watchers.close()
             with pytest.raises(Unavailable):
                 await asyncio.wait_for(watching, 5)
