@@ -9,12 +9,14 @@ import asyncio
 import json
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import corral
+from corral import follow
 from corral.errors import NotFound
 from corral.job import JobState
 from corral.printed import OutputChunk, split_cut_note
@@ -238,3 +240,33 @@ def test_submit_follow_prints_what_the_job_prints_then_exits_as_wait_does(
     *chunks, last = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert as_json.returncode == 0 and "".join(c["text"] for c in chunks) == _lines(3)
     assert (last["state"], last["output"]) == ("SUCCEEDED", _lines(3))
+
+
+def test_a_follow_of_a_quiet_job_rides_through_an_outage_past_the_first_contact_limit(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A follow gives up after FIRST_CONTACT_LIMIT_SEC of outage only if the control plane never
+    # answered: the first message comes at once, empty, even for a job that printed nothing.
+    monkeypatch.setattr(follow, "FIRST_CONTACT_LIMIT_SEC", 0.5)
+    spawn_worker(control_plane, threads=1)
+    hold = tmp_path / "go"
+    job = submit(control_plane, "chatty", {"lines": 0, "hold": str(hold)})
+    wait_until(lambda: control_plane.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id)).state == jobs_pb2.Job.RUNNING)
+    heard = threading.Event()
+    reached = follow.Follow.reached
+
+    def heard_then_reached(self: follow.Follow) -> None:
+        heard.set()
+        reached(self)
+
+    monkeypatch.setattr(follow.Follow, "reached", heard_then_reached)
+    follower = _Collector(control_plane.address, job.id)
+    wait_until(heard.is_set, 10, what="the watch's first, empty, message")
+    # When the control plane is away for three times that limit, then back
+    control_plane.stop()
+    time.sleep(1.5)  # the outage itself (the fault), not a wait for something
+    control_plane.start()
+    hold.touch()
+    # Then the follow went on, and ended with the job, which printed nothing
+    assert follower.join() == []
+    assert wait_done(control_plane, job.id).state == jobs_pb2.Job.SUCCEEDED
