@@ -270,3 +270,23 @@ def test_a_follow_of_a_quiet_job_rides_through_an_outage_past_the_first_contact_
     # Then the follow went on, and ended with the job, which printed nothing
     assert follower.join() == []
     assert wait_done(control_plane, job.id).state == jobs_pb2.Job.SUCCEEDED
+
+
+def test_a_follow_goes_on_when_the_job_s_worker_is_killed_and_another_runs_it(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    workers = {w.worker_id: w for w in (spawn_worker(control_plane, threads=1) for _ in range(2))}
+    # Given a job printing 40 lines, 50 ms apart, followed from the start
+    job = submit(control_plane, "chatty", {"lines": 40, "every": 0.05})
+    follower = _Collector(control_plane.address, job.id)
+    wait_until(lambda: "out 3\n" in follower.text(1), 15, what="the first lines, live")
+    # When its worker is killed mid-job (kill -9: no result, no stored output for that attempt)
+    running_on = control_plane.jobs.GetJob(jobs_pb2.GetJobRequest(id=job.id)).worker_id
+    workers[running_on].kill()
+    # Then the job runs again on the other worker, and the follow shows both attempts, each in order
+    # and at its place, and ends with the job
+    chunks = follower.join(60)
+    _check(chunks, {1: _lines(40), 2: _lines(40)})
+    assert _text(chunks, 2) == _lines(40)
+    done = wait_done(control_plane, job.id)
+    assert (done.state, done.attempts) == (jobs_pb2.Job.SUCCEEDED, 2)
