@@ -228,12 +228,7 @@ def _add_client_commands(
         help="memory the job needs, in MiB: it runs only on a worker with that much free (default 0: none)",
     )
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
-    p.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="print what the job prints, as it prints it, until it finishes (notes on stderr); exit 1 unless it SUCCEEDED",
-    )
+    _add_follow_flag(p, "; exit 1 unless it SUCCEEDED")
     p.set_defaults(handler=commands.submit)
 
     for name, handler, help_text in (
@@ -249,12 +244,7 @@ def _add_client_commands(
     help_text = "print what a job's latest attempt printed"
     p = sub.add_parser("output", parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
     p.add_argument("id", metavar="ID", help="job id")
-    p.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="print what the job prints as it prints it, through retries, until it ends (notes on stderr)",
-    )
+    _add_follow_flag(p)
     p.set_defaults(handler=commands.output)
 
     p = sub.add_parser("list", parents=[parent], help="list jobs, newest first", description="List jobs, newest first.")
@@ -385,6 +375,17 @@ def _add_account_commands(
         "known whose. Passwords stay: people log in again. Admins only.",
     )
     q.set_defaults(handler=account_commands.end_logins)
+
+
+def _add_follow_flag(p: argparse.ArgumentParser, then: str = "") -> None:
+    """``-f/--follow``: print what the job prints, as it prints it, until it ends (``then``: what the
+    command does after, for the help)."""
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help=f"print what the job prints, as it prints it, through retries, until it ends (notes on stderr){then}",
+    )
 
 
 def _add_page_flags(p: argparse.ArgumentParser) -> None:

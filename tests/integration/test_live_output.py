@@ -259,12 +259,24 @@ def test_a_follow_of_a_quiet_job_rides_through_an_outage_past_the_first_contact_
         heard.set()
         reached(self)
 
+    pauses: list[float] = []  # when the client paused before watching again
+    pause = follow.Follow.pause
+
+    def noted_pause(self: follow.Follow, error: Any) -> float:
+        pauses.append(time.monotonic())
+        return pause(self, error)
+
     monkeypatch.setattr(follow.Follow, "reached", heard_then_reached)
+    monkeypatch.setattr(follow.Follow, "pause", noted_pause)
     follower = _Collector(control_plane.address, job.id)
     wait_until(heard.is_set, 10, what="the watch's first, empty, message")
-    # When the control plane is away for three times that limit, then back
+    # When the control plane is away until the client's own retries span twice that limit, then back
     control_plane.stop()
-    time.sleep(1.5)  # the outage itself (the fault), not a wait for something
+    wait_until(
+        lambda: follower.error is not None or (len(pauses) > 1 and pauses[-1] - pauses[0] > 1.0),
+        30,
+        what="retries spanning twice the first-contact limit",
+    )
     control_plane.start()
     hold.touch()
     # Then the follow went on, and ended with the job, which printed nothing
