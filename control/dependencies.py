@@ -22,25 +22,33 @@ between. After a restart :meth:`Dependencies.recover` works the waits out again 
 dependency that is no longer stored was purged after it finished, and since a failed or cancelled
 one cancels its dependents in the same transaction, only a SUCCEEDED one can have left any behind.
 
+A job of a ``SubmitJobs`` batch may also name earlier jobs of the same batch by their place in it
+(``depends_on_index``), so a whole graph goes in one call. :meth:`Dependencies.batch_links` works out
+what each index stands for, with no ``await`` before the jobs' creation: a job this call creates, or
+one an earlier request made that the batch reuses by its idempotency key (refused when FAILED or
+CANCELLED, as a job named by id is). The job's ``depends_on`` then holds their ids after its own, so
+from then on they are dependencies like any other.
+
 Nothing here is stored apart from ``depends_on`` itself; the changes it makes go through the
 scheduler (``moved``, ``later``) like any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from control import jobs
 from control.admission import Submission
+from control.admission.idempotency import Earlier
 from control.jobs import JobRecord, JobState
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 
 if TYPE_CHECKING:
     from control.scheduler import Scheduler
 
-__all__ = ["CancelledChain", "Dependencies"]
+__all__ = ["BatchLinks", "CancelledChain", "Dependencies"]
 
 _BROKEN = (JobState.FAILED, JobState.CANCELLED)
 
@@ -53,6 +61,28 @@ class CancelledChain:
     """The jobs CANCELLED with DEPENDENCY_FAILED, by id."""
     others: dict[str, JobRecord | None]
     """The finished jobs they depend on besides (None: no longer stored)."""
+
+
+@dataclass(frozen=True)
+class BatchLinks:
+    """What a new job's ``depends_on_index`` stands for (:meth:`Dependencies.batch_links`)."""
+
+    created: tuple[int, ...]
+    """Places in the batch of jobs this call creates."""
+    reused: tuple[str, ...]
+    """Ids of jobs earlier requests made, which the batch reuses by their idempotency keys."""
+    unfinished: frozenset[str]
+    """Those of ``reused`` that have not SUCCEEDED yet."""
+
+    def resolve(
+        self, made: Sequence[JobRecord | str], depends_on: tuple[str, ...], waiting: frozenset[str]
+    ) -> tuple[tuple[str, ...], frozenset[str]]:
+        """The job's ``depends_on`` (its own ids, then these) and what it waits for, given ``made``: the
+        batch's jobs so far, in order (each created one a record)."""
+        created = [made[k] for k in self.created]
+        ids = [job if isinstance(job, str) else job.id for job in created]
+        every = tuple(dict.fromkeys((*depends_on, *ids, *self.reused)))
+        return every, waiting | frozenset(ids) | self.unfinished
 
 
 class Dependencies:
@@ -198,6 +228,47 @@ class Dependencies:
                 waiting[n] = frozenset(left)
         return waiting
 
+    def batch_links(self, subs: Sequence[Submission], earlier: Mapping[int, Earlier]) -> dict[int, BatchLinks]:
+        """For each submission of a batch that this call creates (not in ``earlier``, the idempotent
+        replays) and that names earlier ones by ``depends_on_index``: what they stand for. Reads no more
+        than memory and the store's states, with no ``await``, so that nothing can end unseen before
+        the jobs exist.
+
+        Raises:
+            FailedPrecondition: an index stands for a job an earlier request made that is FAILED or
+                CANCELLED (the job could never start), or that is no longer stored.
+        """
+        s = self.s
+        reused: dict[str, int] = {}  # id -> the place that stands for it, for errors
+        for n, sub in enumerate(subs):
+            if n not in earlier:
+                for k in sub.depends_on_index:
+                    if isinstance(target := _followed(earlier, k), str):
+                        reused.setdefault(target, k)
+        states = {job_id: s.active.get(job_id) or s.recent.get(job_id) for job_id in reused}
+        stored = s.store.states(job_id for job_id, job in states.items() if job is None)
+        state_of = {job_id: job.state if job else stored.get(job_id) for job_id, job in states.items()}
+        for job_id, k in reused.items():
+            state = state_of[job_id]
+            if state is None or state in _BROKEN:
+                what = "no longer stored" if state is None else state.name
+                raise FailedPrecondition(
+                    f"jobs[{k}]: its idempotency key names job {job_id!r}, which is {what}; the jobs of this batch "
+                    "that depend on it could never start"
+                )
+        links: dict[int, BatchLinks] = {}
+        for n, sub in enumerate(subs):
+            if n in earlier or not sub.depends_on_index:
+                continue
+            targets = [_followed(earlier, k) for k in sub.depends_on_index]
+            ids = tuple(t for t in targets if isinstance(t, str))
+            links[n] = BatchLinks(
+                created=tuple(t for t in targets if isinstance(t, int)),
+                reused=ids,
+                unfinished=frozenset(i for i in ids if state_of[i] is not JobState.SUCCEEDED),
+            )
+        return links
+
     def recover(self, blocked: list[JobRecord]) -> None:
         """At start-up, once every live job is loaded: what each SCHEDULED job with dependencies still
         waits for (see the module docstring), or its cancellation, or its place in the delayed queue."""
@@ -219,6 +290,15 @@ class Dependencies:
                 s.delayed.push(job.id, job.ready_at)
         if cancelled:
             s.later(cancelled)
+
+
+def _followed(earlier: Mapping[int, Earlier], k: int) -> Earlier:
+    """What the batch's job ``k`` is: its own place when this call creates it, else the id of the job
+    its idempotency key names (a key repeated in the batch is the batch's first job with it)."""
+    target: Earlier = k
+    while isinstance(target, int) and target in earlier:
+        target = earlier[target]
+    return target
 
 
 def _field(batch: bool, n: int, i: int) -> str:

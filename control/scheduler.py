@@ -407,6 +407,9 @@ class Scheduler:
             if sub.idempotency_key
         }
         earlier = self.idempotency.resolve(keyed, now, "jobs[{}].idempotency_key" if batch else "idempotency_key")
+        links = {}
+        if batch and any(sub.depends_on_index for sub in subs):
+            links = self.dependencies.batch_links(subs, earlier)
         if self.submit_limits.enabled:
             # Charged for the jobs it would create, before anything is reserved or stored: a replay
             # creates nothing, so a client re-sending after a lost answer is never refused for it.
@@ -421,7 +424,10 @@ class Scheduler:
                 prior = earlier[i]
                 out.append(prior if isinstance(prior, str) else out[prior])
                 continue
-            job = self._new_record(sub, now, owner, waiting.get(i, frozenset()))
+            depends_on, wait = sub.depends_on, waiting.get(i, frozenset())
+            if i in links:
+                depends_on, wait = links[i].resolve(out, depends_on, wait)
+            job = self._new_record(sub, now, owner, wait, depends_on)
             if i in keyed:
                 keys.append(self.idempotency.reserve(*keyed[i], job.id, now))
             fresh.append(job)
@@ -450,7 +456,9 @@ class Scheduler:
             logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
 
-    def _new_record(self, sub: Submission, now: float, owner: str, waiting: frozenset[str]) -> JobRecord:
+    def _new_record(
+        self, sub: Submission, now: float, owner: str, waiting: frozenset[str], depends_on: tuple[str, ...]
+    ) -> JobRecord:
         self._seq += 1
         job = JobRecord(
             id=os.urandom(16).hex(),
@@ -469,7 +477,7 @@ class Scheduler:
             request_id=logs.current_request.get(),
             owner=sys.intern(owner),
             worker_selector=tuple(sorted(sub.worker_selector.items())) if sub.worker_selector else (),
-            depends_on=sub.depends_on,
+            depends_on=depends_on,
             gpu_count=sub.gpu_count,
             memory_mb=sub.memory_mb,
         )

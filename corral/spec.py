@@ -63,6 +63,10 @@ class JobSpec:
     memory_mb: int = 0
     """Memory the job needs, in MiB (0..1073741824; 0 reserves none): it runs only on a worker with that
     much not held by its other jobs (CORRAL_WORKER_MEMORY_MB)."""
+    depends_on_index: Sequence[int] = ()
+    """In :meth:`Client.submit_many <corral.Client.submit_many>` only: earlier specs of the same batch
+    that must SUCCEED before this one starts, by their place in it (0 is the first), so a whole graph
+    goes in one call. The job's ``depends_on`` then lists their ids."""
 
     def to_proto(self) -> jobs_pb2.SubmitJobRequest:
         """Build the ``SubmitJobRequest`` for this spec.
@@ -89,6 +93,17 @@ class JobSpec:
             if not isinstance(job_id, str):
                 raise InvalidArgument(f"depends_on[{i}]", f"must be a job id (a string), got {job_id!r}")
             request.depends_on.append(job_id)
+        if isinstance(self.depends_on_index, str | bytes):
+            raise InvalidArgument("depends_on_index", "must be a list of indices, got a string")
+        for i, index in enumerate(self.depends_on_index):
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+                raise InvalidArgument(
+                    f"depends_on_index[{i}]", f"must be the index of a job (an integer), got {index!r}"
+                )
+            try:
+                request.depends_on_index.append(int(index))
+            except ValueError:  # beyond int32: no batch is that long
+                raise InvalidArgument(f"depends_on_index[{i}]", f"must be the index of a job, got {index}") from None
         if self.thread_demand is not None:
             put(request, "thread_demand", self.thread_demand)
         if self.timeout_sec is not None:

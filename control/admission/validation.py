@@ -50,6 +50,8 @@ class Submission:
     depends_on: tuple[str, ...] = ()
     gpu_count: int = 0
     memory_mb: int = 0
+    depends_on_index: tuple[int, ...] = ()
+    """Earlier jobs of the same batch this one depends on, by their place in it."""
 
     def request_hash(self) -> str:
         """A digest of everything that defines the job: equal requests have equal hashes."""
@@ -70,6 +72,7 @@ class Submission:
                 *([sorted(self.depends_on)] if self.depends_on else []),
                 *([["gpu_count", self.gpu_count]] if self.gpu_count else []),
                 *([["memory_mb", self.memory_mb]] if self.memory_mb else []),
+                *([["depends_on_index", list(self.depends_on_index)]] if self.depends_on_index else []),
             ],
             sort_keys=True,
             separators=(",", ":"),
@@ -204,8 +207,35 @@ def check_dependencies(ids: Sequence[str], field: str) -> None:
         seen.add(job_id)
 
 
-def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: str = "") -> None:
-    """Check one submission; fills ``sub.payload_json``. Raises InvalidArgument naming the field."""
+def check_batch_dependencies(sub: Submission, place: int | None, prefix: str) -> None:
+    """``sub.depends_on_index``: only in a batch, each an earlier job of it, none twice, and with
+    ``depends_on`` at most :data:`MAX_DEPENDENCIES`. Earlier only, so a batch's links can form no
+    cycle. Raises InvalidArgument naming the entry."""
+    field = f"{prefix}depends_on_index"
+    if place is None:
+        raise InvalidArgument(
+            field, "only in a SubmitJobs batch; name a job that already exists by its id in depends_on"
+        )
+    total = len(sub.depends_on) + len(sub.depends_on_index)
+    if total > MAX_DEPENDENCIES:
+        raise InvalidArgument(field, f"at most {MAX_DEPENDENCIES} jobs with depends_on, got {total}")
+    seen: set[int] = set()
+    for i, index in enumerate(sub.depends_on_index):
+        if not 0 <= index < place:
+            earlier = f"0..{place - 1}" if place else "none: this is the batch's first job"
+            raise InvalidArgument(
+                f"{field}[{i}]", f"must be the index of an earlier job of this batch ({earlier}), got {index}"
+            )
+        if index in seen:
+            raise InvalidArgument(f"{field}[{i}]", f"repeats {index}")
+        seen.add(index)
+
+
+def validate(
+    sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: str = "", place: int | None = None
+) -> None:
+    """Check one submission; fills ``sub.payload_json``. ``place``: its index in a batch (None: not in
+    one). Raises InvalidArgument naming the field."""
     if not sub.type:
         raise InvalidArgument(f"{prefix}type", "is required")
     check_text(f"{prefix}type", sub.type, MAX_TYPE)
@@ -230,6 +260,8 @@ def validate(sub: Submission, catalog: JobTypeCatalog, limits: Limits, prefix: s
         check_labels(sub.worker_selector, f"{prefix}worker_selector")
     if sub.depends_on:
         check_dependencies(sub.depends_on, f"{prefix}depends_on")
+    if sub.depends_on_index:
+        check_batch_dependencies(sub, place, prefix)
     if (where := too_deep(sub.payload)) is not None:
         # deeper would be stored, but GetJob, WatchJob and ListJobs could not carry it back
         raise InvalidArgument(
@@ -260,4 +292,4 @@ def check_batch_size(subs: Sequence[Submission], limits: Limits) -> None:
 def validate_part(part: Sequence[Submission], start: int, catalog: JobTypeCatalog, limits: Limits) -> None:
     """Check the jobs of a batch from index ``start`` on (fields named ``jobs[i].…``)."""
     for i, sub in enumerate(part, start):
-        validate(sub, catalog, limits, prefix=f"jobs[{i}].")
+        validate(sub, catalog, limits, prefix=f"jobs[{i}].", place=i)

@@ -133,6 +133,7 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
         depends_on=tuple(req.depends_on) if req.depends_on else (),
         gpu_count=req.gpu_count,
         memory_mb=req.memory_mb,
+        depends_on_index=tuple(req.depends_on_index) if req.depends_on_index else (),
     )
 
 

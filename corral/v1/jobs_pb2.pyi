@@ -345,6 +345,7 @@ class SubmitJobRequest(_message.Message):
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
     GPU_COUNT_FIELD_NUMBER: _builtins.int
     MEMORY_MB_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_INDEX_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     priority: _builtins.int
@@ -386,6 +387,15 @@ class SubmitJobRequest(_message.Message):
         job is CANCELLED with error DEPENDENCY_FAILED (and so are the jobs that depend on it).
         """
 
+    @_builtins.property
+    def depends_on_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Only in a SubmitJobs batch: jobs of the same batch this one starts after, by their place in it
+        (0 is the first). Each must come before this job, none twice; with depends_on, at most 64 in all.
+        They work as depends_on does, and the stored job's depends_on lists their ids after its own. So a
+        whole graph of jobs goes in one call, all of it or none. A job the batch reuses by its
+        idempotency key stands for itself: one already FAILED or CANCELLED is refused.
+        """
+
     def __init__(
         self,
         *,
@@ -403,10 +413,11 @@ class SubmitJobRequest(_message.Message):
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
         gpu_count: _builtins.int = ...,
         memory_mb: _builtins.int = ...,
+        depends_on_index: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "max_attempts", b"max_attempts", "payload", b"payload", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "gpu_count", b"gpu_count", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "gpu_count", b"gpu_count", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
