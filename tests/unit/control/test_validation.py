@@ -82,6 +82,41 @@ def test_gpus_and_memory_count_in_the_hash_only_when_asked_for() -> None:
     assert len(hashes) == 4
 
 
+def test_batch_links_count_in_the_hash_only_when_given() -> None:
+    plain = Submission("noop", {})
+    assert plain.request_hash() == "a879325582c5ef306789b44c0f76a797c7243d3e848fc652d9ad7dd1748e5238"
+    linked = {Submission("noop", {}, depends_on_index=links).request_hash() for links in ((0,), (1,), (0, 1))}
+    assert len(linked | {plain.request_hash()}) == 4
+
+
+@pytest.mark.parametrize(
+    ("place", "links", "field", "rule"),
+    [
+        (None, (0,), "depends_on_index", "only in a SubmitJobs batch"),
+        (0, (0,), "jobs[0].depends_on_index[0]", "(none: this is the batch's first job), got 0"),
+        (2, (2,), "jobs[2].depends_on_index[0]", "(0..1), got 2"),
+        (2, (0, -1), "jobs[2].depends_on_index[1]", "(0..1), got -1"),
+        (2, (1, 1), "jobs[2].depends_on_index[1]", "repeats 1"),
+        (2, (2**31 - 1,), "jobs[2].depends_on_index[0]", "got 2147483647"),
+    ],
+)
+def test_batch_links_point_to_earlier_jobs_of_the_batch(
+    place: int | None, links: tuple[int, ...], field: str, rule: str
+) -> None:
+    sub = Submission("noop", {}, depends_on_index=links)
+    with pytest.raises(InvalidArgument) as info:
+        validate(sub, JobTypeCatalog(), LIMITS, prefix="" if place is None else f"jobs[{place}].", place=place)
+    assert info.value.field == field and rule in info.value.message
+
+
+def test_batch_links_and_ids_share_the_limit_of_64() -> None:
+    ids = tuple(f"{i:032x}" for i in range(62))
+    validate(Submission("noop", {}, depends_on=ids, depends_on_index=(0, 1)), JobTypeCatalog(), LIMITS, place=2)
+    with pytest.raises(InvalidArgument) as info:
+        validate(Submission("noop", {}, depends_on=ids, depends_on_index=(0, 1, 2)), JobTypeCatalog(), LIMITS, place=3)
+    assert info.value.field == "depends_on_index" and "got 65" in info.value.message
+
+
 def test_an_error_about_a_huge_value_stays_short() -> None:
     with pytest.raises(InvalidArgument) as info:
         validate(Submission("add_numbers", {"a": "x" * 500_000, "b": 1}), JobTypeCatalog(), Limits(1 << 20, 10))
