@@ -5,7 +5,8 @@ Modules, one concern each:
 - ``main``        the entry point: parse, dispatch, map errors to exit statuses.
 - ``parser``      every sub-command and its arguments.
 - ``values``      argument value types (JSON payload, ``--at`` times, labels, addresses).
-- ``commands``    the client commands: submit, get, list, cancel, retry, watch, stats, workers, drain.
+- ``job_file``    the JSON batch of jobs ``corral submit-many`` reads (the body of REST's batchSubmit).
+- ``commands``    the client commands: submit, submit-many, get, list, cancel, retry, watch, stats, workers, drain.
 - ``account_commands``  login, logout, whoami, register, accounts (list, passwd, delete).
 - ``login_file``  the login ``corral login`` saves, and which control plane it is for.
 - ``render``      rich tables, coloured states, JSON output.

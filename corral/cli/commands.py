@@ -1,5 +1,5 @@
-"""The client commands of ``corral``: submit, get, list, cancel, retry, watch, stats, workers, drain, audit (the
-account commands are in :mod:`corral.cli.account_commands`).
+"""The client commands of ``corral``: submit, submit-many, get, list, cancel, retry, watch, stats, workers,
+drain, audit (the account commands are in :mod:`corral.cli.account_commands`).
 
 Each handler takes the parsed arguments, makes one :class:`corral.Client` call
 and prints a table or, with ``--json``, JSON. Errors are not caught here:
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import closing
+from contextlib import ExitStack, closing
 from datetime import UTC, datetime
 from typing import Any
 
-from corral.cli import login_file, render
+from corral.cli import job_file, login_file, render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
 from corral.job import Job, JobState
@@ -36,6 +36,7 @@ __all__ = [
     "retry",
     "stats",
     "submit",
+    "submit_many",
     "watch",
     "workers",
 ]
@@ -86,6 +87,42 @@ def submit(args: argparse.Namespace) -> int:
         out = render.console()
         out.print(f"Submitted job [bold]{job.id}[/] ({job.type}, ", render.state_text(job.state), ")", sep="")
     return ExitCode.OK
+
+
+def submit_many(args: argparse.Namespace) -> int:
+    """``corral submit-many FILE``: submit the jobs of a JSON file (``-``: stdin) in one SubmitJobs batch, all
+    or none (:mod:`corral.cli.job_file` reads it, and refuses a bad one before anything is sent); with
+    ``--wait``, wait for every one to end and exit 1 unless all SUCCEEDED."""
+    specs = job_file.load(args.file)
+    with client_for(args) as client:
+        jobs = client.submit_many(specs)
+        if args.wait:
+            jobs = _wait_all(client, jobs, progress=not args.json)
+    if args.json:
+        render.print_json([job.to_dict() for job in jobs])
+    else:
+        render.console().print(render.batch_table(jobs))
+    unsuccessful = [job for job in jobs if job.state is not JobState.SUCCEEDED]
+    if not args.wait or not unsuccessful:
+        return ExitCode.OK
+    # The first by place is most often the cause: a job's dependents come after it in a batch.
+    return fail(f"{len(unsuccessful)} of {len(jobs)} jobs did not succeed; {_ending(unsuccessful[0])}")
+
+
+def _wait_all(client: Client, jobs: list[Job], *, progress: bool) -> list[Job]:
+    """``jobs`` as they ended, in the same order; ``progress``: say on stderr which one is awaited."""
+    ended: list[Job] = []
+    # One after another is as quick as all at once: the wait ends when the last job does, and each
+    # Client.wait returns at once for a job that already ended.
+    with ExitStack() as stack:
+        status = stack.enter_context(render.console(stderr=True).status("Waiting...")) if progress else None
+        for job in jobs:
+            if status is not None:
+                status.update(
+                    f"Waiting for job #{len(ended)} ({job.type} {job.id}); {len(ended)} of {len(jobs)} ended..."
+                )
+            ended.append(client.wait(job.id))
+    return ended
 
 
 def get(args: argparse.Namespace) -> int:

@@ -231,6 +231,8 @@ def _add_client_commands(
     _add_follow_flag(p, "; exit 1 unless it SUCCEEDED")
     p.set_defaults(handler=commands.submit)
 
+    _add_submit_many(sub, parent)
+
     for name, handler, help_text in (
         ("get", commands.get, "show one job"),
         ("cancel", commands.cancel, "cancel a job that has not finished"),
@@ -286,6 +288,25 @@ def _add_client_commands(
     p.add_argument("--limit", type=values.positive_int, default=100, help="1..1000 (default 100)")
     p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
     p.set_defaults(handler=commands.audit)
+
+
+def _add_submit_many(sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "submit-many",
+        parents=[parent],
+        help="submit a batch of jobs from a JSON file, all or none; later ones may start after earlier ones",
+        description="Submit the jobs of a JSON file in one batch: all are accepted or none is. The file is the "
+        'body of REST\'s POST /v1/jobs:batchSubmit, {"jobs": [...]}, or just the array. Each job is an object '
+        "with the fields of corral.JobSpec, in snake_case or lowerCamelCase: type, payload, "
+        "name, priority, thread_demand, timeout_sec, max_attempts, scheduled_at (ISO 8601, +30s, or Unix seconds), "
+        "idempotency_key, labels, worker_selector, depends_on (job ids), gpu_count, memory_mb, and depends_on_index: "
+        "earlier jobs of the file, by place (0 is the first), that must succeed before this one starts. "
+        'Example: [{"type": "noop"}, {"type": "noop", "depends_on_index": [0]}]. '
+        "The table shows each job's place (#) and, under after, the places (and ids) it waits for.",
+    )
+    p.add_argument("file", metavar="FILE", help="the JSON file, or - for stdin")
+    p.add_argument("--wait", action="store_true", help="wait until every job ends; exit 1 unless all SUCCEEDED")
+    p.set_defaults(handler=commands.submit_many)
 
 
 def _add_account_commands(

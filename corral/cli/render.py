@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from corral.job import Job, JobState
 __all__ = [
     "accounts_table",
     "audit_table",
+    "batch_table",
     "console",
     "identity_table",
     "job_line",
@@ -201,6 +202,22 @@ def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:
             millis(job.total_seconds),
         ]
         table.add_row(*cells, *([job.owner or "-"] if owners else []))
+    return table
+
+
+def batch_table(jobs: Sequence[Job]) -> Table:
+    """``corral submit-many``: one row per job of a batch, by its place in it, with the jobs it starts
+    after: those of the batch by place (as ``depends_on_index`` named them), others by short id."""
+    place: dict[str, int] = {}
+    for index, job in enumerate(jobs):
+        place.setdefault(job.id, index)
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("#", "id", "type", "state", "after"):
+        table.add_column(column, no_wrap=column != "after", justify="right" if column == "#" else "left")
+    for index, job in enumerate(jobs):
+        in_batch = [str(place[d]) for d in job.depends_on if d in place]
+        others = [short_id(d) for d in job.depends_on if d not in place]
+        table.add_row(str(index), job.id, job.type, state_text(job.state), ", ".join(in_batch + others) or "-")
     return table
 
 

@@ -22,9 +22,11 @@ from corral.resources import ResourceError, parse_gpus
 __all__ = [
     "address",
     "addresses",
+    "excerpt",
     "gpu_count",
     "gpus",
     "job_state",
+    "json_kind",
     "label",
     "memory_mb",
     "payload",
@@ -64,10 +66,10 @@ def payload(text: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(
             f"invalid JSON in {source} at line {exc.lineno} column {exc.colno} (char {exc.pos}): {exc.msg}; "
-            f"near {_excerpt(exc.doc, exc.pos)}"
+            f"near {excerpt(exc.doc, exc.pos)}"
         ) from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{source} must be a JSON object ({{...}}), got {_json_kind(value)}")
+        raise argparse.ArgumentTypeError(f"{source} must be a JSON object ({{...}}), got {json_kind(value)}")
     return value
 
 
@@ -207,13 +209,21 @@ def job_state(text: str) -> list[JobState]:
     return states
 
 
-def _excerpt(doc: str, pos: int, width: int = 20) -> str:
+def excerpt(doc: str, pos: int, width: int = 20) -> str:
     """The text around ``pos`` with ``<here>`` marking it, on one line."""
     start, end = max(0, pos - width), pos + width
     text = ("..." if start else "") + doc[start:pos] + "<here>" + doc[pos:end] + ("..." if end < len(doc) else "")
     return text.replace("\n", "\\n")
 
 
-def _json_kind(value: Any) -> str:
-    kinds = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, for an error message: ``an array``, ``a string``, ``null`` ..."""
+    kinds = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }
     return "null" if value is None else kinds.get(type(value), type(value).__name__)
