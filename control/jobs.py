@@ -38,9 +38,12 @@ from __future__ import annotations
 
 import enum
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.errors import FailedPrecondition, StaleAttempt
+
+if TYPE_CHECKING:
+    from control.notify.targets import NotifyTarget
 
 
 class JobState(enum.IntEnum):
@@ -102,6 +105,7 @@ class JobRecord:
         "max_attempts",
         "memory_mb",
         "name",
+        "notify",
         "output",
         "owner",
         "payload_json",
@@ -148,8 +152,11 @@ class JobRecord:
         depends_on: tuple[str, ...] = (),
         gpu_count: int = 0,
         memory_mb: int = 0,
+        notify: tuple[NotifyTarget, ...] = (),
     ) -> None:
         self.id = id
+        self.notify = notify
+        """Where its ends are announced (control.notify; empty: nowhere)."""
         self.gpu_count = gpu_count
         """GPUs it holds while it runs: only a worker with that many free takes it."""
         self.memory_mb = memory_mb

@@ -46,6 +46,7 @@ from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
 from control.jobs import JobRecord, JobState
 from control.live_output import LiveOutput
 from control.metrics import Metrics
+from control.notify.notices import Notices
 from control.queue import DelayedQueue, LeaseQueue, QueueOrder, ReadyQueue
 from control.queue_view import DrainRate, QueuePage, queue_page
 from control.recent import RecentJobs
@@ -143,6 +144,7 @@ class Scheduler:
         """Event counters and histograms (control.metrics); the ControlPlane puts in its own."""
         self._queued: dict[str, int] = {}
         self.dependencies = Dependencies(self)
+        self.notices = Notices(self)
         """The jobs that wait for others to SUCCEED (control.dependencies)."""
         self._seq = store.max_seq()
         self._dispatch_pending = False
@@ -294,8 +296,11 @@ class Scheduler:
             self.running.add(job.id)
             self.usage.started(job)
             self.track_lease(job)
-        if after.terminal and job.id in self.dependencies.waiters:
-            self.dependencies.ended(job.id, after)
+        if after.terminal:
+            if job.notify:
+                self.notices.ended(job)
+            if job.id in self.dependencies.waiters:
+                self.dependencies.ended(job.id, after)
 
     # ---- leases ---------------------------------------------------------------------------------
     def track_lease(self, job: JobRecord) -> None:
@@ -433,20 +438,9 @@ class Scheduler:
             fresh.append(job)
             out.append(job)
         if fresh:
-            self.store.insert(fresh)
+            self._admit(fresh)
             if keys:
                 self.store.put_idempotency(keys)
-            for job in fresh:
-                self.metrics.job_submitted(job.type)
-                self.active[job.id] = job
-                self.counts[job.state] += 1
-                if job.state is JobState.PENDING:
-                    self._enqueue(job)
-                elif job.waiting_on:
-                    self.dependencies.wait(job)
-                else:
-                    self.delayed.push(job.id, job.ready_at)
-                    self._timer_wake.set()
         if self._dispatch_pending:  # lease what can start now in the submission's own transaction
             self._dispatch()
         await self._commit()
@@ -455,6 +449,32 @@ class Scheduler:
         for job in fresh:
             logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
+
+    def _admit(self, fresh: list[JobRecord]) -> None:
+        """Store new jobs (in the open transaction) and put each where it waits."""
+        self.store.insert(fresh)
+        for job in fresh:
+            self.metrics.job_submitted(job.type)
+            self.active[job.id] = job
+            self.counts[job.state] += 1
+            if job.state is JobState.PENDING:
+                self._enqueue(job)
+            elif job.waiting_on:
+                self.dependencies.wait(job)
+            else:
+                self.delayed.push(job.id, job.ready_at)
+                self._timer_wake.set()
+
+    def admit_internal(self, subs: list[Submission], owner: str) -> list[JobRecord]:
+        """Create jobs the control plane itself submits for ``owner`` (notifications), in the open
+        transaction: no admission checks, rate limit or idempotency key; committed with what the
+        caller persists next."""
+        now = self.clock.now()
+        fresh = [self._new_record(sub, now, owner, frozenset(), ()) for sub in subs]
+        self._admit(fresh)
+        for job in fresh:
+            logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
+        return fresh
 
     def _new_record(
         self, sub: Submission, now: float, owner: str, waiting: frozenset[str], depends_on: tuple[str, ...]
@@ -480,6 +500,7 @@ class Scheduler:
             depends_on=depends_on,
             gpu_count=sub.gpu_count,
             memory_mb=sub.memory_mb,
+            notify=sub.notify,
         )
         job.waiting_on = waiting
         jobs.new_job(job, now)

@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.job import JobError as JobError
     from corral.job import JobPage as JobPage
     from corral.job import JobState as JobState
+    from corral.job import Notify as Notify
     from corral.printed import OutputChunk as OutputChunk
     from corral.spec import JobSpec as JobSpec
 
@@ -70,7 +71,7 @@ _HOMES = {
     "AsyncClient": "corral.aio",
     "Client": "corral.client",
     # Jobs
-    **dict.fromkeys(("Job", "JobError", "JobPage", "JobState"), "corral.job"),
+    **dict.fromkeys(("Job", "JobError", "JobPage", "JobState", "Notify"), "corral.job"),
     "JobSpec": "corral.spec",
     "OutputChunk": "corral.printed",
     # Cluster

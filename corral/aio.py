@@ -43,7 +43,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
-from corral.job import Job, JobPage, JobState
+from corral.job import Job, JobPage, JobState, Notify
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import AsyncRunStream, RunStreams, StaleStream
 from corral.spec import JobSpec, When, batch_request, by_id
@@ -154,6 +154,7 @@ class AsyncClient:
         depends_on: Sequence[str] = (),
         gpu_count: int = 0,
         memory_mb: int = 0,
+        notify: Sequence[Notify] = (),
     ) -> Job:
         """Submit one job and return it as stored (see :meth:`corral.Client.submit`)."""
         request = JobSpec(
@@ -171,6 +172,7 @@ class AsyncClient:
             depends_on=depends_on,
             gpu_count=gpu_count,
             memory_mb=memory_mb,
+            notify=notify,
         ).to_proto()
         response = await self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)

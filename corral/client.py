@@ -39,7 +39,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow
-from corral.job import Job, JobPage, JobState
+from corral.job import Job, JobPage, JobState, Notify
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import RunStream, RunStreams
 from corral.spec import JobSpec, When, batch_request, by_id, put
@@ -194,6 +194,7 @@ class Client:
         depends_on: Sequence[str] = (),
         gpu_count: int = 0,
         memory_mb: int = 0,
+        notify: Sequence[Notify] = (),
     ) -> Job:
         """Submit one job and return it as stored (PENDING, or SCHEDULED when ``scheduled_at`` is ahead).
 
@@ -219,6 +220,7 @@ class Client:
             depends_on=depends_on,
             gpu_count=gpu_count,
             memory_mb=memory_mb,
+            notify=notify,
         ).to_proto()
         response = self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)

@@ -91,6 +91,24 @@ class JobError:
 
 
 @dataclass(frozen=True)
+class Notify:
+    """Where to announce a job's end: an email address or a webhook URL (set exactly one), for the ends
+    listed in ``on`` (SUCCEEDED, FAILED, CANCELLED; empty: every end). The control plane submits an
+    ``email`` or ``webhook`` job for each end it wants (see ``SubmitJobRequest.notify`` in jobs.proto)."""
+
+    email: str = ""
+    """Sent through the SMTP server of the worker that runs the email job (CORRAL_SMTP_*)."""
+    webhook_url: str = ""
+    """http:// or https://; it gets a POST of the ended job as GetJob's JSON."""
+    on: tuple[JobState, ...] = ()
+
+    @classmethod
+    def from_proto(cls, pb: jobs_pb2.Notify) -> Notify:
+        """Build a :class:`Notify` from a ``corral.v1.Notify`` message."""
+        return cls(email=pb.email, webhook_url=pb.webhook_url, on=tuple(JobState.of(s) for s in pb.on))
+
+
+@dataclass(frozen=True)
 class Job:
     """Everything known about one job, as of the response it came from."""
 
@@ -145,6 +163,8 @@ class Job:
     estimated_start: datetime | None = None
     """From :meth:`Client.queue` only: when it should start at the rate the queue has drained over the
     last 15 minutes (None when nothing started in that time)."""
+    notify: list[Notify] = field(default_factory=list)
+    """Where its ends are announced."""
 
     @property
     def is_terminal(self) -> bool:
@@ -190,6 +210,7 @@ class Job:
             estimated_start=(
                 timestamp_to_datetime(pb.estimated_start_time) if pb.HasField("estimated_start_time") else None
             ),
+            notify=[Notify.from_proto(n) for n in pb.notify],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,6 +224,8 @@ class Job:
                 value = value.isoformat()
             elif isinstance(value, JobError):
                 value = dataclasses.asdict(value)
+            elif f.name == "notify":
+                value = [{"email": n.email, "webhook_url": n.webhook_url, "on": [s.name for s in n.on]} for n in value]
             out[f.name] = value
         return out
 

@@ -20,7 +20,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from corral.errors import InvalidArgument
-from corral.job import dict_to_struct
+from corral.job import JobState, Notify, dict_to_struct
 from corral.limits import MAX_GPUS, MAX_MEMORY_MB, PROTO_INT_RANGES
 from corral.v1 import jobs_pb2
 
@@ -67,6 +67,8 @@ class JobSpec:
     """In :meth:`Client.submit_many <corral.Client.submit_many>` only: earlier specs of the same batch
     that must SUCCEED before this one starts, by their place in it (0 is the first), so a whole graph
     goes in one call. The job's ``depends_on`` then lists their ids."""
+    notify: Sequence[Notify] = ()
+    """Where to announce the job's end, by email or webhook (at most 8; see :class:`~corral.job.Notify`)."""
 
     def to_proto(self) -> jobs_pb2.SubmitJobRequest:
         """Build the ``SubmitJobRequest`` for this spec.
@@ -104,6 +106,8 @@ class JobSpec:
                 request.depends_on_index.append(int(index))
             except ValueError:  # beyond int32: no batch is that long
                 raise InvalidArgument(f"depends_on_index[{i}]", f"must be the index of a job, got {index}") from None
+        for i, target in enumerate(self.notify):
+            request.notify.append(_notify(target, f"notify[{i}]"))
         if self.thread_demand is not None:
             put(request, "thread_demand", self.thread_demand)
         if self.timeout_sec is not None:
@@ -115,6 +119,24 @@ class JobSpec:
         put_in_range(request, "gpu_count", self.gpu_count, 0, MAX_GPUS)
         put_in_range(request, "memory_mb", self.memory_mb, 0, MAX_MEMORY_MB)
         return request
+
+
+def _notify(target: Notify, field: str) -> jobs_pb2.Notify:
+    """A :class:`~corral.job.Notify` as its message; :class:`InvalidArgument` on ``field`` when it is not one
+    or a value does not fit (the control plane checks the rest)."""
+    if not isinstance(target, Notify):
+        raise InvalidArgument(field, f"must be a corral.Notify, got {type(target).__name__}")
+    pb = jobs_pb2.Notify()
+    put(pb, "email", target.email, f"{field}.email")
+    put(pb, "webhook_url", target.webhook_url, f"{field}.webhook_url")
+    if isinstance(target.on, str):
+        raise InvalidArgument(f"{field}.on", "must be a list of states, got a string")
+    for n, state in enumerate(target.on):
+        try:
+            pb.on.append(JobState.parse(state).value)  # type: ignore[arg-type]
+        except (InvalidArgument, ValueError, TypeError, AttributeError):
+            raise InvalidArgument(f"{field}.on[{n}]", f"must be a job state, got {state!r}") from None
+    return pb
 
 
 def batch_request(specs: Sequence[JobSpec]) -> jobs_pb2.SubmitJobsRequest:

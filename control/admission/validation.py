@@ -16,6 +16,8 @@ from typing import Any
 
 import jsonschema
 
+from control import notify
+from control.notify import NotifyTarget
 from control.store.base import JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER, MAX_JSON_DEPTH, too_deep
@@ -52,6 +54,8 @@ class Submission:
     memory_mb: int = 0
     depends_on_index: tuple[int, ...] = ()
     """Earlier jobs of the same batch this one depends on, by their place in it."""
+    notify: tuple[NotifyTarget, ...] = ()
+    """Where its ends are announced."""
 
     def request_hash(self) -> str:
         """A digest of everything that defines the job: equal requests have equal hashes."""
@@ -73,6 +77,7 @@ class Submission:
                 *([["gpu_count", self.gpu_count]] if self.gpu_count else []),
                 *([["memory_mb", self.memory_mb]] if self.memory_mb else []),
                 *([["depends_on_index", list(self.depends_on_index)]] if self.depends_on_index else []),
+                *([["notify", notify.dumps(self.notify)]] if self.notify else []),
             ],
             sort_keys=True,
             separators=(",", ":"),
@@ -262,6 +267,8 @@ def validate(
         check_dependencies(sub.depends_on, f"{prefix}depends_on")
     if sub.depends_on_index:
         check_batch_dependencies(sub, place, prefix)
+    if sub.notify:
+        notify.check_targets(sub.notify, f"{prefix}notify")
     if (where := too_deep(sub.payload)) is not None:
         # deeper would be stored, but GetJob, WatchJob and ListJobs could not carry it back
         raise InvalidArgument(

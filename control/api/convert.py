@@ -12,7 +12,8 @@ from google.protobuf.message import Message
 from control.admission import Submission, check_labels
 from control.admission.validation import MAX_TYPE, check_text
 from control.autoscale import AutoscalerState
-from control.jobs import JobRecord
+from control.jobs import JobRecord, JobState
+from control.notify import ENDS, NotifyTarget
 from control.queue_view import QueuedJob
 from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
@@ -134,7 +135,30 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
         gpu_count=req.gpu_count,
         memory_mb=req.memory_mb,
         depends_on_index=tuple(req.depends_on_index) if req.depends_on_index else (),
+        notify=tuple(_target(t, f"notify[{i}]") for i, t in enumerate(req.notify)) if req.notify else (),
     )
+
+
+_ENDS = frozenset(int(s) for s in ENDS)
+
+
+def _target(t: jobs_pb2.Notify, field: str) -> NotifyTarget:
+    """A Notify as a domain target (its rules are checked at admission, control.notify)."""
+    on: list[JobState] = []
+    for n, state in enumerate(t.on):
+        if state not in _ENDS:
+            names = ", ".join(s.name for s in ENDS)
+            raise InvalidArgument(f"{field}.on[{n}]", f"must be one of {names}, got {_state_name(state)}")
+        on.append(JobState(state))
+    return NotifyTarget(email=t.email, webhook_url=t.webhook_url, on=tuple(on))
+
+
+def _state_name(state: int) -> str:
+    """A state's name in the API, or its number when it has none."""
+    try:
+        return jobs_pb2.Job.State.Name(state)  # type: ignore[arg-type]
+    except ValueError:
+        return str(state)
 
 
 def job(j: JobRecord) -> jobs_pb2.Job:
@@ -171,6 +195,8 @@ def job(j: JobRecord) -> jobs_pb2.Job:
     if j.depends_on:
         out.depends_on.extend(j.depends_on)
         out.waiting_on.extend(sorted(j.waiting_on))
+    for t in j.notify:
+        out.notify.add(email=t.email, webhook_url=t.webhook_url, on=[int(s) for s in t.on])  # type: ignore[misc]
     _set_struct(out.payload, j.payload_json)
     _set_struct(out.result, j.result_json)
     if j.error_code:

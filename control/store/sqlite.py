@@ -75,6 +75,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN gpu_count INTEGER NOT NULL DEFAULT 0")
     if "memory_mb" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0")
+    if "notify" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN notify TEXT NOT NULL DEFAULT ''")
     conn.execute(_OWNER_INDEX)
 
 

@@ -14,6 +14,7 @@ The token a command sends is ``--token``, else ``$CORRAL_TOKEN`` (both through t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from contextlib import ExitStack, closing
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from typing import Any
 from corral.cli import job_file, login_file, render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
+from corral.errors import InvalidArgument
 from corral.job import Job, JobState
 
 __all__ = [
@@ -58,7 +60,10 @@ def submit(args: argparse.Namespace) -> int:
         "depends_on": args.depends_on,
         "gpu_count": args.gpu_count,
         "memory_mb": args.memory_mb,
+        "notify": [dataclasses.replace(target, on=tuple(args.notify_on)) for target in args.notify],
     }
+    if args.notify_on and not args.notify:
+        raise InvalidArgument("--notify-on", "says which ends to announce: give --notify too")
     with client_for(args) as client:
         if args.follow:
             job = client.submit(args.type, args.payload, **fields)

@@ -24,6 +24,7 @@ from typing import Any
 
 from corral.cli import values
 from corral.errors import InvalidArgument
+from corral.job import Notify
 from corral.spec import JobSpec
 
 __all__ = ["FIELDS", "STDIN", "load", "parse"]
@@ -131,7 +132,31 @@ def _value(name: str, value: Any, where: str) -> Any:
         raise InvalidArgument(where, f"must be a JSON array, got {values.json_kind(value)}")
     if name == "scheduled_at":
         return _when(value, where)
+    if name == "notify":
+        if not isinstance(value, list):
+            raise InvalidArgument(where, f"must be a JSON array, got {values.json_kind(value)}")
+        return [_notify(target, f"{where}[{i}]") for i, target in enumerate(value)]
     return value
+
+
+_NOTIFY_KEYS = {"email": "email", "webhook_url": "webhook_url", "webhookUrl": "webhook_url", "on": "on"}
+
+
+def _notify(target: Any, where: str) -> Notify:
+    """A ``notify`` entry: ``{"email": ...}`` or ``{"webhook_url": ...}``, and optionally ``"on": [states]``."""
+    if not isinstance(target, dict):
+        raise InvalidArgument(where, f"must be a JSON object, got {values.json_kind(target)}")
+    fields: dict[str, Any] = {}
+    for key, value in target.items():
+        name = _NOTIFY_KEYS.get(key)
+        if name is None:
+            raise InvalidArgument(f"{where}.{key}", "unknown field; known fields: email, webhook_url, on")
+        if name == "on":
+            if not isinstance(value, list):
+                raise InvalidArgument(f"{where}.on", f"must be a JSON array, got {values.json_kind(value)}")
+            value = tuple(value)  # each checked as the request is built (Notify's states)
+        fields[name] = value
+    return Notify(**fields)
 
 
 def _when(value: Any, where: str) -> Any:

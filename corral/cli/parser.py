@@ -227,6 +227,22 @@ def _add_client_commands(
         metavar="MB",
         help="memory the job needs, in MiB: it runs only on a worker with that much free (default 0: none)",
     )
+    p.add_argument(
+        "--notify",
+        type=values.notify_target,
+        action="append",
+        default=[],
+        metavar="EMAIL|URL",
+        help="announce the job's end by email, or by a POST of the job to an http(s):// URL; repeatable",
+    )
+    p.add_argument(
+        "--notify-on",
+        type=values.end_state,
+        action="append",
+        default=[],
+        metavar="STATE",
+        help="announce only these ends: SUCCEEDED, FAILED, CANCELLED (repeatable; default: every end)",
+    )
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
     _add_follow_flag(p, "; exit 1 unless it SUCCEEDED")
     p.set_defaults(handler=commands.submit)

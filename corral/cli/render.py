@@ -20,7 +20,7 @@ from rich.text import Text
 from corral.account import Account, Identity
 from corral.audit import AuditEvent
 from corral.cluster import Stats, WorkerInfo, WorkerState
-from corral.job import Job, JobState
+from corral.job import Job, JobState, Notify
 
 __all__ = [
     "accounts_table",
@@ -136,6 +136,7 @@ def job_table(job: Job) -> Table:
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
         ("runs on", ", ".join(f"{k}={v}" for k, v in sorted(job.worker_selector.items())) or "any worker"),
         ("after", _dependencies(job) or "-"),
+        *([("notify", notify_targets(job.notify))] if job.notify else []),
         ("output", _last_lines(job.output, 10) or "-"),
     ]
     for name, value in rows:
@@ -165,6 +166,13 @@ def memory(free_mb: int, total_mb: int) -> str:
 def _gib(mb: int) -> str:
     """MiB as GiB with at most one decimal, and none when it is whole (``1.5``, ``64``)."""
     return f"{mb / 1024:.1f}".removesuffix(".0")
+
+
+def notify_targets(targets: Sequence[Notify]) -> str:
+    """Where a job's ends are announced: ``ops@example.com (FAILED), https://hooks.example/x``."""
+    return ", ".join(
+        (t.email or t.webhook_url) + (f" ({', '.join(s.name for s in t.on)})" if t.on else "") for t in targets
+    )
 
 
 def _dependencies(job: Job) -> str:

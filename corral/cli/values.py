@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.addresses import AddressError, parse_addresses
-from corral.job import JobState
+from corral.errors import InvalidArgument
+from corral.job import JobState, Notify
 from corral.limits import MAX_GPUS, MAX_MEMORY_MB
 from corral.resources import ResourceError, parse_gpus
 
@@ -107,6 +108,28 @@ def label(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"invalid label {text!r}: use key=value")
     return key.strip(), value
+
+
+def notify_target(text: str) -> Notify:
+    """Where to announce a job's end: an ``http://`` or ``https://`` URL (a webhook), else an email address
+    (the control plane checks each)."""
+    text = text.strip()
+    if text.lower().startswith(("http://", "https://")):
+        return Notify(webhook_url=text)
+    if "@" not in text:
+        raise argparse.ArgumentTypeError(f"invalid target {text!r}: use an email address or an http(s):// URL")
+    return Notify(email=text)
+
+
+def end_state(text: str) -> JobState:
+    """An end a notification is for: SUCCEEDED, FAILED or CANCELLED (any case)."""
+    try:
+        state = JobState.parse(text)
+    except (InvalidArgument, ValueError):
+        state = JobState.STATE_UNSPECIFIED
+    if not state.is_terminal:
+        raise argparse.ArgumentTypeError(f"invalid end {text!r}: use SUCCEEDED, FAILED or CANCELLED")
+    return state
 
 
 def address(text: str) -> str:

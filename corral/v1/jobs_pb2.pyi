@@ -140,6 +140,7 @@ class Job(_message.Message):
     MEMORY_MB_FIELD_NUMBER: _builtins.int
     QUEUE_POSITION_FIELD_NUMBER: _builtins.int
     ESTIMATED_START_TIME_FIELD_NUMBER: _builtins.int
+    NOTIFY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -217,6 +218,10 @@ class Job(_message.Message):
         the rate it has over the last 15 minutes. Unset when no job started in that time.
         """
 
+    @_builtins.property
+    def notify(self) -> _containers.RepeatedCompositeFieldContainer[Global___Notify]:
+        """Where the job's end is announced (see SubmitJobRequest.notify)."""
+
     def __init__(
         self,
         *,
@@ -253,14 +258,49 @@ class Job(_message.Message):
         memory_mb: _builtins.int = ...,
         queue_position: _builtins.int = ...,
         estimated_start_time: _timestamp_pb2.Timestamp | None = ...,
+        notify: _abc.Iterable[Global___Notify] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "estimated_start_time", b"estimated_start_time", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "estimated_start_time", b"estimated_start_time", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_position", b"queue_position", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "estimated_start_time", b"estimated_start_time", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_position", b"queue_position", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class Notify(_message.Message):
+    """Where to announce that a job ended (SubmitJobRequest.notify). Set exactly one of email and
+    webhook_url.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EMAIL_FIELD_NUMBER: _builtins.int
+    WEBHOOK_URL_FIELD_NUMBER: _builtins.int
+    ON_FIELD_NUMBER: _builtins.int
+    email: _builtins.str
+    """An email address: an `email` job sends the news through its worker's SMTP server (CORRAL_SMTP_*)."""
+    webhook_url: _builtins.str
+    """An http:// or https:// URL: a `webhook` job POSTs the ended job to it, as GetJob's JSON."""
+    @_builtins.property
+    def on(self) -> _containers.RepeatedScalarFieldContainer[Global___Job.State.ValueType]:
+        """The ends that send it, among SUCCEEDED, FAILED and CANCELLED, none twice. Empty: every end."""
+
+    def __init__(
+        self,
+        *,
+        email: _builtins.str = ...,
+        webhook_url: _builtins.str = ...,
+        on: _abc.Iterable[Global___Job.State.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["email", b"email", "on", b"on", "webhook_url", b"webhook_url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Notify: _TypeAlias = Notify  # noqa: Y015
 
 @_typing.final
 class JobError(_message.Message):
@@ -346,6 +386,7 @@ class SubmitJobRequest(_message.Message):
     GPU_COUNT_FIELD_NUMBER: _builtins.int
     MEMORY_MB_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_INDEX_FIELD_NUMBER: _builtins.int
+    NOTIFY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     priority: _builtins.int
@@ -396,6 +437,15 @@ class SubmitJobRequest(_message.Message):
         idempotency key stands for itself: one already FAILED or CANCELLED is refused.
         """
 
+    @_builtins.property
+    def notify(self) -> _containers.RepeatedCompositeFieldContainer[Global___Notify]:
+        """Announce the job's end: at most 8 entries. When the job ends in a state an entry lists, the
+        control plane submits one notification job for that entry, in the same commit as the end, so
+        none is lost to a crash: type `email` or `webhook`, the same owner and priority, named
+        "notify <job id>", label corral.notify=<job id>. It is retried as any job is, and shows in
+        ListJobs. Each end sends: after RetryJob, the next end sends again.
+        """
+
     def __init__(
         self,
         *,
@@ -414,10 +464,11 @@ class SubmitJobRequest(_message.Message):
         gpu_count: _builtins.int = ...,
         memory_mb: _builtins.int = ...,
         depends_on_index: _abc.Iterable[_builtins.int] | None = ...,
+        notify: _abc.Iterable[Global___Notify] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "max_attempts", b"max_attempts", "payload", b"payload", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "gpu_count", b"gpu_count", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "gpu_count", b"gpu_count", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015

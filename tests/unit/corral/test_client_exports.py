@@ -20,6 +20,7 @@ EXPECTED = {
     "JobSpec",
     "OutputChunk",
     "JobState",
+    "Notify",
     # Cluster
     "AutoscalerStatus",
     "Stats",

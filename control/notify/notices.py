@@ -1,0 +1,107 @@
+"""Announcing a job's end: the notification jobs its ends make.
+
+When a job ends in a state one of its targets wants (:mod:`control.notify.targets`; none listed: every
+end), :meth:`Notices.ended` submits one job for that target: an ``email`` job with a short account of
+the end, or a ``webhook`` job that POSTs the ended job as GetJob's JSON. The scheduler calls it from
+``moved``, before the end is persisted and with no ``await`` in between, so the notification job goes
+into the same store transaction as the end: a crash loses both or keeps both, and no committed end goes
+unannounced. It is an ordinary job of the same owner, with the same priority: retried with backoff,
+listed, cancellable, under the owner's fair share. It has no targets of its own, so nothing announces it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from control.admission import Submission
+from control.jobs import JobRecord
+from control.notify.targets import NotifyTarget
+
+if TYPE_CHECKING:
+    from control.scheduler import Scheduler
+
+__all__ = ["NOTIFY_LABEL", "Notices"]
+
+NOTIFY_LABEL = "corral.notify"
+"""The label a notification job carries: the id of the job whose end it announces."""
+RESULT_CHARS = 2000
+"""The most of a result, an error message or output an email quotes."""
+
+
+class Notices:
+    """The notification jobs of one scheduler."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+
+    def ended(self, job: JobRecord) -> None:
+        """``job`` has just reached a terminal state, not yet persisted: submit a notification job for
+        each of its targets that wants that end, into the same transaction."""
+        wanted = [t for t in job.notify if t.wants(job.state)]
+        if wanted:
+            self.s.admit_internal([_submission(job, t) for t in wanted], job.owner)
+
+
+def _submission(job: JobRecord, target: NotifyTarget) -> Submission:
+    """The notification job announcing ``job``'s end to ``target``."""
+    common: dict[str, Any] = {
+        "name": f"notify {job.id}",
+        "priority": job.priority,
+        "labels": {NOTIFY_LABEL: job.id},
+    }
+    if target.email:
+        subject = f"[corral] job {job.name or job.id} ({job.type}) {job.state.name}"
+        payload = {"to": target.email, "subject": subject, "body": _account(job)}
+        return Submission("email", payload, payload_json=_compact(payload), **common)
+    payload = {"url": target.webhook_url, "method": "POST", "body": _job_json(job)}
+    return Submission("webhook", payload, payload_json=_compact(payload), **common)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _job_json(job: JobRecord) -> Any:
+    """The job as GetJob's JSON (REST's answer to ``GET /v1/jobs/{id}``)."""
+    # Here, not at the top: the API's conversions import the scheduler, which imports this module.
+    from control.api.convert import job as job_proto
+    from control.gateway.protojson import to_json
+
+    return to_json(job_proto(job))
+
+
+def _account(job: JobRecord) -> str:
+    """An email's body: what the job was, how it ended, and where to read more."""
+    lines = [
+        f"Job {job.id} ({job.type}{', ' + repr(job.name) if job.name else ''}) ended {job.state.name}"
+        f" after {job.attempts} attempt{'s' if job.attempts != 1 else ''}.",
+        "",
+        f"Submitted: {_when(job.created_at)}",
+    ]
+    if job.started_at is not None:
+        lines.append(f"Started:   {_when(job.started_at)}")
+    if job.finished_at is not None:
+        lines.append(f"Ended:     {_when(job.finished_at)}")
+    lines.append(f"Queued {job.queue_seconds:.3f} s, ran {job.exec_seconds:.3f} s.")
+    if job.error_code:
+        lines += ["", f"Error {job.error_code}: {_cut(job.error_message)}"]
+    if job.result_json:
+        lines += ["", f"Result: {_cut(job.result_json)}"]
+    if job.output:
+        lines += ["", "What it printed last:", _cut(job.output.rstrip("\n"), tail=True)]
+    lines += ["", f"More: corral get {job.id}"]
+    return "\n".join(lines) + "\n"
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _cut(text: str, tail: bool = False) -> str:
+    """``text``, or its first (``tail``: last) RESULT_CHARS characters and what was left out."""
+    if len(text) <= RESULT_CHARS:
+        return text
+    left_out = f"[... {len(text) - RESULT_CHARS} characters left out]"
+    return f"{left_out}\n{text[-RESULT_CHARS:]}" if tail else f"{text[:RESULT_CHARS]} {left_out}"
