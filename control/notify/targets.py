@@ -48,9 +48,9 @@ def check_targets(targets: Sequence[NotifyTarget], field: str = "notify") -> Non
         at = f"{field}[{i}]"
         if bool(target.email) == bool(target.webhook_url):
             raise InvalidArgument(at, "set exactly one of email and webhook_url")
-        if target.email and (len(target.email) > _EMAIL_MAX or not _EMAIL.match(target.email)):
+        if target.email and not _well_formed(target.email, _EMAIL, _EMAIL_MAX):
             raise InvalidArgument(f"{at}.email", f"must be an email address (name@domain), got {target.email!r}")
-        if target.webhook_url and (len(target.webhook_url) > _URL_MAX or not _URL.match(target.webhook_url)):
+        if target.webhook_url and not _well_formed(target.webhook_url, _URL, _URL_MAX):
             raise InvalidArgument(
                 f"{at}.webhook_url",
                 f"must be an http:// or https:// URL of at most {_URL_MAX} characters, got {target.webhook_url[:200]!r}",
@@ -63,6 +63,14 @@ def check_targets(targets: Sequence[NotifyTarget], field: str = "notify") -> Non
             if state in seen:
                 raise InvalidArgument(f"{at}.on[{n}]", f"repeats {state.name}")
             seen.add(state)
+
+
+def _well_formed(text: str, pattern: re.Pattern[str], limit: int) -> bool:
+    """Whole of ``text`` matches (a ``$`` alone lets a final newline through), within ``limit``
+    characters, and no control characters (which would end up in a mail header or a request line)."""
+    return (
+        len(text) <= limit and pattern.fullmatch(text) is not None and not any(ord(c) < 32 or c == "\x7f" for c in text)
+    )
 
 
 def _name(state: JobState | int) -> str:
