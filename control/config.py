@@ -130,6 +130,11 @@ class ControlConfig:
     """CORRAL_PASSWORD_ROUNDS: 10..16; bcrypt's cost (each one more doubles a login's work)."""
     audit_retention_sec: float = 7_776_000.0
     """CORRAL_AUDIT_RETENTION_SEC: >= 0; how long the audit log keeps an event (90 days; 0: for ever)."""
+    notify_webhook_secret: str = field(default="", repr=False)
+    """CORRAL_NOTIFY_WEBHOOK_SECRET: signs the webhooks that announce jobs' ends (control.notify): 16..1024
+    characters, or empty for none. Each then carries ``X-Corral-Timestamp`` and ``X-Corral-Signature:
+    sha256=<hex HMAC-SHA256 of "<timestamp>.<body>" with this secret>``, so an endpoint can tell that it
+    came from this control plane, unchanged."""
     fair_share: str = "off"
     """CORRAL_FAIR_SHARE: on | off. ``on``: a freed slot goes to the owner with the smallest dominant share
     (the largest part of the workers' threads, GPUs or memory its running jobs hold) for its weight
@@ -311,6 +316,12 @@ class ControlConfig:
             "CORRAL_AUDIT_RETENTION_SEC",
             "must be >= 0 (0: keep for ever)",
             self.audit_retention_sec,
+        )
+        _rule(
+            not self.notify_webhook_secret or 16 <= len(self.notify_webhook_secret) <= 1024,
+            "CORRAL_NOTIFY_WEBHOOK_SECRET",
+            "must be 16..1024 characters, or empty for unsigned webhooks",
+            f"{len(self.notify_webhook_secret)} characters",
         )
         try:
             ShareRules.parse(self.fair_share, self.owner_weights, self.owner_max_running)
@@ -607,6 +618,7 @@ _ENV: dict[str, str] = {
     "autoscale_tls_cert": "CORRAL_AUTOSCALE_TLS_CERT",
     "autoscale_tls_key": "CORRAL_AUTOSCALE_TLS_KEY",
     "worker_token": "CORRAL_WORKER_TOKEN",
+    "notify_webhook_secret": "CORRAL_NOTIFY_WEBHOOK_SECRET",
 }
 """Field -> environment variable."""
 
@@ -678,4 +690,5 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "autoscale_tls_cert": _text,
     "autoscale_tls_key": _text,
     "worker_token": _text,
+    "notify_webhook_secret": _text,
 }

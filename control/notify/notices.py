@@ -7,10 +7,18 @@ the end, or a ``webhook`` job that POSTs the ended job as GetJob's JSON. The sch
 into the same store transaction as the end: a crash loses both or keeps both, and no committed end goes
 unannounced. It is an ordinary job of the same owner, with the same priority: retried with backoff,
 listed, cancellable, under the owner's fair share. It has no targets of its own, so nothing announces it.
+
+With ``CORRAL_NOTIFY_WEBHOOK_SECRET`` set, a webhook is signed (:func:`signature`): its headers carry
+``X-Corral-Timestamp`` (when the notice was made, Unix seconds) and ``X-Corral-Signature:
+sha256=<hex>``, the HMAC-SHA256 with the secret of ``<timestamp>.<body>``, the body being the exact
+bytes sent. The timestamp is signed too, so an endpoint can refuse old notices replayed; it stays the
+same over the webhook job's retries, so an endpoint's window must allow for them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,7 +30,7 @@ from control.notify.targets import NotifyTarget
 if TYPE_CHECKING:
     from control.scheduler import Scheduler
 
-__all__ = ["NOTIFY_LABEL", "Notices"]
+__all__ = ["NOTIFY_LABEL", "Notices", "signature"]
 
 NOTIFY_LABEL = "corral.notify"
 """The label a notification job carries: the id of the job whose end it announces."""
@@ -41,11 +49,20 @@ class Notices:
         each of its targets that wants that end, into the same transaction."""
         wanted = [t for t in job.notify if t.wants(job.state)]
         if wanted:
-            self.s.admit_internal([_submission(job, t) for t in wanted], job.owner)
+            secret = self.s.config.notify_webhook_secret.encode()
+            now = int(self.s.clock.now())
+            self.s.admit_internal([_submission(job, t, secret, now) for t in wanted], job.owner)
 
 
-def _submission(job: JobRecord, target: NotifyTarget) -> Submission:
-    """The notification job announcing ``job``'s end to ``target``."""
+def signature(secret: bytes, timestamp: int, body: bytes) -> str:
+    """The ``X-Corral-Signature`` of a webhook: ``sha256=`` and the hex HMAC-SHA256 of
+    ``<timestamp>.<body>`` with ``secret``."""
+    return "sha256=" + hmac.new(secret, b"%d." % timestamp + body, hashlib.sha256).hexdigest()
+
+
+def _submission(job: JobRecord, target: NotifyTarget, secret: bytes, now: int) -> Submission:
+    """The notification job announcing ``job``'s end to ``target`` (a webhook signed with ``secret``,
+    if any, at ``now``)."""
     common: dict[str, Any] = {
         "name": f"notify {job.id}",
         "priority": job.priority,
@@ -53,9 +70,15 @@ def _submission(job: JobRecord, target: NotifyTarget) -> Submission:
     }
     if target.email:
         subject = f"[corral] job {job.name or job.id} ({job.type}) {job.state.name}"
-        payload = {"to": target.email, "subject": subject, "body": _account(job)}
-        return Submission("email", payload, payload_json=_compact(payload), **common)
-    payload = {"url": target.webhook_url, "method": "POST", "body": _job_json(job)}
+        mail = {"to": target.email, "subject": subject, "body": _account(job)}
+        return Submission("email", mail, payload_json=_compact(mail), **common)
+    # The body goes as a string, sent as it is: the bytes signed are the bytes sent.
+    body = _compact(_job_json(job))
+    headers = {"Content-Type": "application/json", "X-Corral-Event": "job.ended"}
+    if secret:
+        headers["X-Corral-Timestamp"] = str(now)
+        headers["X-Corral-Signature"] = signature(secret, now, body.encode())
+    payload = {"url": target.webhook_url, "method": "POST", "headers": headers, "body": body}
     return Submission("webhook", payload, payload_json=_compact(payload), **common)
 
 

@@ -6,13 +6,17 @@ over gRPC, REST, the Python client and the CLI, and nothing is stored."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import subprocess
 import sys
+import time
 from email.message import EmailMessage, Message
 from typing import Any, cast
 
 import grpc
+from google.protobuf import json_format
 
 from corral import Client, JobState, Notify
 from corral.errors import InvalidArgument
@@ -95,6 +99,8 @@ def test_each_wanted_end_sends_one_email_or_webhook(control_plane: ControlProc, 
         (job,) = _posts(http, "/echo")
         rest = Rest(http_port(control_plane)).get(f"/v1/jobs/{ok.id}").json()
         assert (job["id"], job["state"], job["result"]) == (ok.id, "SUCCEEDED", {"sum": 5})
+        (seen,) = [r for r in http.requests if r.path == "/echo"]
+        assert seen.headers["X-Corral-Event"] == "job.ended" and "X-Corral-Signature" not in seen.headers
         assert set(job) == set(rest)
         assert _posts(http, "/echo/bad") == []
 
@@ -134,6 +140,26 @@ def test_every_end_sends_again_after_a_retry(control_plane: ControlProc, spawn_w
         wait_all_done(control_plane, [n.id for n in _notices(control_plane, job.id)], timeout=30)
         states = [posted["state"] for posted in _posts(http, "/echo")]
         assert states == ["FAILED", "SUCCEEDED"] and len(_notices(control_plane, job.id)) == 2
+
+
+def test_webhooks_are_signed_when_a_secret_is_set(make_control_plane: Any, spawn_worker: Any) -> None:
+    secret = "s3cret-" + "x" * 20
+    cp = make_control_plane(CORRAL_NOTIFY_WEBHOOK_SECRET=secret)
+    spawn_worker(cp)
+    with local_http() as http:
+        job = submit(cp, "noop", notify=[jobs_pb2.Notify(webhook_url=f"{http.url}/echo")])
+        wait_until(lambda: _posts(http, "/echo"), timeout=30, what="the webhook")
+    (seen,) = [r for r in http.requests if r.path == "/echo"]
+    stamp = int(seen.headers["X-Corral-Timestamp"])
+    # Whoever holds the secret can check the body and the time came from this control plane, unchanged
+    expected = "sha256=" + hmac.new(secret.encode(), f"{stamp}.".encode() + seen.body, hashlib.sha256).hexdigest()
+    assert seen.headers["X-Corral-Signature"] == expected
+    assert json.loads(seen.body)["id"] == job.id and abs(stamp - time.time()) < 60
+    forged = hmac.new(b"another secret, 20+ chars", f"{stamp}.".encode() + seen.body, hashlib.sha256).hexdigest()
+    assert seen.headers["X-Corral-Signature"] != "sha256=" + forged
+    # and the secret shows nowhere: not in the notification job a client can read
+    (note,) = _notices(cp, job.id)
+    assert secret not in json.dumps(json_format.MessageToDict(note))
 
 
 def test_bad_targets_are_refused_naming_the_field(control_plane: ControlProc) -> None:

@@ -31,6 +31,10 @@ def test_environment_and_flags() -> None:
         ({"CORRAL_PRIORITY_AGING_SEC": "-5"}, r"CORRAL_PRIORITY_AGING_SEC must be >= 0 \(0: no aging\), got -5"),
         ({"CORRAL_PRIORITY_AGING_SEC": "nan"}, "CORRAL_PRIORITY_AGING_SEC must be a finite number"),
         (
+            {"CORRAL_NOTIFY_WEBHOOK_SECRET": "short"},
+            r"CORRAL_NOTIFY_WEBHOOK_SECRET must be 16..1024 characters, or empty for unsigned webhooks, got '5 char",
+        ),
+        (
             {"CORRAL_FAILED_RETENTION_SEC": "3600"},
             r"CORRAL_FAILED_RETENTION_SEC must be 0 or at least IDEMPOTENCY_TTL_SEC \(86400\)",
         ),
