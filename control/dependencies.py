@@ -22,6 +22,11 @@ between. After a restart :meth:`Dependencies.recover` works the waits out again 
 dependency that is no longer stored was purged after it finished, and since a failed or cancelled
 one cancels its dependents in the same transaction, only a SUCCEEDED one can have left any behind.
 
+A job submitted with ``start_when`` ALL_ENDED waits instead for each job it names to end, however it
+ends: FAILED and CANCELLED count as SUCCEEDED do, for jobs that clean up or report after others. Such a
+job is never cancelled by a dependency, a dependency that already FAILED is no reason to refuse it, and
+RetryJob of a dependency does not run it again once it ran.
+
 A job of a ``SubmitJobs`` batch may also name earlier jobs of the same batch by their place in it
 (``depends_on_index``), so a whole graph goes in one call. :meth:`Dependencies.batch_links` works out
 what each index stands for, with no ``await`` before the jobs' creation: a job this call creates, or
@@ -42,7 +47,7 @@ from typing import TYPE_CHECKING
 from control import jobs
 from control.admission import Submission
 from control.admission.idempotency import Earlier
-from control.jobs import JobRecord, JobState
+from control.jobs import JobRecord, JobState, StartWhen
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 
 if TYPE_CHECKING:
@@ -109,8 +114,8 @@ class Dependencies:
             if job is None or job.state is not JobState.SCHEDULED or dep_id not in job.waiting_on:
                 continue  # cancelled meanwhile
             changed.append(job)
-            if state is JobState.SUCCEEDED:
-                if jobs.dependency_succeeded(job, dep_id):
+            if job.start_when.met_by(state):
+                if jobs.dependency_met(job, dep_id):
                     self._met(job, now)
             else:
                 message = f"job {dep_id!r}, which it depends on, ended {state.name}"
@@ -119,7 +124,7 @@ class Dependencies:
             s.later(changed)
 
     def _met(self, job: JobRecord, now: float) -> None:
-        """Every job ``job`` waited for SUCCEEDED: ready now, or at its own ``scheduled_at``."""
+        """Every job ``job`` waited for did what it asked: ready now, or at its own ``scheduled_at``."""
         s = self.s
         if job.scheduled_at is not None and job.scheduled_at > now:
             job.ready_at = job.scheduled_at
@@ -215,14 +220,18 @@ class Dependencies:
         waiting: dict[int, frozenset[str]] = {}
         for n, sub in enumerate(subs):
             left = set()
+            rule = StartWhen(sub.start_when)
             for i, dep_id in enumerate(sub.depends_on):
                 field = _field(batch, n, i)
                 dep = s.active.get(dep_id) or s.recent.get(dep_id) or found.get(dep_id)
                 if dep is None:  # it finished during this call and already left the recent ones
                     raise Unavailable(f"{field}: job {dep_id!r} finished while this call ran; send it again")
-                if dep.state in _BROKEN:
-                    raise FailedPrecondition(f"{field}: job {dep_id!r} is {dep.state.name}; this job could never start")
-                if dep.state is not JobState.SUCCEEDED:
+                if dep.state in _BROKEN and rule is StartWhen.ALL_SUCCEEDED:
+                    raise FailedPrecondition(
+                        f"{field}: job {dep_id!r} is {dep.state.name}; this job could never start "
+                        "(with start_when ALL_ENDED it would start at once)"
+                    )
+                if not rule.met_by(dep.state):
                     left.add(dep_id)
             if left:
                 waiting[n] = frozenset(left)
@@ -248,24 +257,26 @@ class Dependencies:
         states = {job_id: s.active.get(job_id) or s.recent.get(job_id) for job_id in reused}
         stored = s.store.states(job_id for job_id, job in states.items() if job is None)
         state_of = {job_id: job.state if job else stored.get(job_id) for job_id, job in states.items()}
-        for job_id, k in reused.items():
-            state = state_of[job_id]
-            if state is None or state in _BROKEN:
-                what = "no longer stored" if state is None else state.name
-                raise FailedPrecondition(
-                    f"jobs[{k}]: its idempotency key names job {job_id!r}, which is {what}; the jobs of this batch "
-                    "that depend on it could never start"
-                )
         links: dict[int, BatchLinks] = {}
         for n, sub in enumerate(subs):
             if n in earlier or not sub.depends_on_index:
                 continue
+            rule = StartWhen(sub.start_when)
             targets = [_followed(earlier, k) for k in sub.depends_on_index]
             ids = tuple(t for t in targets if isinstance(t, str))
+            for job_id in ids:
+                state = state_of[job_id]
+                # One no longer stored ended long ago: enough for ALL_ENDED, unknowable for ALL_SUCCEEDED.
+                if rule is StartWhen.ALL_SUCCEEDED and (state is None or state in _BROKEN):
+                    what = "no longer stored" if state is None else state.name
+                    raise FailedPrecondition(
+                        f"jobs[{reused[job_id]}]: its idempotency key names job {job_id!r}, which is {what}; "
+                        f"jobs[{n}], which depends on it, could never start"
+                    )
             links[n] = BatchLinks(
                 created=tuple(t for t in targets if isinstance(t, int)),
                 reused=ids,
-                unfinished=frozenset(i for i in ids if state_of[i] is not JobState.SUCCEEDED),
+                unfinished=frozenset(i for i in ids if (state := state_of[i]) is not None and not rule.met_by(state)),
             )
         return links
 
@@ -278,7 +289,11 @@ class Dependencies:
         cancelled: list[JobRecord] = []
         for job in blocked:
             left = {d for d in job.depends_on if d in s.active and not s.active[d].state.terminal}
-            broken = [d for d in job.depends_on if stored.get(d) in _BROKEN]
+            broken = (
+                [d for d in job.depends_on if stored.get(d) in _BROKEN]
+                if job.start_when is StartWhen.ALL_SUCCEEDED
+                else []
+            )
             if broken:
                 message = f"job {broken[0]!r}, which it depends on, ended {stored[broken[0]].name}"
                 s.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))

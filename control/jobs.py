@@ -63,6 +63,20 @@ class JobState(enum.IntEnum):
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
+
+class StartWhen(enum.IntEnum):
+    """What the jobs a job depends on must do before it starts; the values equal the proto's ``StartWhen``."""
+
+    ALL_SUCCEEDED = 0
+    """Every one SUCCEEDED; one that FAILED or was CANCELLED cancels the job (DEPENDENCY_FAILED)."""
+    ALL_ENDED = 1
+    """Every one ended, however."""
+
+    def met_by(self, state: JobState) -> bool:
+        """Whether a dependency in ``state`` has done what this asks of it."""
+        return state is JobState.SUCCEEDED or (self is StartWhen.ALL_ENDED and state in TERMINAL)
+
+
 ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.SCHEDULED: frozenset({JobState.PENDING, JobState.CANCELLED}),
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
@@ -116,6 +130,7 @@ class JobRecord:
         "result_json",
         "scheduled_at",
         "seq",
+        "start_when",
         "started_at",
         "state",
         "thread_demand",
@@ -153,8 +168,11 @@ class JobRecord:
         gpu_count: int = 0,
         memory_mb: int = 0,
         notify: tuple[NotifyTarget, ...] = (),
+        start_when: StartWhen = StartWhen.ALL_SUCCEEDED,
     ) -> None:
         self.id = id
+        self.start_when = start_when
+        """What the jobs of ``depends_on`` must do before it starts."""
         self.notify = notify
         """Where its ends are announced (control.notify; empty: nowhere)."""
         self.gpu_count = gpu_count
@@ -248,8 +266,9 @@ def check_attempt(job: JobRecord, attempt: int) -> None:
         raise StaleAttempt(job.id, attempt, f"current attempt is {job.attempts}")
 
 
-def dependency_succeeded(job: JobRecord, dependency: str) -> bool:
-    """One of the jobs ``job`` waits for SUCCEEDED; True when it waits for none any more."""
+def dependency_met(job: JobRecord, dependency: str) -> bool:
+    """One of the jobs ``job`` waits for did what its ``start_when`` asks (SUCCEEDED, or ended at all);
+    True when it waits for none any more."""
     job.waiting_on = job.waiting_on - {dependency}
     return not job.waiting_on
 

@@ -43,7 +43,7 @@ from control.config import ControlConfig
 from control.dependencies import Dependencies
 from control.dispatch import POLICIES, SelectionPolicy, granted_threads, reserve_for
 from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
-from control.jobs import JobRecord, JobState
+from control.jobs import JobRecord, JobState, StartWhen
 from control.live_output import LiveOutput
 from control.metrics import Metrics
 from control.notify.notices import Notices
@@ -501,6 +501,7 @@ class Scheduler:
             gpu_count=sub.gpu_count,
             memory_mb=sub.memory_mb,
             notify=sub.notify,
+            start_when=StartWhen.ALL_ENDED if sub.start_when else StartWhen.ALL_SUCCEEDED,  # checked: 0 or 1
         )
         job.waiting_on = waiting
         jobs.new_job(job, now)

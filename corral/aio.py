@@ -155,6 +155,7 @@ class AsyncClient:
         gpu_count: int = 0,
         memory_mb: int = 0,
         notify: Sequence[Notify] = (),
+        start_when: str = "ALL_SUCCEEDED",
     ) -> Job:
         """Submit one job and return it as stored (see :meth:`corral.Client.submit`)."""
         request = JobSpec(
@@ -173,6 +174,7 @@ class AsyncClient:
             gpu_count=gpu_count,
             memory_mb=memory_mb,
             notify=notify,
+            start_when=start_when,
         ).to_proto()
         response = await self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)

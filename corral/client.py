@@ -195,6 +195,7 @@ class Client:
         gpu_count: int = 0,
         memory_mb: int = 0,
         notify: Sequence[Notify] = (),
+        start_when: str = "ALL_SUCCEEDED",
     ) -> Job:
         """Submit one job and return it as stored (PENDING, or SCHEDULED when ``scheduled_at`` is ahead).
 
@@ -221,6 +222,7 @@ class Client:
             gpu_count=gpu_count,
             memory_mb=memory_mb,
             notify=notify,
+            start_when=start_when,
         ).to_proto()
         response = self._unary(lambda c: c.jobs.SubmitJob, request)
         return Job.from_proto(response.job)

@@ -165,6 +165,8 @@ class Job:
     last 15 minutes (None when nothing started in that time)."""
     notify: list[Notify] = field(default_factory=list)
     """Where its ends are announced."""
+    start_when: str = "ALL_SUCCEEDED"
+    """What the jobs of ``depends_on`` must do before it starts: ``ALL_SUCCEEDED`` or ``ALL_ENDED``."""
 
     @property
     def is_terminal(self) -> bool:
@@ -211,6 +213,7 @@ class Job:
                 timestamp_to_datetime(pb.estimated_start_time) if pb.HasField("estimated_start_time") else None
             ),
             notify=[Notify.from_proto(n) for n in pb.notify],
+            start_when=_start_when_name(pb.start_when),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -228,6 +231,14 @@ class Job:
                 value = [{"email": n.email, "webhook_url": n.webhook_url, "on": [s.name for s in n.on]} for n in value]
             out[f.name] = value
         return out
+
+
+def _start_when_name(value: int) -> str:
+    """A ``StartWhen`` by name (its number, for a value this client does not know)."""
+    try:
+        return jobs_pb2.StartWhen.Name(value)  # type: ignore[arg-type]
+    except ValueError:
+        return str(value)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,10 @@ class JobSpec:
     goes in one call. The job's ``depends_on`` then lists their ids."""
     notify: Sequence[Notify] = ()
     """Where to announce the job's end, by email or webhook (at most 8; see :class:`~corral.job.Notify`)."""
+    start_when: str = "ALL_SUCCEEDED"
+    """What the jobs of ``depends_on`` (and ``depends_on_index``) must do before this one starts:
+    ``ALL_SUCCEEDED`` (one that fails or is cancelled cancels this job) or ``ALL_ENDED`` (every one
+    ended, however: for jobs that clean up or report after others)."""
 
     def to_proto(self) -> jobs_pb2.SubmitJobRequest:
         """Build the ``SubmitJobRequest`` for this spec.
@@ -106,6 +110,11 @@ class JobSpec:
                 request.depends_on_index.append(int(index))
             except ValueError:  # beyond int32: no batch is that long
                 raise InvalidArgument(f"depends_on_index[{i}]", f"must be the index of a job, got {index}") from None
+        if self.start_when != "ALL_SUCCEEDED":
+            names = jobs_pb2.StartWhen.keys()
+            if not isinstance(self.start_when, str) or self.start_when.upper() not in names:
+                raise InvalidArgument("start_when", f"must be {' or '.join(names)}, got {self.start_when!r}")
+            request.start_when = jobs_pb2.StartWhen.Value(self.start_when.upper())
         for i, target in enumerate(self.notify):
             request.notify.append(_notify(target, f"notify[{i}]"))
         if self.thread_demand is not None:

@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 
 from control import notify
+from control.jobs import StartWhen
 from control.notify import NotifyTarget
 from control.store.base import JobTypeEntry
 from corral.errors import InvalidArgument
@@ -56,6 +57,8 @@ class Submission:
     """Earlier jobs of the same batch this one depends on, by their place in it."""
     notify: tuple[NotifyTarget, ...] = ()
     """Where its ends are announced."""
+    start_when: int = 0
+    """What its dependencies must do first (a ``StartWhen`` value, checked by :func:`validate`)."""
 
     def request_hash(self) -> str:
         """A digest of everything that defines the job: equal requests have equal hashes."""
@@ -78,6 +81,7 @@ class Submission:
                 *([["memory_mb", self.memory_mb]] if self.memory_mb else []),
                 *([["depends_on_index", list(self.depends_on_index)]] if self.depends_on_index else []),
                 *([["notify", notify.dumps(self.notify)]] if self.notify else []),
+                *([["start_when", self.start_when]] if self.start_when else []),
             ],
             sort_keys=True,
             separators=(",", ":"),
@@ -212,6 +216,17 @@ def check_dependencies(ids: Sequence[str], field: str) -> None:
         seen.add(job_id)
 
 
+def check_start_when(sub: Submission, prefix: str) -> None:
+    """A known value, and only for a job with dependencies (it would change nothing). Raises
+    InvalidArgument."""
+    field = f"{prefix}start_when"
+    if sub.start_when not in StartWhen._value2member_map_:
+        names = " or ".join(s.name for s in StartWhen)
+        raise InvalidArgument(field, f"must be {names}, got {sub.start_when}")
+    if not (sub.depends_on or sub.depends_on_index):
+        raise InvalidArgument(field, "applies only to a job with depends_on or depends_on_index")
+
+
 def check_batch_dependencies(sub: Submission, place: int | None, prefix: str) -> None:
     """``sub.depends_on_index``: only in a batch, each an earlier job of it, none twice, and with
     ``depends_on`` at most :data:`MAX_DEPENDENCIES`. Earlier only, so a batch's links can form no
@@ -269,6 +284,8 @@ def validate(
         check_batch_dependencies(sub, place, prefix)
     if sub.notify:
         notify.check_targets(sub.notify, f"{prefix}notify")
+    if sub.start_when:
+        check_start_when(sub, prefix)
     if (where := too_deep(sub.payload)) is not None:
         # deeper would be stored, but GetJob, WatchJob and ListJobs could not carry it back
         raise InvalidArgument(

@@ -136,6 +136,7 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
         memory_mb=req.memory_mb,
         depends_on_index=tuple(req.depends_on_index) if req.depends_on_index else (),
         notify=tuple(_target(t, f"notify[{i}]") for i, t in enumerate(req.notify)) if req.notify else (),
+        start_when=req.start_when,
     )
 
 
@@ -195,6 +196,8 @@ def job(j: JobRecord) -> jobs_pb2.Job:
     if j.depends_on:
         out.depends_on.extend(j.depends_on)
         out.waiting_on.extend(sorted(j.waiting_on))
+    if j.start_when:
+        out.start_when = int(j.start_when)  # type: ignore[assignment]
     for t in j.notify:
         out.notify.add(email=t.email, webhook_url=t.webhook_url, on=[int(s) for s in t.on])  # type: ignore[misc]
     _set_struct(out.payload, j.payload_json)

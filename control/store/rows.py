@@ -9,13 +9,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from control import notify
-from control.jobs import DEPENDENCY_FAILED, JobRecord, JobState
+from control.jobs import DEPENDENCY_FAILED, JobRecord, JobState, StartWhen
 
 COLUMNS = (
     "seq, id, name, type, payload, priority, thread_demand, threads_granted, state, attempts, charged_attempts, "
     "max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds, "
     "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idempotency_key, labels, updated_at, "
-    "request_id, owner, worker_selector, output, depends_on, gpu_count, memory_mb, notify"
+    "request_id, owner, worker_selector, output, depends_on, gpu_count, memory_mb, notify, start_when"
 )
 
 PAGE_TEXT_BYTES = 10 << 20
@@ -36,7 +36,7 @@ def insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
         j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "", j.output,
-        " ".join(j.depends_on), j.gpu_count, j.memory_mb, notify.dumps(j.notify),
+        " ".join(j.depends_on), j.gpu_count, j.memory_mb, notify.dumps(j.notify), int(j.start_when),
     )  # fmt: skip
 
 
@@ -58,7 +58,7 @@ def record(row: Sequence[Any]) -> JobRecord:
         seq, id_, name, type_, payload, priority, thread_demand, threads_granted, state, attempts, charged,
         max_attempts, timeout_sec, scheduled_at, created_at, ready_at, started_at, finished_at, queue_seconds,
         exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, idem, labels, updated_at,
-        request_id, owner, selector, output, depends_on, gpu_count, memory_mb, targets,
+        request_id, owner, selector, output, depends_on, gpu_count, memory_mb, targets, start_when,
     ) = row  # fmt: skip
     # Values repeated over many jobs (a type, a worker id, an error code, an empty payload) are one string
     # each, not one per job: a backlog of a million jobs holds them all.
@@ -72,6 +72,7 @@ def record(row: Sequence[Any]) -> JobRecord:
         worker_selector=tuple(sorted(json.loads(selector).items())) if selector else (),
         depends_on=tuple(depends_on.split()) if depends_on else (), gpu_count=gpu_count, memory_mb=memory_mb,
         notify=notify.loads(targets) if targets else (),
+        start_when=StartWhen(start_when) if start_when else StartWhen.ALL_SUCCEEDED,
     )  # fmt: skip
     j.threads_granted = threads_granted
     j.attempts = attempts

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     depends_on       TEXT    NOT NULL DEFAULT '', -- ids of the jobs it starts after (space-separated)
     gpu_count        INTEGER NOT NULL DEFAULT 0,  -- GPUs it holds while it runs
     memory_mb        INTEGER NOT NULL DEFAULT 0,  -- memory (MiB) it holds while it runs
-    notify           TEXT    NOT NULL DEFAULT ''  -- JSON list of where its ends are announced (empty: nowhere)
+    notify           TEXT    NOT NULL DEFAULT '', -- JSON list of where its ends are announced (empty: nowhere)
+    start_when       INTEGER NOT NULL DEFAULT 0   -- what depends_on must do first: 0 all succeed, 1 all end
 );
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);

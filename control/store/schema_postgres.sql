@@ -36,13 +36,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     depends_on       TEXT             NOT NULL DEFAULT '',
     gpu_count        INTEGER          NOT NULL DEFAULT 0,
     memory_mb        INTEGER          NOT NULL DEFAULT 0,
-    notify           TEXT             NOT NULL DEFAULT ''
+    notify           TEXT             NOT NULL DEFAULT '',
+    start_when       INTEGER          NOT NULL DEFAULT 0
 );
 
 -- Columns added since the first release with this schema (a database made then gains them).
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS gpu_count INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS memory_mb INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS notify TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS start_when INTEGER NOT NULL DEFAULT 0;
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
 CREATE INDEX IF NOT EXISTS jobs_by_type ON jobs (type, seq);

@@ -77,6 +77,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0")
     if "notify" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN notify TEXT NOT NULL DEFAULT ''")
+    if "start_when" not in columns:
+        conn.execute("ALTER TABLE jobs ADD COLUMN start_when INTEGER NOT NULL DEFAULT 0")
     conn.execute(_OWNER_INDEX)
 
 

@@ -61,6 +61,7 @@ def submit(args: argparse.Namespace) -> int:
         "gpu_count": args.gpu_count,
         "memory_mb": args.memory_mb,
         "notify": [dataclasses.replace(target, on=tuple(args.notify_on)) for target in args.notify],
+        "start_when": args.start_when,
     }
     if args.notify_on and not args.notify:
         raise InvalidArgument("--notify-on", "says which ends to announce: give --notify too")

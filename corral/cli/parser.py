@@ -213,6 +213,13 @@ def _add_client_commands(
         help="start only once this job SUCCEEDED (cancelled if it fails), repeatable",
     )
     p.add_argument(
+        "--start-when",
+        type=str.upper,
+        choices=("ALL_SUCCEEDED", "ALL_ENDED"),
+        default="ALL_SUCCEEDED",
+        help="with --after: ALL_ENDED starts the job once those ended, however (to clean up or report)",
+    )
+    p.add_argument(
         "--gpus",
         dest="gpu_count",
         type=values.gpu_count,

@@ -136,6 +136,7 @@ def job_table(job: Job) -> Table:
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"),
         ("runs on", ", ".join(f"{k}={v}" for k, v in sorted(job.worker_selector.items())) or "any worker"),
         ("after", _dependencies(job) or "-"),
+        *([("start when", job.start_when)] if job.depends_on else []),
         *([("notify", notify_targets(job.notify))] if job.notify else []),
         ("output", _last_lines(job.output, 10) or "-"),
     ]

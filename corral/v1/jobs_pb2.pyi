@@ -26,6 +26,34 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _StartWhen:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _StartWhenEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StartWhen.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ALL_SUCCEEDED: _StartWhen.ValueType  # 0
+    """Every one SUCCEEDED. If one ends FAILED or CANCELLED, the job is CANCELLED with
+    DEPENDENCY_FAILED, and so are the jobs that depend on it.
+    """
+    ALL_ENDED: _StartWhen.ValueType  # 1
+    """Every one ended, however: SUCCEEDED, FAILED or CANCELLED. For jobs that clean up or report
+    after others whatever came of them.
+    """
+
+class StartWhen(_StartWhen, metaclass=_StartWhenEnumTypeWrapper):
+    """What the jobs a job depends on must do before it starts (SubmitJobRequest.start_when)."""
+
+ALL_SUCCEEDED: StartWhen.ValueType  # 0
+"""Every one SUCCEEDED. If one ends FAILED or CANCELLED, the job is CANCELLED with
+DEPENDENCY_FAILED, and so are the jobs that depend on it.
+"""
+ALL_ENDED: StartWhen.ValueType  # 1
+"""Every one ended, however: SUCCEEDED, FAILED or CANCELLED. For jobs that clean up or report
+after others whatever came of them.
+"""
+Global___StartWhen: _TypeAlias = StartWhen  # noqa: Y015
+
 @_typing.final
 class Job(_message.Message):
     """A unit of work and everything known about its life so far."""
@@ -141,6 +169,7 @@ class Job(_message.Message):
     QUEUE_POSITION_FIELD_NUMBER: _builtins.int
     ESTIMATED_START_TIME_FIELD_NUMBER: _builtins.int
     NOTIFY_FIELD_NUMBER: _builtins.int
+    START_WHEN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -180,6 +209,8 @@ class Job(_message.Message):
     """Output only, set on PENDING jobs listed with ListJobsRequest.order QUEUE: the job's place among
     all PENDING jobs in the order they are offered to workers (1: next). 0 otherwise.
     """
+    start_when: Global___StartWhen.ValueType
+    """What the jobs of depends_on must do before it starts."""
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -259,10 +290,11 @@ class Job(_message.Message):
         queue_position: _builtins.int = ...,
         estimated_start_time: _timestamp_pb2.Timestamp | None = ...,
         notify: _abc.Iterable[Global___Notify] | None = ...,
+        start_when: Global___StartWhen.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "estimated_start_time", b"estimated_start_time", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "estimated_start_time", b"estimated_start_time", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_position", b"queue_position", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "estimated_start_time", b"estimated_start_time", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_position", b"queue_position", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "start_when", b"start_when", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -387,6 +419,7 @@ class SubmitJobRequest(_message.Message):
     MEMORY_MB_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_INDEX_FIELD_NUMBER: _builtins.int
     NOTIFY_FIELD_NUMBER: _builtins.int
+    START_WHEN_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     priority: _builtins.int
@@ -407,6 +440,11 @@ class SubmitJobRequest(_message.Message):
     memory_mb: _builtins.int
     """Memory the job needs, in MiB, 0..1073741824 (default 0: none reserved). It runs only on a worker
     with that much memory not held by its other jobs (CORRAL_WORKER_MEMORY_MB); waits as gpu_count does.
+    """
+    start_when: Global___StartWhen.ValueType
+    """What the jobs of depends_on and depends_on_index must do before this one starts (default
+    ALL_SUCCEEDED). Only with one of those. With ALL_ENDED, a job named that already FAILED or was
+    CANCELLED counts as ended instead of being refused.
     """
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct: ...
@@ -465,10 +503,11 @@ class SubmitJobRequest(_message.Message):
         memory_mb: _builtins.int = ...,
         depends_on_index: _abc.Iterable[_builtins.int] | None = ...,
         notify: _abc.Iterable[Global___Notify] | None = ...,
+        start_when: Global___StartWhen.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "max_attempts", b"max_attempts", "payload", b"payload", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "gpu_count", b"gpu_count", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_thread_demand", b"_thread_demand", "_timeout_sec", b"_timeout_sec", "depends_on", b"depends_on", "depends_on_index", b"depends_on_index", "gpu_count", b"gpu_count", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at", "start_when", b"start_when", "thread_demand", b"thread_demand", "timeout_sec", b"timeout_sec", "type", b"type", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from control import jobs
-from control.jobs import JobRecord, JobState
+from control.jobs import JobRecord, JobState, StartWhen
 from control.notify import NotifyTarget
 from control.store import (
     AccountEntry,
@@ -197,14 +197,19 @@ def test_gpus_and_memory_asked_for_survive_reopen(location: str) -> None:
         assert {j.id: j.gpu_count for j in page.jobs} == {"job-1": 2, "job-2": 0}
 
 
-def test_notify_targets_survive_reopen(location: str) -> None:
+def test_notify_targets_and_start_when_survive_reopen(location: str) -> None:
     told, plain = record(1), record(2)
     told.notify = (
         NotifyTarget(email="ops@example.test"),
         NotifyTarget(webhook_url="http://127.0.0.1:9/ü", on=(JobState.FAILED,)),
     )
+    told.start_when = StartWhen.ALL_ENDED
     with reopened(location, [told, plain]) as s:
         assert {j.id: j.notify for j in s.load_active()} == {"job-1": told.notify, "job-2": ()}
+        assert {j.id: j.start_when for j in s.load_active()} == {
+            "job-1": StartWhen.ALL_ENDED,
+            "job-2": StartWhen.ALL_SUCCEEDED,
+        }
 
 
 def test_list_by_owner_and_owners_survive_reopen(location: str) -> None:
@@ -346,6 +351,7 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s.close()
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX IF EXISTS jobs_by_owner")
+    conn.execute("ALTER TABLE jobs DROP COLUMN start_when")
     conn.execute("ALTER TABLE jobs DROP COLUMN notify")
     conn.execute("ALTER TABLE jobs DROP COLUMN memory_mb")
     conn.execute("ALTER TABLE jobs DROP COLUMN gpu_count")

@@ -5,6 +5,9 @@ refused naming the field, and nothing is stored."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -12,7 +15,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.v1 import jobs_pb2
-from tests.conftest import ControlProc, wait_until
+from tests.conftest import ROOT, ControlProc, base_env, wait_until
 from tests.support.calls import request, rpc_error, submit, submit_many, wait_done
 
 S = jobs_pb2.Job
@@ -147,3 +150,77 @@ def _in(seconds: float) -> Timestamp:
     ts = Timestamp()
     ts.FromNanoseconds(int((time.time() + seconds) * 1e9))
     return ts
+
+
+ALL_ENDED = jobs_pb2.StartWhen.ALL_ENDED
+
+
+def test_a_job_that_starts_when_all_ended_runs_after_failures_too(
+    control_plane: ControlProc, spawn_worker: Any
+) -> None:
+    spawn_worker(control_plane, threads=2)
+    # Given A that fails, B that is cancelled, C that succeeds; D starts when all three ended, E when all
+    # three succeeded
+    a = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=_in(0.5))
+    b = submit(control_plane, "noop", scheduled_at=_in(3600))
+    c = submit(control_plane, "sleep", {"seconds": 0.2})
+    d = submit(control_plane, "noop", depends_on=[a.id, b.id, c.id], start_when=ALL_ENDED)
+    e = submit(control_plane, "noop", depends_on=[a.id, b.id, c.id])
+    assert (d.state, d.start_when, sorted(d.waiting_on)) == (S.SCHEDULED, ALL_ENDED, sorted([a.id, b.id, c.id]))
+    control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=b.id))
+    # Then D runs once all three ended, and E is cancelled by the first that did not succeed
+    done = {j.id: wait_done(control_plane, j.id) for j in (a, c, d, e)}
+    assert (done[d.id].state, done[d.id].attempts) == (S.SUCCEEDED, 1)
+    assert (done[e.id].state, done[e.id].error.code) == (S.CANCELLED, "DEPENDENCY_FAILED")
+    for before in (a, c):
+        assert done[d.id].started_at.ToNanoseconds() >= done[before.id].finished_at.ToNanoseconds()
+    # A job that would start when all ended, after one that already failed, is taken and runs at once;
+    # one that needs it to succeed is refused, saying what would take it
+    late = submit(control_plane, "noop", depends_on=[a.id], start_when=ALL_ENDED)
+    assert list(late.waiting_on) == [] and wait_done(control_plane, late.id).state == S.SUCCEEDED
+    err = rpc_error(control_plane.jobs.SubmitJob, request("noop", depends_on=[a.id]))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "start_when ALL_ENDED" in (err.details() or "")
+
+
+def test_a_wait_for_all_ended_survives_a_restart(control_plane: ControlProc, spawn_worker: Any) -> None:
+    # Given D waiting for A and B to end, and A cancelled (so D waits for B only)
+    a = submit(control_plane, "noop", scheduled_at=_in(3600))
+    b = submit(control_plane, "noop", scheduled_at=_in(3600))
+    (d,) = submit_many(control_plane, [request("noop", depends_on=[a.id, b.id], start_when=ALL_ENDED)])
+    control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=a.id))
+    wait_until(lambda: list(control_plane.get(d.id).waiting_on) == [b.id], what="D to wait for B only")
+    # When the control plane restarts, D still waits (A's cancellation is an end, not a failure), for B
+    control_plane.stop()
+    control_plane.start()
+    after = control_plane.get(d.id)
+    assert (after.state, list(after.waiting_on), after.start_when) == (S.SCHEDULED, [b.id], ALL_ENDED)
+    # and runs once B ends, however
+    spawn_worker(control_plane, threads=1)
+    control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=b.id))
+    assert wait_done(control_plane, d.id).state == S.SUCCEEDED
+
+
+def test_start_when_is_refused_where_it_means_nothing(control_plane: ControlProc) -> None:
+    before = control_plane.jobs.ListJobs(jobs_pb2.ListJobsRequest()).total
+    for req, rule in (
+        (request("noop", start_when=ALL_ENDED), "start_when: applies only to a job with depends_on"),
+        (request("noop", depends_on=["f" * 32], start_when=7), "start_when: must be ALL_SUCCEEDED or ALL_ENDED, got 7"),
+    ):
+        err = rpc_error(control_plane.jobs.SubmitJob, req)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and (err.details() or "").startswith(rule), err.details()
+    assert control_plane.jobs.ListJobs(jobs_pb2.ListJobsRequest()).total == before
+
+
+def test_the_cli_takes_start_when_and_shows_it(control_plane: ControlProc) -> None:
+    def corral(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "corral.cli", *args, "--control", control_plane.address]
+        return subprocess.run(argv, cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60)
+
+    first = submit(control_plane, "noop", scheduled_at=_in(3600))
+    done = corral("submit", "noop", "--after", first.id, "--start-when", "all_ended", "--json")
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    assert (job["start_when"], job["depends_on"]) == ("ALL_ENDED", [first.id])
+    assert "ALL_ENDED" in corral("get", job["id"]).stdout
+    refused = corral("submit", "noop", "--start-when", "sometimes")
+    assert refused.returncode == 2 and "--start-when" in refused.stderr

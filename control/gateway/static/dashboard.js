@@ -397,6 +397,7 @@
       ["Labels", Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
       ["Runs on", Object.entries(job.workerSelector || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "any worker"],
       ["After", (job.dependsOn || []).map((d) => ((job.waitingOn || []).includes(d) ? d + " (waiting)" : d)).join(", ") || "—"],
+      ["Start when", (job.dependsOn || []).length ? job.startWhen || "ALL_SUCCEEDED" : "—"],
       ["Notify", (job.notify || []).map((n) => (n.email || n.webhookUrl) + ((n.on || []).length ? ` (${n.on.join(", ")})` : "")).join(", ") || "—"],
     ];
     $("detail-fields").replaceChildren(
