@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import sys
 
-from bench import autoscale, backlog, cpu_bound, edge, fleet, kernels, latency, rest, throughput, timeouts
+from bench import autoscale, backlog, cpu_bound, edge, fan_out, fleet, kernels, latency, rest, throughput, timeouts
 
 BENCHES = {
     "throughput": throughput.main,
     "latency": latency.main,
     "cpu": cpu_bound.main,
     "backlog": backlog.main,
+    "fan_out": fan_out.main,
     "fleet": fleet.main,
     "rest": rest.main,
     "edge": edge.main,

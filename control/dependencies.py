@@ -40,6 +40,7 @@ scheduler (``moved``, ``later``) like any other.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = ["BatchLinks", "CancelledChain", "Dependencies"]
 
 _BROKEN = (JobState.FAILED, JobState.CANCELLED)
+ENDED_CHUNK = 500
+"""Jobs waiting for one that ended that move per loop turn (:meth:`Dependencies.ended`)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ class Dependencies:
         self.s = scheduler
         self.waiters: dict[str, list[str]] = {}
         """Job id -> the SCHEDULED jobs that wait for it to SUCCEED."""
+        self._moving: set[asyncio.Task[None]] = set()
+        """The moves of waiting jobs left for later loop turns (:meth:`ended`)."""
 
     def wait(self, job: JobRecord) -> None:
         """``job`` (new or recovered, ``waiting_on`` set) waits for its dependencies."""
@@ -105,11 +110,40 @@ class Dependencies:
 
     def ended(self, dep_id: str, state: JobState) -> None:
         """``dep_id`` reached the terminal ``state``: the jobs waiting for it go on waiting for the rest,
-        become ready, or are CANCELLED, and so on down the chain."""
+        become ready, or are CANCELLED, and so on down the chain.
+
+        :data:`ENDED_CHUNK` of them now, the rest a chunk per loop turn after: a job that 100,000 others
+        wait for would otherwise hold the loop, and every call with it, while all of them moved. Those
+        left for later still wait meanwhile; RetryJob waits until none is left (:meth:`settled`), and
+        after a restart :meth:`recover` works out the same from the store."""
+        waiting = self.waiters.pop(dep_id, None)
+        if not waiting:
+            return
+        self._ended(dep_id, state, waiting[:ENDED_CHUNK])
+        if len(waiting) > ENDED_CHUNK:
+            task = asyncio.ensure_future(self._ended_in_turns(dep_id, state, waiting[ENDED_CHUNK:]))
+            self.s.spawn(task)
+            self._moving.add(task)
+            task.add_done_callback(self._moving.discard)
+
+    async def _ended_in_turns(self, dep_id: str, state: JobState, rest: list[str]) -> None:
+        for start in range(0, len(rest), ENDED_CHUNK):
+            await asyncio.sleep(0)
+            self._ended(dep_id, state, rest[start : start + ENDED_CHUNK])
+
+    async def settled(self) -> None:
+        """Return once every job waiting for one that ended has moved (:meth:`ended`), those their own
+        moves set off included: what a failure cancelled down the chain is then all in the store, for
+        :meth:`cancelled_chain`."""
+        while self._moving:
+            await asyncio.wait(list(self._moving))
+
+    def _ended(self, dep_id: str, state: JobState, waiting: Sequence[str]) -> None:
+        """:meth:`ended` for the jobs ``waiting``."""
         s = self.s
         now = s.clock.now()
         changed: list[JobRecord] = []
-        for job_id in self.waiters.pop(dep_id, ()):
+        for job_id in waiting:
             job = s.active.get(job_id)
             if job is None or job.state is not JobState.SCHEDULED or dep_id not in job.waiting_on:
                 continue  # cancelled meanwhile

@@ -621,6 +621,10 @@ class Scheduler:
             job = self.active[job_id]
             raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
         async with self._rewrites:
+            # What its failure cancelled down the chain, all of it, stored and no longer live: the chain
+            # is read from the store, and only jobs not live are brought back.
+            await self.dependencies.settled()
+            await self._commit()
             job = await self.get(job_id)
             if job_id in self.active:  # raced with another retry while reading
                 raise FailedPrecondition(
