@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from control.jobs import JobRecord
@@ -87,6 +87,7 @@ def queue_page(
     owners: Sequence[str] = (),
     limit: int = 50,
     offset: int = 0,
+    labels: Mapping[str, str] | None = None,
 ) -> QueuePage:
     """Rank ``pending`` (every PENDING job) and return the page of those of ``job_type`` (any when
     empty) and of ``owners`` (any when empty), ``offset`` places into the matches.
@@ -97,11 +98,14 @@ def queue_page(
     ranks = order.ranks(pending)
     wanted = set(owners)
     matches: Sequence[int] = range(len(pending))
-    if job_type or wanted:
+    pairs = (labels or {}).items()
+    if job_type or wanted or pairs:
         matches = [
             i
             for i, j in enumerate(pending)
-            if (not job_type or j.type == job_type) and (not wanted or j.owner in wanted)
+            if (not job_type or j.type == job_type)
+            and (not wanted or j.owner in wanted)
+            and all(j.labels.get(k) == v for k, v in pairs)
         ]
     page = heapq.nsmallest(offset + limit, ((ranks[i], i) for i in matches))[offset:]
     if len(matches) == len(pending):  # every job matches: its place in the page is its place in the queue

@@ -22,7 +22,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from control import jobs
 from control.access import Access, parse_groups
@@ -519,17 +519,30 @@ class Scheduler:
         return job
 
     async def list_jobs(
-        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
+        self,
+        states: Sequence[JobState],
+        job_type: str,
+        limit: int,
+        offset: int,
+        owners: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
     ) -> JobPage:
-        return await self.store.list_jobs(states, job_type, limit, offset, owners)
+        return await self.store.list_jobs(states, job_type, limit, offset, owners, labels)
 
-    def queue(self, job_type: str, limit: int, offset: int, owners: Sequence[str] = ()) -> QueuePage:
+    def queue(
+        self,
+        job_type: str,
+        limit: int,
+        offset: int,
+        owners: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
+    ) -> QueuePage:
         """PENDING jobs in queue order, with their places and estimated starts (control.queue_view).
 
         Read from memory, where every PENDING job is; the records are live, so a caller converts
         them before it awaits anything."""
         pending = [j for j in self.active.values() if j.state is JobState.PENDING]
-        return queue_page(pending, self.order, self.drain, self.clock.now(), job_type, owners, limit, offset)
+        return queue_page(pending, self.order, self.drain, self.clock.now(), job_type, owners, limit, offset, labels)
 
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
         """The job now, then after each committed change, until a terminal state.

@@ -198,17 +198,28 @@ class AsyncClient:
         limit: int = 50,
         offset: int = 0,
         owner: str = "",
+        labels: Mapping[str, str] | None = None,
     ) -> JobPage:
-        """Return a page of jobs, newest first, filtered by state(s), type and owner, with the total that
-        match. (A control plane that keeps clients apart lists only the caller's jobs to all but its admins.)"""
-        response = await self._unary(lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner))
+        """Return a page of jobs, newest first, filtered by state(s), type, owner and labels (a job matches
+        when its labels include every one given), with the total that match. (A control plane that keeps
+        clients apart lists only the caller's jobs to all but its admins.)"""
+        response = await self._unary(
+            lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner, labels=labels)
+        )
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
-    async def queue(self, *, type: str = "", limit: int = 50, offset: int = 0, owner: str = "") -> JobPage:
+    async def queue(
+        self,
+        *,
+        type: str = "",
+        limit: int = 50,
+        offset: int = 0,
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> JobPage:
         """Return a page of the queue (see :meth:`corral.Client.queue`)."""
-        response = await self._unary(
-            lambda c: c.jobs.ListJobs, list_request((), type, limit, offset, owner, queue=True)
-        )
+        request = list_request((), type, limit, offset, owner, queue=True, labels=labels)
+        response = await self._unary(lambda c: c.jobs.ListJobs, request)
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
     async def cancel(self, id: str) -> Job:

@@ -246,17 +246,30 @@ class Client:
         limit: int = 50,
         offset: int = 0,
         owner: str = "",
+        labels: Mapping[str, str] | None = None,
     ) -> JobPage:
-        """Return a page of jobs, newest first, filtered by state(s), type and owner, with the total that
-        match. (A control plane that keeps clients apart lists only the caller's jobs to all but its admins.)"""
-        response = self._unary(lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner))
+        """Return a page of jobs, newest first, filtered by state(s), type, owner and labels (a job matches
+        when its labels include every one given), with the total that match. (A control plane that keeps
+        clients apart lists only the caller's jobs to all but its admins.)"""
+        response = self._unary(
+            lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner, labels=labels)
+        )
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
-    def queue(self, *, type: str = "", limit: int = 50, offset: int = 0, owner: str = "") -> JobPage:
+    def queue(
+        self,
+        *,
+        type: str = "",
+        limit: int = 50,
+        offset: int = 0,
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> JobPage:
         """Return a page of the queue: PENDING jobs in the order they are offered to workers, each with
         its :attr:`~Job.queue_position` among all of them and its :attr:`~Job.estimated_start`, filtered
-        by type and owner, with the total that match."""
-        response = self._unary(lambda c: c.jobs.ListJobs, list_request((), type, limit, offset, owner, queue=True))
+        by type, owner and labels, with the total that match."""
+        request = list_request((), type, limit, offset, owner, queue=True, labels=labels)
+        response = self._unary(lambda c: c.jobs.ListJobs, request)
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
     def cancel(self, id: str) -> Job:
@@ -574,10 +587,16 @@ def call_timeout(value: float | None) -> float | None:
 
 
 def list_request(
-    status: Iterable[JobState | str], type: str, limit: int, offset: int, owner: str = "", queue: bool = False
+    status: Iterable[JobState | str],
+    type: str,
+    limit: int,
+    offset: int,
+    owner: str = "",
+    queue: bool = False,
+    labels: Mapping[str, str] | None = None,
 ) -> jobs_pb2.ListJobsRequest:
     """Build a ``ListJobsRequest``; states may be given by name (case-insensitive); ``queue``: the queue
-    view (order QUEUE) instead of newest first."""
+    view (order QUEUE) instead of newest first; ``labels``: only jobs that have all of them."""
     if isinstance(status, str | JobState):
         status = [status]
     states = [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
@@ -586,6 +605,10 @@ def list_request(
     put(request, "limit", limit)
     put(request, "offset", offset)
     put(request, "owner", owner)
+    for key, value in (labels or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument(f"labels[{key}]", f"keys and values must be strings, got {value!r}")
+        put(request.labels, key, value, f"labels[{key}]")
     if queue:
         request.order = jobs_pb2.ListJobsRequest.QUEUE
     return request

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from control.admission.validation import MAX_TYPE, check_text
+from control.admission.validation import MAX_TYPE, check_labels, check_text
 from control.api import convert
 from control.api.audited import audited
 from control.api.identity import PRINCIPAL, client_identity
@@ -101,6 +101,9 @@ class JobServicer:
             states.append(JobState(value))
         check_text("type", request.type, MAX_TYPE)  # no job type is longer: say so rather than list none
         check_text("owner", request.owner, MAX_OWNER)
+        labels = dict(request.labels) if request.labels else None
+        if labels:
+            check_labels(labels, "labels")
         owners = self.s.access.listed_owners(PRINCIPAL.get(), request.owner)
         if owners is None:  # another's jobs, which this caller may not see
             return jobs_pb2.ListJobsResponse(total=0)
@@ -109,11 +112,11 @@ class JobServicer:
                 raise InvalidArgument(
                     "status", "the queue (order QUEUE) holds PENDING jobs only: leave status empty or PENDING"
                 )
-            queue = self.s.queue(request.type, limit, request.offset, owners)
+            queue = self.s.queue(request.type, limit, request.offset, owners, labels)
             return jobs_pb2.ListJobsResponse(jobs=[convert.queued_job(q) for q in queue.jobs], total=queue.total)
         if request.order != jobs_pb2.ListJobsRequest.NEWEST_FIRST:
             raise InvalidArgument("order", f"unknown order {request.order}")
-        page = await self.s.list_jobs(states, request.type, limit, request.offset, owners)
+        page = await self.s.list_jobs(states, request.type, limit, request.offset, owners, labels)
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
 
     @grpc_errors

@@ -305,13 +305,17 @@ _FALSE = {"false", "0"}
 
 
 def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor], message: str) -> dict[str, Any]:
-    """The JSON object that query parameters stand for (``status=PENDING&status=RUNNING`` -> a list).
+    """The JSON object that query parameters stand for (``status=PENDING&status=RUNNING`` -> a list;
+    ``labels[team]=edge`` -> an entry of the map ``labels``, as grpc-gateway v2 reads one).
 
     ``fields`` are the top-level fields the query may set; a parameter naming anything else, or a
-    singular field given twice, is InvalidArgument."""
+    singular field or map key given twice, is InvalidArgument."""
     by_name = {f.name: f for f in fields} | {f.json_name: f for f in fields}
     out: dict[str, Any] = {}
     for key, raw in pairs:
+        if "[" in key:
+            _map_entry(out, key, raw, by_name, message)
+            continue
         head, _, rest = key.partition(".")
         field = by_name.get(head)
         if field is None:
@@ -336,6 +340,25 @@ def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor
         else:
             target[name] = value
     return out
+
+
+def _map_entry(out: dict[str, Any], key: str, raw: str, by_name: dict[str, FieldDescriptor], message: str) -> None:
+    """``name[k]=v``: the entry ``k`` of the map field ``name`` (``k`` is all from the first ``[`` to the
+    final ``]``, so a key may hold brackets too)."""
+    name, _, rest = key.partition("[")
+    field = by_name.get(name)
+    if field is None:
+        raise InvalidArgument(key, f"is not a query parameter of {message}")
+    entry = field.message_type
+    if entry is None or not entry.GetOptions().map_entry:
+        raise InvalidArgument(key, f"{field.name} is not a map: only a map's entries are written name[key]")
+    if not rest.endswith("]"):
+        raise InvalidArgument(key, f"write a map's entry as {field.name}[key]=value")
+    target = out.setdefault(field.name, {})
+    map_key = rest[:-1]
+    if map_key in target:
+        raise InvalidArgument(key, "given more than once")
+    target[map_key] = _query_value(raw, entry.fields_by_name["value"], key)
 
 
 def _query_value(raw: str, field: FieldDescriptor, key: str) -> Any:

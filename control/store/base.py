@@ -146,11 +146,17 @@ class Store(Protocol):
         ...
 
     async def list_jobs(
-        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
+        self,
+        states: Sequence[JobState],
+        job_type: str,
+        limit: int,
+        offset: int,
+        owners: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
     ) -> JobPage:
         """Newest first, at most ``limit`` jobs, and fewer when their payloads and results are large (a
         page must fit in one answer); ``total`` counts every match. ``owners``: only those owners' jobs
-        (empty: everyone's)."""
+        (empty: everyone's); ``labels``: only jobs whose labels include every one of these."""
         ...
 
     def load_active(self) -> Iterator[JobRecord]:

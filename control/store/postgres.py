@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -445,10 +446,19 @@ class PostgresStore:
         return await self._read(q)
 
     async def list_jobs(
-        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
+        self,
+        states: Sequence[JobState],
+        job_type: str,
+        limit: int,
+        offset: int,
+        owners: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
     ) -> JobPage:
         where: list[str] = []
         args: list[Any] = []
+        if labels:
+            where.append("labels::jsonb @> %s::jsonb")
+            args.append(json.dumps(dict(labels)))
         if owners:
             where.append("owner = ANY(%s) AND owner != ''")
             args.append(list(owners))

@@ -327,10 +327,20 @@ class SQLiteStore:
         return result
 
     async def list_jobs(
-        self, states: Sequence[JobState], job_type: str, limit: int, offset: int, owners: Sequence[str] = ()
+        self,
+        states: Sequence[JobState],
+        job_type: str,
+        limit: int,
+        offset: int,
+        owners: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
     ) -> JobPage:
         where: list[str] = []
         args: list[Any] = []
+        for key, value in (labels or {}).items():
+            # json_each rather than a JSON path: a key may hold any character, quotes and dots included.
+            where.append("EXISTS (SELECT 1 FROM json_each(jobs.labels) WHERE key = ? AND value = ?)")
+            args += [key, value]
         if owners:
             where.append(f"owner IN ({','.join('?' * len(owners))}) AND owner != ''")
             args.extend(owners)

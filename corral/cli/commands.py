@@ -188,7 +188,14 @@ def list_jobs(args: argparse.Namespace) -> int:
     """``corral list``: a page of jobs, newest first."""
     states = [state for group in args.status for state in group]
     with client_for(args) as client:
-        page = client.list(status=states, type=args.type, limit=args.limit, offset=args.offset, owner=args.owner)
+        page = client.list(
+            status=states,
+            type=args.type,
+            limit=args.limit,
+            offset=args.offset,
+            owner=args.owner,
+            labels=dict(args.label),
+        )
     if args.json:
         render.print_json({"jobs": [j.to_dict() for j in page.jobs], "total": page.total})
         return ExitCode.OK
@@ -201,7 +208,9 @@ def list_jobs(args: argparse.Namespace) -> int:
 def queue(args: argparse.Namespace) -> int:
     """``corral queue``: PENDING jobs in the order workers will get them, with estimated starts."""
     with client_for(args) as client:
-        page = client.queue(type=args.type, limit=args.limit, offset=args.offset, owner=args.owner)
+        page = client.queue(
+            type=args.type, limit=args.limit, offset=args.offset, owner=args.owner, labels=dict(args.label)
+        )
     if args.json:
         render.print_json({"jobs": [j.to_dict() for j in page.jobs], "total": page.total})
         return ExitCode.OK

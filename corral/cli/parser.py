@@ -179,6 +179,17 @@ def _client_parent(*, token: bool = True, defaults: bool = True) -> argparse.Arg
     return parent
 
 
+def _add_label_filter(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--label",
+        type=values.label,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="only jobs with this label (repeatable: all of them), e.g. --label corral.notify=JOB_ID",
+    )
+
+
 def _add_client_commands(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], parent: argparse.ArgumentParser
 ) -> None:
@@ -276,6 +287,7 @@ def _add_client_commands(
     p.add_argument(
         "--status", type=values.job_state, action="append", default=[], metavar="S", help="state(s), repeatable"
     )
+    _add_label_filter(p)
     _add_page_flags(p)
     p.set_defaults(handler=commands.list_jobs)
 
@@ -287,6 +299,7 @@ def _add_client_commands(
         "ready), each with its place among all queued jobs and when it should start at the rate the queue "
         "drained over the last 15 minutes.",
     )
+    _add_label_filter(p)
     _add_page_flags(p)
     p.set_defaults(handler=commands.queue)
 

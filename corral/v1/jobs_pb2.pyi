@@ -630,12 +630,33 @@ class ListJobsRequest(_message.Message):
     each with its queue_position and estimated_start_time.
     """
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     STATUS_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
     ORDER_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """Only jobs of this type (all types when empty)."""
     limit: _builtins.int
@@ -650,6 +671,12 @@ class ListJobsRequest(_message.Message):
     def status(self) -> _containers.RepeatedScalarFieldContainer[Global___Job.State.ValueType]:
         """Only jobs in one of these states (all states when empty)."""
 
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Only jobs whose labels include every key=value here (at most 64 pairs, as a job's labels). Over
+        REST: labels[team]=edge, repeated for more.
+        """
+
     def __init__(
         self,
         *,
@@ -659,10 +686,11 @@ class ListJobsRequest(_message.Message):
         offset: _builtins.int = ...,
         owner: _builtins.str = ...,
         order: Global___ListJobsRequest.Order.ValueType = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset", "order", b"order", "owner", b"owner", "status", b"status", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "limit", b"limit", "offset", b"offset", "order", b"order", "owner", b"owner", "status", b"status", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

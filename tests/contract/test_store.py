@@ -141,6 +141,28 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
     assert [j.seq for j in page.jobs] == [7, 5]
 
 
+def test_list_filters_by_labels_of_any_characters(store: Store) -> None:
+    jobs_ = [record(i) for i in range(1, 6)]
+    jobs_[0].labels = {"team": "edge", "tier": "gold"}
+    jobs_[1].labels = {"team": "edge"}
+    jobs_[2].labels = {'a.b "c"': "ü", "$[0]": "x"}
+    jobs_[3].labels = {"team": "edge-2"}
+    store.insert(jobs_)
+
+    async def go(labels: dict[str, str]) -> list[int]:
+        await store.commit()
+        page = await store.list_jobs([], "", 10, 0, labels=labels)
+        assert page.total == len(page.jobs)
+        return [j.seq for j in page.jobs]
+
+    assert run(go({"team": "edge"})) == [2, 1]
+    assert run(go({"team": "edge", "tier": "gold"})) == [1]
+    assert run(go({'a.b "c"': "ü", "$[0]": "x"})) == [3]
+    assert run(go({"team": "ü"})) == [5]  # record()'s own label
+    assert run(go({"team": "nobody"})) == []
+    assert run(go({})) == [5, 4, 3, 2, 1]
+
+
 def test_an_attempt_s_output_is_stored_and_updated(location: str) -> None:
     job = record(1)
     jobs.lease(job, "w1", 1, now=2.0, grace=1)

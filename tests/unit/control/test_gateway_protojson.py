@@ -92,6 +92,24 @@ def test_query_strings_map_onto_fields() -> None:
         assert info.value.field == field
 
 
+def test_a_map_s_entries_are_written_name_key_in_a_query() -> None:
+    fields = list(jobs_pb2.ListJobsRequest.DESCRIPTOR.fields)
+    pairs = [("labels[team]", "edge"), ('labels[a.b "c" [0]]', "ü"), ("labels[]", "empty key")]
+    value = protojson.query_to_json(pairs, fields, "ListJobsRequest")
+    assert value == {"labels": {"team": "edge", 'a.b "c" [0]': "ü", "": "empty key"}}
+    assert dict(parse(value, jobs_pb2.ListJobsRequest).labels) == value["labels"]
+    for bad, rule in [
+        ([("labels[team]", "a"), ("labels[team]", "b")], "given more than once"),
+        ([("labels[team", "a")], "write a map's entry as labels[key]=value"),
+        ([("labels[a]b", "a")], "write a map's entry as labels[key]=value"),
+        ([("limit[x]", "1")], "limit is not a map"),
+        ([("colour[x]", "1")], "is not a query parameter of ListJobsRequest"),
+    ]:
+        with pytest.raises(InvalidArgument) as info:
+            protojson.query_to_json(bad, fields, "ListJobsRequest")
+        assert info.value.field == bad[-1][0] and rule in info.value.rule
+
+
 def test_output_is_lower_camel_case_with_defaults_and_int64_strings() -> None:
     job = jobs_pb2.Job(id="j", state=jobs_pb2.Job.SUCCEEDED, timeout_sec=30.0, thread_demand=2)
     job.result.update({"sum": 3, "half": 0.5})

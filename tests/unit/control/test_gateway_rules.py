@@ -66,6 +66,7 @@ def test_query_fields_leave_out_path_and_body_fields() -> None:
         "offset",
         "owner",
         "order",
+        "labels",
     ]
     assert routes["JobService.GetJob"].query_fields() == []
     assert routes["JobService.SubmitJob"].query_fields() == []  # body "*"
