@@ -314,7 +314,9 @@ class Notify(_message.Message):
     email: _builtins.str
     """An email address: an `email` job sends the news through its worker's SMTP server (CORRAL_SMTP_*)."""
     webhook_url: _builtins.str
-    """An http:// or https:// URL: a `webhook` job POSTs the ended job to it, as GetJob's JSON."""
+    """An http:// or https:// URL: a `webhook` job POSTs the ended job to it, as GetJob's JSON, signed
+    when the control plane has CORRAL_NOTIFY_WEBHOOK_SECRET (X-Corral-Signature).
+    """
     @_builtins.property
     def on(self) -> _containers.RepeatedScalarFieldContainer[Global___Job.State.ValueType]:
         """The ends that send it, among SUCCEEDED, FAILED and CANCELLED, none twice. Empty: every end."""
@@ -472,7 +474,8 @@ class SubmitJobRequest(_message.Message):
         (0 is the first). Each must come before this job, none twice; with depends_on, at most 64 in all.
         They work as depends_on does, and the stored job's depends_on lists their ids after its own. So a
         whole graph of jobs goes in one call, all of it or none. A job the batch reuses by its
-        idempotency key stands for itself: one already FAILED or CANCELLED is refused.
+        idempotency key stands for itself: one already FAILED or CANCELLED is refused (unless start_when
+        is ALL_ENDED).
         """
 
     @_builtins.property
