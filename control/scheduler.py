@@ -144,8 +144,9 @@ class Scheduler:
         """Event counters and histograms (control.metrics); the ControlPlane puts in its own."""
         self._queued: dict[str, int] = {}
         self.dependencies = Dependencies(self)
+        """The jobs that wait for others to end (control.dependencies)."""
         self.notices = Notices(self)
-        """The jobs that wait for others to SUCCEED (control.dependencies)."""
+        """The notification jobs that jobs' ends make (control.notify)."""
         self._seq = store.max_seq()
         self._dispatch_pending = False
         self._flush_pending = False
