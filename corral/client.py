@@ -56,6 +56,11 @@ UNAVAILABLE within about twice this, and is watched again (corral.follow), inste
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_receive_message_length", 64 << 20),  # payloads and results (a binary array can be megabytes)
     *keepalive(KEEPALIVE_SEC, KEEPALIVE_SEC),
+    # Connections of its own: by default gRPC shares them between channels to the same address in a
+    # process, and a new client then inherited another's failing, backing-off connection to a control
+    # plane that had gone: its first call failed at once with the old "Connection refused" although the
+    # control plane was back on the same port (tests/fault/test_client_channels.py).
+    ("grpc.use_local_subchannel_pool", 1),
 )
 SYNC_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     *DEFAULT_CHANNEL_OPTIONS,

@@ -188,11 +188,14 @@ class ControlProc:
 
     def channel(self) -> grpc.Channel:
         if self._channel is None:
+            # Connections of its own, as corral.Client's (tests/fault/test_client_channels.py): a channel
+            # an earlier test left open to a port this control plane was given again must not fail its calls.
+            options = [("grpc.use_local_subchannel_pool", 1)]
             if self.tls_ca is None:
-                self._channel = grpc.insecure_channel(self.address)
+                self._channel = grpc.insecure_channel(self.address, options=options)
             else:
                 credentials = grpc.ssl_channel_credentials(self.tls_ca.read_bytes())
-                self._channel = grpc.secure_channel(self.address, credentials)
+                self._channel = grpc.secure_channel(self.address, credentials, options=options)
         return self._channel
 
     @property
