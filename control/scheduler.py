@@ -447,8 +447,7 @@ class Scheduler:
         await self._commit()
         if keys:
             self.idempotency.committed(k.key for k in keys)
-        for job in fresh:
-            logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
+        _log_submitted(fresh)
         return [o if isinstance(o, JobRecord) else await self.get(o) for o in out]
 
     def _admit(self, fresh: list[JobRecord]) -> None:
@@ -473,8 +472,7 @@ class Scheduler:
         now = self.clock.now()
         fresh = [self._new_record(sub, now, owner, frozenset(), ()) for sub in subs]
         self._admit(fresh)
-        for job in fresh:
-            logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
+        _log_submitted(fresh)
         return fresh
 
     def _new_record(
@@ -865,6 +863,11 @@ class Scheduler:
     # ---- stats ----------------------------------------------------------------------------------
     def state_counts(self) -> dict[JobState, int]:
         return {s: self.counts.get(s, 0) for s in JobState}
+
+
+def _log_submitted(fresh: Sequence[JobRecord]) -> None:
+    for job in fresh:
+        logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
 
 
 def _stored_output(job: JobRecord) -> list[OutputChunk]:

@@ -12,8 +12,8 @@ from google.protobuf.message import Message
 from control.admission import Submission, check_labels
 from control.admission.validation import MAX_TYPE, check_text
 from control.autoscale import AutoscalerState
-from control.jobs import JobRecord, JobState
-from control.notify import ENDS, NotifyTarget
+from control.jobs import JobRecord
+from control.notify import NotifyTarget, end_state
 from control.queue_view import QueuedJob
 from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
@@ -140,26 +140,10 @@ def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Sub
     )
 
 
-_ENDS = frozenset(int(s) for s in ENDS)
-
-
 def _target(t: jobs_pb2.Notify, field: str) -> NotifyTarget:
-    """A Notify as a domain target (its rules are checked at admission, control.notify)."""
-    on: list[JobState] = []
-    for n, state in enumerate(t.on):
-        if state not in _ENDS:
-            names = ", ".join(s.name for s in ENDS)
-            raise InvalidArgument(f"{field}.on[{n}]", f"must be one of {names}, got {_state_name(state)}")
-        on.append(JobState(state))
-    return NotifyTarget(email=t.email, webhook_url=t.webhook_url, on=tuple(on))
-
-
-def _state_name(state: int) -> str:
-    """A state's name in the API, or its number when it has none."""
-    try:
-        return jobs_pb2.Job.State.Name(state)  # type: ignore[arg-type]
-    except ValueError:
-        return str(state)
+    """A Notify as a domain target (its other rules are checked at admission, control.notify)."""
+    on = tuple(end_state(state, f"{field}.on[{n}]") for n, state in enumerate(t.on))
+    return NotifyTarget(email=t.email, webhook_url=t.webhook_url, on=on)
 
 
 def job(j: JobRecord) -> jobs_pb2.Job:

@@ -5,6 +5,6 @@ Modules:
     notices   Notices: the notification jobs a job's end makes
 """
 
-from control.notify.targets import ENDS, MAX_TARGETS, NotifyTarget, check_targets, dumps, loads
+from control.notify.targets import ENDS, MAX_TARGETS, NotifyTarget, check_targets, dumps, end_state, loads
 
-__all__ = ["ENDS", "MAX_TARGETS", "NotifyTarget", "check_targets", "dumps", "loads"]
+__all__ = ["ENDS", "MAX_TARGETS", "NotifyTarget", "check_targets", "dumps", "end_state", "loads"]

@@ -12,12 +12,13 @@ from control.jobs import JobState
 from corral.errors import InvalidArgument
 from corral.jobtypes import BUILTIN_SCHEMAS
 
-__all__ = ["ENDS", "MAX_TARGETS", "NotifyTarget", "check_targets", "dumps", "loads"]
+__all__ = ["ENDS", "MAX_TARGETS", "NotifyTarget", "check_targets", "dumps", "end_state", "loads"]
 
 MAX_TARGETS = 8
 """Targets one job may have."""
 ENDS = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 """The states a target may ask for."""
+_END_VALUES = frozenset(int(s) for s in ENDS)
 
 _EMAIL = re.compile(BUILTIN_SCHEMAS["email"]["properties"]["from"]["pattern"])
 _URL = re.compile(BUILTIN_SCHEMAS["webhook"]["properties"]["url"]["pattern"])
@@ -57,9 +58,7 @@ def check_targets(targets: Sequence[NotifyTarget], field: str = "notify") -> Non
             )
         seen: set[JobState] = set()
         for n, state in enumerate(target.on):
-            if state not in ENDS:
-                names = ", ".join(s.name for s in ENDS)
-                raise InvalidArgument(f"{at}.on[{n}]", f"must be one of {names}, got {_name(state)}")
+            end_state(state, f"{at}.on[{n}]")
             if state in seen:
                 raise InvalidArgument(f"{at}.on[{n}]", f"repeats {state.name}")
             seen.add(state)
@@ -73,12 +72,15 @@ def _well_formed(text: str, pattern: re.Pattern[str], limit: int) -> bool:
     )
 
 
-def _name(state: JobState | int) -> str:
-    """A state's name, or its number when it has none."""
-    try:
-        return JobState(state).name
-    except ValueError:
-        return str(int(state))
+def end_state(value: int, field: str) -> JobState:
+    """``value`` as one of :data:`ENDS`; InvalidArgument on ``field`` naming it (or its number) otherwise."""
+    if value not in _END_VALUES:
+        try:
+            got = JobState(value).name
+        except ValueError:
+            got = str(int(value))
+        raise InvalidArgument(field, f"must be one of {', '.join(s.name for s in ENDS)}, got {got}")
+    return JobState(value)
 
 
 def dumps(targets: Sequence[NotifyTarget]) -> str:

@@ -36,7 +36,7 @@ def insert_row(j: JobRecord) -> tuple[Any, ...]:
         j.started_at, j.finished_at, j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json,
         j.error_code, j.error_message, j.idempotency_key, json.dumps(j.labels) if j.labels else "{}", j.updated_at,
         j.request_id or "", j.owner, json.dumps(dict(j.worker_selector)) if j.worker_selector else "", j.output,
-        " ".join(j.depends_on), j.gpu_count, j.memory_mb, notify.dumps(j.notify), int(j.start_when),
+        " ".join(j.depends_on), j.gpu_count, j.memory_mb, notify.dumps(j.notify) if j.notify else "", int(j.start_when),
     )  # fmt: skip
 
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.v1 import jobs_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
-from tests.support.calls import request, rpc_error, submit, submit_many, wait_done
+from tests.support.calls import request, rpc_error, seconds_from_now, submit, submit_many, wait_done
 
 S = jobs_pb2.Job
 
@@ -41,7 +39,7 @@ def test_a_chain_runs_in_order(control_plane: ControlProc, spawn_worker: Any) ->
 def test_a_failed_dependency_cancels_the_chain(control_plane: ControlProc, spawn_worker: Any) -> None:
     spawn_worker(control_plane, threads=2)
     # Given B waiting for A, and C waiting for B
-    a = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=_in(0.5))
+    a = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=seconds_from_now(0.5))
     b = submit(control_plane, "noop", depends_on=[a.id])
     c = submit(control_plane, "noop", depends_on=[b.id])
     other = submit(control_plane, "noop")
@@ -63,8 +61,8 @@ def test_retrying_a_failed_dependency_brings_back_the_chain_its_failure_cancelle
     # D needs A and Y, E needs A and a job that SUCCEEDED
     ok = submit(control_plane, "noop")
     assert wait_done(control_plane, ok.id).state == S.SUCCEEDED
-    a = submit(control_plane, "failing", {"fail_attempts": 1}, max_attempts=1, scheduled_at=_in(0.5))
-    y = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=_in(0.5))
+    a = submit(control_plane, "failing", {"fail_attempts": 1}, max_attempts=1, scheduled_at=seconds_from_now(0.5))
+    y = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=seconds_from_now(0.5))
     b = submit(control_plane, "noop", depends_on=[a.id])
     c = submit(control_plane, "noop", depends_on=[b.id])
     d = submit(control_plane, "noop", depends_on=[a.id, y.id])
@@ -92,7 +90,7 @@ def test_retrying_a_failed_dependency_brings_back_the_chain_its_failure_cancelle
 
 
 def test_cancelling_a_dependency_cancels_its_dependents(control_plane: ControlProc) -> None:
-    a = submit(control_plane, "noop", scheduled_at=_in(3600))
+    a = submit(control_plane, "noop", scheduled_at=seconds_from_now(3600))
     b = submit(control_plane, "noop", depends_on=[a.id])
     control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=a.id))
     wait_until(lambda: control_plane.get(b.id).state == S.CANCELLED, what="the dependent to be cancelled")
@@ -107,7 +105,7 @@ def test_a_job_after_one_that_already_succeeded_runs_at_once(control_plane: Cont
 
 
 def test_bad_dependencies_are_refused_naming_the_field(control_plane: ControlProc) -> None:
-    failed = submit(control_plane, "noop", scheduled_at=_in(3600))
+    failed = submit(control_plane, "noop", scheduled_at=seconds_from_now(3600))
     control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=failed.id))
     before = control_plane.jobs.ListJobs(jobs_pb2.ListJobsRequest()).total
     for deps, code, said in (
@@ -130,9 +128,9 @@ def test_bad_dependencies_are_refused_naming_the_field(control_plane: ControlPro
 
 def test_waits_survive_a_restart(control_plane: ControlProc, spawn_worker: Any) -> None:
     # Given B waiting for A, and D waiting for C, which is cancelled while the control plane is down
-    a = submit(control_plane, "noop", scheduled_at=_in(2))
+    a = submit(control_plane, "noop", scheduled_at=seconds_from_now(2))
     b = submit(control_plane, "noop", depends_on=[a.id])
-    (c,) = submit_many(control_plane, [request("noop", scheduled_at=_in(3600))])
+    (c,) = submit_many(control_plane, [request("noop", scheduled_at=seconds_from_now(3600))])
     d = submit(control_plane, "noop", depends_on=[c.id])
     control_plane.stop()
     control_plane.start()
@@ -145,13 +143,6 @@ def test_waits_survive_a_restart(control_plane: ControlProc, spawn_worker: Any) 
     wait_until(lambda: control_plane.get(d.id).state == S.CANCELLED, what="D to be cancelled")
 
 
-def _in(seconds: float) -> Timestamp:
-    """A time ``seconds`` from now."""
-    ts = Timestamp()
-    ts.FromNanoseconds(int((time.time() + seconds) * 1e9))
-    return ts
-
-
 ALL_ENDED = jobs_pb2.StartWhen.ALL_ENDED
 
 
@@ -161,8 +152,8 @@ def test_a_job_that_starts_when_all_ended_runs_after_failures_too(
     spawn_worker(control_plane, threads=2)
     # Given A that fails, B that is cancelled, C that succeeds; D starts when all three ended, E when all
     # three succeeded
-    a = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=_in(0.5))
-    b = submit(control_plane, "noop", scheduled_at=_in(3600))
+    a = submit(control_plane, "failing", {}, max_attempts=1, scheduled_at=seconds_from_now(0.5))
+    b = submit(control_plane, "noop", scheduled_at=seconds_from_now(3600))
     c = submit(control_plane, "sleep", {"seconds": 0.2})
     d = submit(control_plane, "noop", depends_on=[a.id, b.id, c.id], start_when=ALL_ENDED)
     e = submit(control_plane, "noop", depends_on=[a.id, b.id, c.id])
@@ -184,8 +175,8 @@ def test_a_job_that_starts_when_all_ended_runs_after_failures_too(
 
 def test_a_wait_for_all_ended_survives_a_restart(control_plane: ControlProc, spawn_worker: Any) -> None:
     # Given D waiting for A and B to end, and A cancelled (so D waits for B only)
-    a = submit(control_plane, "noop", scheduled_at=_in(3600))
-    b = submit(control_plane, "noop", scheduled_at=_in(3600))
+    a = submit(control_plane, "noop", scheduled_at=seconds_from_now(3600))
+    b = submit(control_plane, "noop", scheduled_at=seconds_from_now(3600))
     (d,) = submit_many(control_plane, [request("noop", depends_on=[a.id, b.id], start_when=ALL_ENDED)])
     control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=a.id))
     wait_until(lambda: list(control_plane.get(d.id).waiting_on) == [b.id], what="D to wait for B only")
@@ -216,7 +207,7 @@ def test_the_cli_takes_start_when_and_shows_it(control_plane: ControlProc) -> No
         argv = [sys.executable, "-m", "corral.cli", *args, "--control", control_plane.address]
         return subprocess.run(argv, cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60)
 
-    first = submit(control_plane, "noop", scheduled_at=_in(3600))
+    first = submit(control_plane, "noop", scheduled_at=seconds_from_now(3600))
     done = corral("submit", "noop", "--after", first.id, "--start-when", "all_ended", "--json")
     assert done.returncode == 0, done.stderr
     job = json.loads(done.stdout)

@@ -23,7 +23,7 @@ from corral.errors import InvalidArgument
 from corral.v1 import jobs_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
 from tests.integration.test_rest import Rest, http_port
-from tests.support.calls import request, rpc_error, stored, submit, wait_all_done, wait_done
+from tests.support.calls import request, rpc_error, seconds_from_now, stored, submit, wait_all_done, wait_done
 from tests.unit.runner.local_servers import LocalHttp, LocalSmtp, local_http, local_smtp
 
 S = jobs_pb2.Job
@@ -107,7 +107,7 @@ def test_each_wanted_end_sends_one_email_or_webhook(control_plane: ControlProc, 
 
 def test_an_announcement_is_committed_with_the_end(control_plane: ControlProc, spawn_worker: Any) -> None:
     # Given a job announced by email, cancelled while no worker is there to send the email
-    later = request("noop", scheduled_at=_in_an_hour(), notify=[jobs_pb2.Notify(email="ops@example.test")])
+    later = request("noop", scheduled_at=seconds_from_now(3600), notify=[jobs_pb2.Notify(email="ops@example.test")])
     job = control_plane.jobs.SubmitJob(later).job
     control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job.id))
     # When the control plane is killed as soon as the cancel is acknowledged
@@ -227,12 +227,3 @@ def test_the_cli_takes_targets_and_shows_them(control_plane: ControlProc) -> Non
         refused = corral("submit", "noop", *args)
         assert refused.returncode != 0 and said in refused.stderr, refused.stderr
     assert stored(control_plane) == total
-
-
-def _in_an_hour() -> Any:
-    from google.protobuf.timestamp_pb2 import Timestamp
-
-    ts = Timestamp()
-    ts.GetCurrentTime()
-    ts.seconds += 3600
-    return ts

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 import grpc
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
 
@@ -43,6 +44,13 @@ def nested(levels: int) -> dict[str, Any]:
         inner["a"] = {}
         inner = inner["a"]
     return top
+
+
+def seconds_from_now(seconds: float) -> Timestamp:
+    """A time ``seconds`` from now (for ``scheduled_at``)."""
+    ts = Timestamp()
+    ts.FromNanoseconds(int((time.time() + seconds) * 1e9))
+    return ts
 
 
 def submit(cp: Stubs, type_: str, payload: dict[str, Any] | None = None, **fields: Any) -> jobs_pb2.Job:
