@@ -5,7 +5,20 @@ from __future__ import annotations
 
 import sys
 
-from bench import autoscale, backlog, cpu_bound, edge, fan_out, fleet, kernels, latency, rest, throughput, timeouts
+from bench import (
+    autoscale,
+    backlog,
+    cpu_bound,
+    edge,
+    fan_out,
+    fleet,
+    kernels,
+    latency,
+    rest,
+    throughput,
+    timeouts,
+    wait_many,
+)
 
 BENCHES = {
     "throughput": throughput.main,
@@ -13,6 +26,7 @@ BENCHES = {
     "cpu": cpu_bound.main,
     "backlog": backlog.main,
     "fan_out": fan_out.main,
+    "wait_many": wait_many.main,
     "fleet": fleet.main,
     "rest": rest.main,
     "edge": edge.main,

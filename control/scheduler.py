@@ -517,6 +517,27 @@ class Scheduler:
             raise NotFound(f"job {job_id!r} not found")
         return job
 
+    async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
+        """The jobs ``job_ids`` name, in that order: from memory where they are, the rest in one read.
+
+        Raises:
+            NotFound: the first id that names no job.
+        """
+        found: dict[str, JobRecord] = {}
+        missing: list[str] = []
+        for job_id in job_ids:
+            job = self.active.get(job_id) or self.recent.get(job_id)
+            if job is None:
+                missing.append(job_id)
+            else:
+                found[job_id] = job
+        if missing:
+            found.update((job.id, job) for job in await self.store.get_many(missing))
+        for job_id in job_ids:
+            if job_id not in found:
+                raise NotFound(f"job {job_id!r} not found")
+        return [found[job_id] for job_id in job_ids]
+
     async def list_jobs(
         self,
         states: Sequence[JobState],
@@ -566,6 +587,52 @@ class Scheduler:
                     yield job
         finally:
             self.watchers.unsubscribe(job_id, q)
+
+    async def watch_many(
+        self, job_ids: Sequence[str], ends_only: bool = False, check: Callable[[JobRecord], object] | None = None
+    ) -> AsyncIterator[JobRecord]:
+        """Each job now (in the order of ``job_ids``), then after each committed change, until every one
+        is terminal; with ``ends_only``, only each job's terminal state. ``check`` is called with each job
+        before anything is yielded (access rules: it raises to refuse).
+
+        Raises:
+            NotFound: an id that names no job.
+            Unavailable: the control plane is stopping (control.watch).
+        """
+        q: asyncio.Queue[JobRecord | None] = asyncio.Queue()
+        listening: list[str] = []
+        try:
+            for job_id in job_ids:  # before the read: no change after it goes unheard
+                self.watchers.listen(job_id, q.put_nowait)
+                listening.append(job_id)
+            jobs = [copy.copy(job) for job in await self.get_many(job_ids)]
+            if check is not None:
+                for job in jobs:
+                    check(job)
+            last: dict[str, tuple[JobState, int, float]] = {}
+            for job in jobs:
+                last[job.id] = (job.state, job.attempts, job.updated_at)
+                if job.state.terminal or not ends_only:
+                    yield job
+            waiting = {job.id for job in jobs if not job.state.terminal}
+            while waiting:
+                update = await q.get()
+                if update is None:  # stopping (control.watch)
+                    raise Unavailable(SHUTTING_DOWN)
+                if update.id not in waiting:
+                    continue
+                key = (update.state, update.attempts, update.updated_at)
+                if key == last[update.id]:
+                    continue
+                last[update.id] = key
+                if update.state.terminal:
+                    waiting.discard(update.id)
+                elif ends_only:
+                    continue
+                yield update
+        finally:
+            for job_id in listening:
+                self.watchers.forget(job_id, q.put_nowait)
 
     async def watch_output(self, job_id: str) -> AsyncIterator[OutputChunk]:
         """What the job prints, until it ends: the end of what its running attempt printed so far (an

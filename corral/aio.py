@@ -42,7 +42,7 @@ from corral.client import (
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
-from corral.follow import Follow
+from corral.follow import Follow, FollowMany
 from corral.job import Job, JobPage, JobState, Notify
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import AsyncRunStream, RunStreams, StaleStream
@@ -266,6 +266,37 @@ class AsyncClient:
         """Wait until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
         return await _last(self._follow(Follow(id, timeout)))
+
+    def watch_many(
+        self, ids: Iterable[str], *, ends_only: bool = False, timeout: float | None = None
+    ) -> AsyncGenerator[Job, None]:
+        """Yield each job now, then after every change, until every one has ended, on one ``WatchJobs``
+        stream; see :meth:`corral.Client.watch_many`. ``aclose()`` on the generator cancels the stream."""
+        return self._follow_many(FollowMany(ids, timeout, ends_only))
+
+    async def wait_all(self, ids: Iterable[str], timeout: float | None = None) -> builtins.list[Job]:  # noqa: ASYNC109 (same API as Client.wait_all)
+        """Wait until every job has ended and return them terminal, in the order of ``ids``; see
+        :meth:`corral.Client.wait_all`."""
+        follow = FollowMany(ids, timeout, ends_only=True)
+        async for _ in self._follow_many(follow):
+            pass
+        return follow.ends()
+
+    async def _follow_many(self, follow: FollowMany) -> AsyncGenerator[Job, None]:
+        while not follow.done:
+            error: CorralError | None = None
+            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), follow.remaining())
+            try:
+                async with aclosing(updates):
+                    async for job in updates:
+                        if follow.is_new(job):
+                            yield job
+            except DeadlineExceeded:
+                raise follow.timed_out() from None
+            except CorralError as exc:
+                error = exc  # pause() raises it unless the control plane went away (corral.follow)
+            if not follow.done:
+                await asyncio.sleep(follow.pause(error))
 
     async def run(
         self,

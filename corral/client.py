@@ -38,7 +38,7 @@ from corral.audit import AuditPage, audit_request
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
-from corral.follow import Follow
+from corral.follow import Follow, FollowMany
 from corral.job import Job, JobPage, JobState, Notify
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import RunStream, RunStreams
@@ -329,6 +329,49 @@ class Client:
         """Block until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
         return _last(self._follow(Follow(id, timeout)))
+
+    def watch_many(
+        self, ids: Iterable[str], *, ends_only: bool = False, timeout: float | None = None
+    ) -> Generator[Job, None, None]:
+        """Yield each job now, then after every change, until every one has ended (one ``WatchJobs``
+        stream for up to 10,000 jobs, where :meth:`watch` opens one per job); with ``ends_only``, only
+        each job's terminal state. Jobs interleave; one job's states come in order, each once.
+
+        A restart of the control plane does not end it: the jobs not ended yet are watched again
+        (:mod:`corral.follow` says when it gives up); :class:`~corral.errors.DeadlineExceeded` after
+        ``timeout`` seconds, naming how many had not ended. Closing the generator cancels the stream.
+
+        Raises:
+            InvalidArgument: on ``ids`` (none, over 10,000, a repeat, an id that is not a string of 1 to
+                128 characters) or ``timeout``, before anything is sent.
+            NotFound: an id that names no job.
+        """
+        return self._follow_many(FollowMany(ids, timeout, ends_only))
+
+    def wait_all(self, ids: Iterable[str], timeout: float | None = None) -> builtins.list[Job]:
+        """Block until every job has ended and return them terminal, in the order of ``ids``: one
+        ``WatchJobs`` stream that carries only the ends; as :meth:`watch_many` across restarts and on
+        bad input."""
+        follow = FollowMany(ids, timeout, ends_only=True)
+        for _ in self._follow_many(follow):
+            pass
+        return follow.ends()
+
+    def _follow_many(self, follow: FollowMany) -> Generator[Job, None, None]:
+        while not follow.done:
+            error: CorralError | None = None
+            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), follow.remaining())
+            try:
+                with closing(updates):
+                    for job in updates:
+                        if follow.is_new(job):
+                            yield job
+            except DeadlineExceeded:
+                raise follow.timed_out() from None
+            except CorralError as exc:
+                error = exc  # pause() raises it unless the control plane went away (corral.follow)
+            if not follow.done:
+                time.sleep(follow.pause(error))
 
     def run(
         self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument, Unavailable
 from corral.job import Job
+from corral.job_ids import watched_ids
+from corral.v1 import jobs_pb2
 
 __all__ = [
     "FIRST_CONTACT_LIMIT_SEC",
@@ -28,6 +30,7 @@ __all__ = [
     "REWATCH_PAUSE_MAX_SEC",
     "REWATCH_PAUSE_SEC",
     "Follow",
+    "FollowMany",
     "broken_stream",
 ]
 
@@ -142,3 +145,55 @@ class Follow:
         self._pause = min(self._pause * 2, REWATCH_PAUSE_MAX_SEC)
         left = self.remaining()
         return pause if left is None else min(pause, left)
+
+
+class FollowMany(Follow):
+    """The state of one watch over many jobs (``WatchJobs``) until each has ended: as :class:`Follow`,
+    with the last state seen of each job. A new stream after a break names only the jobs not yet ended,
+    and starts with each as it is now; :meth:`is_new` drops those that did not change meanwhile."""
+
+    def __init__(
+        self,
+        ids: Iterable[str],
+        timeout: float | None = None,
+        ends_only: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Raises:
+        InvalidArgument: on ``ids`` as the control plane would (:func:`corral.job_ids.watched_ids`), and
+            on ``timeout`` as :class:`Follow` does; before anything is sent.
+        """
+        super().__init__("", timeout, clock)
+        self.ids = watched_ids(ids)
+        self.ends_only = ends_only
+        self._seen: dict[str, Job] = {}
+        self._open = dict.fromkeys(self.ids)  # an ordered set: the jobs not ended yet
+
+    @property
+    def done(self) -> bool:
+        """Whether every job has ended."""
+        return not self._open
+
+    def request(self) -> jobs_pb2.WatchJobsRequest:
+        """The request for the next stream: the jobs not ended yet, in the order they were given."""
+        return jobs_pb2.WatchJobsRequest(ids=list(self._open), ends_only=self.ends_only)
+
+    def is_new(self, job: Job) -> bool:
+        """Whether ``job`` differs from the last state seen of it (a new stream repeats the current ones)."""
+        self.reached()
+        if job.is_terminal:
+            self._open.pop(job.id, None)
+        if self._seen.get(job.id) == job:
+            return False
+        self._seen[job.id] = job
+        return True
+
+    def ends(self) -> list[Job]:
+        """Each job as it ended, in the order they were given (once :attr:`done`)."""
+        return [self._seen[job_id] for job_id in self.ids]
+
+    def timed_out(self) -> DeadlineExceeded:
+        limit = "" if self._timeout is None else f" after {self._timeout:g} s"
+        left = list(self._open)
+        first = f" (the first: {left[0]!r})" if left else ""
+        return DeadlineExceeded(f"{len(left):,} of {len(self.ids):,} jobs not finished{limit}{first}")

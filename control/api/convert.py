@@ -19,6 +19,7 @@ from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
 from control.store import AccountEntry, AuditEntry, JobTypeEntry
 from corral.errors import InvalidArgument
+from corral.job_ids import check_id
 from corral.jobtypes import MAX_EXACT_INTEGER
 from corral.limits import MAX_GPUS, MAX_MEMORY_MB, MAX_OUTPUT_BYTES, MAX_THREADS, MAX_WORKER_ID
 from corral.v1 import accounts_pb2, admin_pb2, jobs_pb2, workers_pb2
@@ -73,17 +74,9 @@ def _non_finite(
     return None
 
 
-MAX_ID = 128
-"""The longest job or worker id a request may name (ids made here are 32 characters; worker ids 1..128)."""
-
-
 def target_id(value: str) -> str:
     """The ``id`` of a request naming one job or worker; InvalidArgument when empty or too long."""
-    if not value:
-        raise InvalidArgument("id", "is required")
-    if len(value) > MAX_ID:
-        raise InvalidArgument("id", f"must be at most {MAX_ID} characters, got {len(value)}")
-    return value
+    return check_id(value, "id")
 
 
 def _set_struct(target: struct_pb2.Struct, text: str) -> None:

@@ -22,6 +22,7 @@ from control.registry import WorkerState
 from control.scheduler import Scheduler
 from control.turns import in_turns
 from corral.errors import InvalidArgument
+from corral.job_ids import watched_ids
 from corral.v1 import jobs_pb2
 
 MAX_LIST = 1000
@@ -134,6 +135,21 @@ class JobServicer:
         self, request: jobs_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         async for job in self.s.watch(await self._visible(request.id)):
+            yield jobs_pb2.JobEvent(job=convert.job(job))
+
+    @grpc_errors
+    async def WatchJobs(
+        self, request: jobs_pb2.WatchJobsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.JobEvent]:
+        ids = watched_ids(request.ids)
+        check = None
+        if self.s.access.isolated:
+            principal = PRINCIPAL.get()
+
+            def check(job: JobRecord) -> object:
+                return self.s.access.check_visible(job, principal)
+
+        async for job in self.s.watch_many(ids, request.ends_only, check):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors

@@ -138,6 +138,10 @@ class Store(Protocol):
     # reads
     async def get(self, job_id: str) -> JobRecord | None: ...
 
+    async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
+        """The stored jobs among ``job_ids``, in no particular order; ids that name no job are left out."""
+        ...
+
     async def cancelled_chain(self, job_id: str) -> list[JobRecord]:
         """The jobs CANCELLED with DEPENDENCY_FAILED down the chain from ``job_id``: those whose
         ``depends_on`` names it, those whose ``depends_on`` names one of those, and so on (one read of

@@ -43,7 +43,7 @@ import psycopg
 from control.jobs import TERMINAL, JobRecord, JobState
 from control.store import audit_rows
 from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
-from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
+from control.store.rows import COLUMNS, first_page, insert_row, read_by_ids, read_cancelled_chain, record, update_row
 from corral import logs
 from corral.dburl import describe
 from corral.errors import Unavailable
@@ -438,6 +438,13 @@ class PostgresStore:
             return record(row) if row else None
 
         return await self._read(q)
+
+    async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
+        def q(c: psycopg.Connection[Any]) -> list[JobRecord]:
+            return read_by_ids(c, "%s", job_ids)
+
+        result: list[JobRecord] = await self._read(q)
+        return result
 
     async def cancelled_chain(self, job_id: str) -> list[JobRecord]:
         def q(c: psycopg.Connection[Any]) -> list[JobRecord]:

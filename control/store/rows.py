@@ -127,10 +127,15 @@ def read_cancelled_chain(conn: Any, placeholder: str, job_id: str) -> list[JobRe
         f"SELECT id, depends_on FROM jobs WHERE state = {placeholder} AND error_code = {placeholder}",
         (int(JobState.CANCELLED), DEPENDENCY_FAILED),
     ).fetchall()
-    ids = chain_below(job_id, links)
+    return sorted(read_by_ids(conn, placeholder, chain_below(job_id, links)), key=lambda job: job.seq)
+
+
+def read_by_ids(conn: Any, placeholder: str, ids: Sequence[str]) -> list[JobRecord]:
+    """The stored jobs among ``ids`` (in no particular order; ids that name none are left out), read
+    500 at a time so that no statement passes SQLite's limit on parameters."""
     out: list[JobRecord] = []
     for at in range(0, len(ids), 500):
-        part = ids[at : at + 500]
+        part = list(ids[at : at + 500])
         marks = ",".join([placeholder] * len(part))
         out.extend(record(row) for row in conn.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({marks})", part))
-    return sorted(out, key=lambda job: job.seq)
+    return out

@@ -26,7 +26,7 @@ from control.jobs import TERMINAL, JobRecord, JobState
 from control.store import audit_rows
 from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
 from control.store.lock import DatabaseLock
-from control.store.rows import COLUMNS, first_page, insert_row, read_cancelled_chain, record, update_row
+from control.store.rows import COLUMNS, first_page, insert_row, read_by_ids, read_cancelled_chain, record, update_row
 from corral.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -317,6 +317,13 @@ class SQLiteStore:
             return record(row) if row else None
 
         result: JobRecord | None = await self._read(q)
+        return result
+
+    async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
+        def q(c: sqlite3.Connection) -> list[JobRecord]:
+            return read_by_ids(c, "?", job_ids)
+
+        result: list[JobRecord] = await self._read(q)
         return result
 
     async def cancelled_chain(self, job_id: str) -> list[JobRecord]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from contextlib import ExitStack, closing
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,7 @@ from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
 from corral.errors import InvalidArgument
 from corral.job import Job, JobState
+from corral.job_ids import MAX_WATCHED_JOBS
 
 __all__ = [
     "audit",
@@ -39,6 +41,7 @@ __all__ = [
     "stats",
     "submit",
     "submit_many",
+    "wait",
     "watch",
     "workers",
 ]
@@ -103,7 +106,7 @@ def submit_many(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         jobs = client.submit_many(specs)
         if args.wait:
-            jobs = _wait_all(client, jobs, progress=not args.json)
+            jobs = _wait_all(client, [job.id for job in jobs], progress=not args.json)
     if args.json:
         render.print_json([job.to_dict() for job in jobs])
     else:
@@ -115,20 +118,38 @@ def submit_many(args: argparse.Namespace) -> int:
     return fail(f"{len(unsuccessful)} of {len(jobs)} jobs did not succeed; {_ending(unsuccessful[0])}")
 
 
-def _wait_all(client: Client, jobs: list[Job], *, progress: bool) -> list[Job]:
-    """``jobs`` as they ended, in the same order; ``progress``: say on stderr which one is awaited."""
-    ended: list[Job] = []
-    # One after another is as quick as all at once: the wait ends when the last job does, and each
-    # Client.wait returns at once for a job that already ended.
+def _wait_all(client: Client, ids: list[str], *, progress: bool, timeout: float | None = None) -> list[Job]:
+    """The jobs ``ids`` name as they ended, in the same order (an id may repeat); ``progress``: say on
+    stderr how many have ended. One WatchJobs stream per MAX_WATCHED_JOBS of them, in turn."""
+    unique = list(dict.fromkeys(ids))
+    ended: dict[str, Job] = {}
+    deadline = None if timeout is None else time.monotonic() + timeout
     with ExitStack() as stack:
         status = stack.enter_context(render.console(stderr=True).status("Waiting...")) if progress else None
-        for job in jobs:
-            if status is not None:
-                status.update(
-                    f"Waiting for job #{len(ended)} ({job.type} {job.id}); {len(ended)} of {len(jobs)} ended..."
-                )
-            ended.append(client.wait(job.id))
-    return ended
+        for at in range(0, len(unique), MAX_WATCHED_JOBS):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            part = unique[at : at + MAX_WATCHED_JOBS]
+            with closing(client.watch_many(part, ends_only=True, timeout=left)) as ends:
+                for job in ends:
+                    ended[job.id] = job
+                    if status is not None:
+                        status.update(f"Waiting: {len(ended):,} of {len(unique):,} jobs ended...")
+    return [ended[job_id] for job_id in ids]
+
+
+def wait(args: argparse.Namespace) -> int:
+    """``corral wait ID [ID ...]``: wait until every job has ended, across control-plane restarts; a table of
+    them as they ended (``--json``: a list); exit 1 unless all SUCCEEDED, naming the first that did not."""
+    with client_for(args) as client:
+        jobs = _wait_all(client, args.ids, progress=not args.json, timeout=args.timeout)
+    if args.json:
+        render.print_json([job.to_dict() for job in jobs])
+    else:
+        render.console().print(render.jobs_table(jobs))
+    unsuccessful = [job for job in jobs if job.state is not JobState.SUCCEEDED]
+    if not unsuccessful:
+        return ExitCode.OK
+    return fail(f"{len(unsuccessful)} of {len(jobs)} jobs did not succeed; {_ending(unsuccessful[0])}")
 
 
 def get(args: argparse.Namespace) -> int:

@@ -2,9 +2,10 @@
 
 Without ``--control`` it starts an embedded Corral with the same :class:`Supervisor` as ``corral up``
 (free ephemeral ports, a database in a temporary directory, 2 workers x 2 threads, children's logs in that
-directory) and stops it at the end. It submits the mix in one ``SubmitJobs`` batch, follows every job with
-``WatchJob`` on an :class:`~corral.AsyncClient` behind a live progress bar, then prints a results table
-(checking the results it can predict) and a one-line summary. Exit 0 when every job SUCCEEDED.
+directory) and stops it at the end. It submits the mix in ``SubmitJobs`` batches, follows them all with
+``WatchJobs`` (one stream per 10,000) on an :class:`~corral.AsyncClient` behind a live progress bar,
+then prints a results table (checking the results it can predict) and a one-line summary. Exit 0 when
+every job SUCCEEDED.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from corral.cli.exitcode import ExitCode, fail
 from corral.cli.supervisor import ClusterConfig, Supervisor, SupervisorError
 from corral.errors import CorralError, RateLimited
 from corral.job import Job
+from corral.job_ids import MAX_WATCHED_JOBS
 from corral.spec import JobSpec
 
 __all__ = ["DemoJob", "demo", "demo_jobs"]
@@ -38,8 +40,6 @@ PRIMES_UP_TO_LIMIT = 11_078_937
 """pi(200,000,000): what ``cpu_intensive`` with n=PRIME_LIMIT must answer (about 0.5 s of work)."""
 
 UNICODE_TEXT = "Corral ✓ — héllo, wörld! 日本語 🐎"
-MAX_WATCHERS = 64
-"""Jobs followed at once (each one is a WatchJob stream)."""
 BATCH = 16
 """Jobs per SubmitJobs call (keeps every message well under gRPC's 4 MB default)."""
 
@@ -153,21 +153,19 @@ async def _follow(out: Console, client: AsyncClient, board: DemoBoard, superviso
     )
     with Progress(*columns, console=out, transient=False) as progress:
         task = progress.add_task(board.progress_text(), total=len(board.jobs))
-        gate = asyncio.Semaphore(MAX_WATCHERS)
 
         def refresh() -> None:
             progress.update(task, completed=board.finished(), description=board.progress_text())
 
-        async def follow(job: Job) -> None:
-            async with gate:
-                async for update in client.watch(job.id):
-                    board.update(update)
-                    refresh()
-                if not board.jobs[job.id].is_terminal:  # the stream ended early: wait it out
-                    board.update(await client.wait(job.id))
-                    refresh()
+        async def follow(ids: list[str]) -> None:
+            async for update in client.watch_many(ids):
+                board.update(update)
+                refresh()
 
-        watchers = [asyncio.create_task(follow(job)) for job in board.jobs.values()]
+        ids = list(board.jobs)
+        watchers = [
+            asyncio.create_task(follow(ids[at : at + MAX_WATCHED_JOBS])) for at in range(0, len(ids), MAX_WATCHED_JOBS)
+        ]
         guard = asyncio.create_task(_guard(supervisor)) if supervisor else None
         try:
             pending: set[asyncio.Task[None]] = set(watchers) | ({guard} if guard else set())

@@ -267,6 +267,14 @@ def _add_client_commands(
 
     _add_submit_many(sub, parent)
 
+    help_text = "wait until jobs end, on one stream however many (exit 1 unless all SUCCEEDED)"
+    p = sub.add_parser("wait", parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
+    p.add_argument("ids", nargs="+", metavar="ID", help="job ids")
+    p.add_argument(
+        "--timeout", type=values.positive_seconds, metavar="SEC", help="give up after this many seconds (exit 1)"
+    )
+    p.set_defaults(handler=commands.wait)
+
     for name, handler, help_text in (
         ("get", commands.get, "show one job"),
         ("cancel", commands.cancel, "cancel a job that has not finished"),

@@ -783,6 +783,32 @@ class WatchJobRequest(_message.Message):
 Global___WatchJobRequest: _TypeAlias = WatchJobRequest  # noqa: Y015
 
 @_typing.final
+class WatchJobsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    ENDS_ONLY_FIELD_NUMBER: _builtins.int
+    ends_only: _builtins.bool
+    """Only each job's terminal state (a job that has already ended: at once)."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """1 to 10,000 job ids, each at most once."""
+
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        ends_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ends_only", b"ends_only", "ids", b"ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchJobsRequest: _TypeAlias = WatchJobsRequest  # noqa: Y015
+
+@_typing.final
 class WatchOutputRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

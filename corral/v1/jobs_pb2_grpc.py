@@ -69,6 +69,11 @@ class JobServiceStub:
                 request_serializer=corral_dot_v1_dot_jobs__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.WatchJobs = channel.unary_stream(
+                '/corral.v1.JobService/WatchJobs',
+                request_serializer=corral_dot_v1_dot_jobs__pb2.WatchJobsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+                _registered_method=True)
         self.RunJob = channel.unary_stream(
                 '/corral.v1.JobService/RunJob',
                 request_serializer=corral_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
@@ -133,6 +138,17 @@ class JobServiceServicer:
 
     def WatchJob(self, request, context):
         """Streams the job now and after every change; ends at a terminal state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJobs(self, request, context):
+        """Streams a set of jobs until every one has ended: first each job as it is now, in the order of
+        `ids`, then each job after every change, as WatchJob does, jobs interleaved; the stream ends OK
+        once the last of them is terminal. With `ends_only`, only each job's end: its terminal state,
+        once. One stream where a client waiting for many jobs (a batch) would open one per job. An id
+        that names no job (or one the caller may not see) is NOT_FOUND, before any event.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -219,6 +235,11 @@ def add_JobServiceServicer_to_server(servicer, server):
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
                     request_deserializer=corral_dot_v1_dot_jobs__pb2.WatchJobRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
+            ),
+            'WatchJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJobs,
+                    request_deserializer=corral_dot_v1_dot_jobs__pb2.WatchJobsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_jobs__pb2.JobEvent.SerializeToString,
             ),
             'RunJob': grpc.unary_stream_rpc_method_handler(
@@ -430,6 +451,33 @@ class JobService:
             target,
             '/corral.v1.JobService/WatchJob',
             corral_dot_v1_dot_jobs__pb2.WatchJobRequest.SerializeToString,
+            corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.JobService/WatchJobs',
+            corral_dot_v1_dot_jobs__pb2.WatchJobsRequest.SerializeToString,
             corral_dot_v1_dot_jobs__pb2.JobEvent.FromString,
             options,
             channel_credentials,

@@ -44,6 +44,13 @@ class JobServiceStub:
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     WatchJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]
     """Streams the job now and after every change; ends at a terminal state."""
+    WatchJobs: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobsRequest, _jobs_pb2.JobEvent]
+    """Streams a set of jobs until every one has ended: first each job as it is now, in the order of
+    `ids`, then each job after every change, as WatchJob does, jobs interleaved; the stream ends OK
+    once the last of them is terminal. With `ends_only`, only each job's end: its terminal state,
+    once. One stream where a client waiting for many jobs (a batch) would open one per job. An id
+    that names no job (or one the caller may not see) is NOT_FOUND, before any event.
+    """
     RunJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.SubmitJobRequest, _jobs_pb2.JobEvent]
     """Submits one job, as SubmitJob does, and streams it, as WatchJob does: the first event is the job
     as committed (for a repeated idempotency key, the job the key names), then one after every change,
@@ -85,6 +92,13 @@ class JobServiceAsyncStub(JobServiceStub):
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     WatchJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
     """Streams the job now and after every change; ends at a terminal state."""
+    WatchJobs: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobsRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
+    """Streams a set of jobs until every one has ended: first each job as it is now, in the order of
+    `ids`, then each job after every change, as WatchJob does, jobs interleaved; the stream ends OK
+    once the last of them is terminal. With `ends_only`, only each job's end: its terminal state,
+    once. One stream where a client waiting for many jobs (a batch) would open one per job. An id
+    that names no job (or one the caller may not see) is NOT_FOUND, before any event.
+    """
     RunJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.SubmitJobRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
     """Submits one job, as SubmitJob does, and streams it, as WatchJob does: the first event is the job
     as committed (for a repeated idempotency key, the job the key names), then one after every change,
@@ -165,6 +179,19 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_jobs_pb2.JobEvent], _abc.AsyncIterator[_jobs_pb2.JobEvent]]:
         """Streams the job now and after every change; ends at a terminal state."""
+
+    @_abc_1.abstractmethod
+    def WatchJobs(
+        self,
+        request: _jobs_pb2.WatchJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_jobs_pb2.JobEvent], _abc.AsyncIterator[_jobs_pb2.JobEvent]]:
+        """Streams a set of jobs until every one has ended: first each job as it is now, in the order of
+        `ids`, then each job after every change, as WatchJob does, jobs interleaved; the stream ends OK
+        once the last of them is terminal. With `ends_only`, only each job's end: its terminal state,
+        once. One stream where a client waiting for many jobs (a batch) would open one per job. An id
+        that names no job (or one the caller may not see) is NOT_FOUND, before any event.
+        """
 
     @_abc_1.abstractmethod
     def RunJob(

@@ -203,6 +203,15 @@ def test_the_chain_a_failure_cancelled_is_found_by_exact_ids_however_long(locati
         assert chain[2].depends_on == ("job-2", "job-6") and chain[2].error_code == "DEPENDENCY_FAILED"
 
 
+def test_many_jobs_are_read_by_id_past_the_statement_s_parameter_limit(location: str) -> None:
+    jobs_ = [record(n) for n in range(1, 1202)]
+    with reopened(location, jobs_) as s:
+        asked = [f"job-{n}" for n in range(1201, 0, -2)] + ["job-0", "job-1202", "job-1'"]
+        found = run(s.get_many(asked))
+        assert sorted(j.id for j in found) == sorted(f"job-{n}" for n in range(1, 1202, 2))
+        assert run(s.get_many([])) == []
+
+
 def test_worker_selectors_survive_reopen(location: str) -> None:
     picky, plain = record(1), record(2)
     picky.worker_selector = (("gpu", "a100"), ("zone", "ü"))

@@ -70,6 +70,8 @@ def _refused_as_missing(client: corral.Client, job_id: str) -> None:
         client.retry,
         lambda i: list(client.watch(i)),
         lambda i: list(client.watch_output(i)),
+        lambda i: list(client.watch_many([i])),
+        lambda i: client.wait_all([i]),
     )
     for call in calls:
         with pytest.raises(NotFound) as theirs:
@@ -90,6 +92,10 @@ def test_a_client_sees_and_manages_only_its_own_jobs(tenants: Tenants) -> None:
     # do not exist
     for job in (running, done):
         _refused_as_missing(tenants.bob, job.id)
+    # not even beside one of his own in a watch of many
+    with pytest.raises(NotFound, match=done.id):
+        tenants.bob.wait_all([bobs.id, done.id])
+    assert [j.id for j in tenants.bob.wait_all([bobs.id])] == [bobs.id]
     # and his list holds his job alone, whatever owner he asks for
     page = tenants.bob.list()
     assert ([j.id for j in page.jobs], page.total) == ([bobs.id], 1)

@@ -8,7 +8,7 @@ import pytest
 
 from corral import follow
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument, NotFound, Unavailable
-from corral.follow import Follow, broken_stream
+from corral.follow import Follow, FollowMany, broken_stream
 from corral.job import Job, JobState
 
 
@@ -102,3 +102,49 @@ def test_a_timeout_that_is_not_a_finite_number_of_seconds_is_refused(bad: object
         Follow("j", bad)  # type: ignore[arg-type]
     assert info.value.field == "timeout"
     assert Follow("j", None).remaining() is None and Follow("j", 5).remaining() is not None
+
+
+def test_a_watch_of_many_asks_again_only_for_the_jobs_not_ended_and_repeats_nothing(clock: Clock) -> None:
+    f = FollowMany(["a", "b", "c"], timeout=5.0, clock=clock)
+    assert list(f.request().ids) == ["a", "b", "c"] and not f.request().ends_only
+    a_running = Job(id="a", type="noop", state=JobState.RUNNING)
+    b_done = Job(id="b", type="noop", state=JobState.SUCCEEDED)
+    assert f.is_new(a_running) and f.is_new(b_done)
+    # The stream broke: the next one names a and c, in the order given, and its first states repeat
+    assert list(f.request().ids) == ["a", "c"]
+    assert not f.is_new(a_running), "the new stream's first event repeats the state"
+    assert f.is_new(Job(id="c", type="noop", state=JobState.FAILED))
+    assert not f.done
+    assert f.is_new(Job(id="a", type="noop", state=JobState.CANCELLED)) and f.done
+    assert [(j.id, j.state) for j in f.ends()] == [
+        ("a", JobState.CANCELLED),
+        ("b", JobState.SUCCEEDED),
+        ("c", JobState.FAILED),
+    ]
+
+
+def test_a_watch_of_many_that_runs_out_of_time_names_how_many_are_left(clock: Clock) -> None:
+    f = FollowMany(["a", "b", "c"], timeout=2.0, ends_only=True, clock=clock)
+    assert f.request().ends_only
+    f.is_new(Job(id="b", type="noop", state=JobState.SUCCEEDED))
+    clock.now += 2.5
+    with pytest.raises(DeadlineExceeded, match=r"^2 of 3 jobs not finished after 2 s \(the first: 'a'\)$"):
+        f.remaining()
+
+
+@pytest.mark.parametrize(
+    ("ids", "field", "rule"),
+    [
+        ("abc", "ids", "must be a list of job ids, got str"),
+        ([], "ids", "must hold 1 to 10,000 job ids, got 0"),
+        (["a"] * 10_001, "ids", "must hold 1 to 10,000 job ids, got 10,001"),
+        (["a", 1], "ids[1]", "must be a string, got int"),
+        (["a", ""], "ids[1]", "is required"),
+        (["x" * 129], "ids[0]", "must be at most 128 characters, got 129"),
+        (["a", "b", "a"], "ids[2]", "repeats ids[0] ('a'): name each job once"),
+    ],
+)
+def test_a_bad_list_of_ids_is_refused_naming_the_entry(ids: object, field: str, rule: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        FollowMany(ids)  # type: ignore[arg-type]
+    assert (err.value.field, str(err.value)) == (field, f"{field}: {rule}")
