@@ -16,7 +16,8 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from corral import AsyncClient, Client, Job
+from corral import AsyncClient, Client, Job, job_ids
+from corral.cli import commands
 from corral.errors import DeadlineExceeded, InvalidArgument, NotFound
 from corral.job_ids import MAX_WATCHED_JOBS
 from corral.v1 import jobs_pb2
@@ -146,6 +147,19 @@ def test_corral_wait_prints_the_ends_and_exits_1_unless_all_succeeded(
     assert missing.returncode != 0 and "job 'no-such-job' not found" in missing.stderr
     late = cli.corral("wait", bad.id, "--timeout", "-1", *args)
     assert late.returncode == 2 and "--timeout" in late.stderr
+
+
+def test_the_cli_waits_for_more_jobs_than_one_stream_takes_one_stream_after_another(
+    control_plane: ControlProc, spawn_worker: Callable[..., WorkerProc], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spawn_worker(control_plane, threads=2)
+    ids = [j.id for j in submit_many(control_plane, [request("noop") for _ in range(5)])]
+    # 10,000 in truth; here the client refuses a third id on one stream, so 3 streams it must be
+    monkeypatch.setattr(job_ids, "MAX_WATCHED_JOBS", 2)
+    monkeypatch.setattr(commands, "MAX_WATCHED_JOBS", 2)
+    with Client(control_plane.address) as client:
+        ended = commands._wait_all(client, [*ids, ids[0]], progress=False, timeout=30)
+    assert [j.id for j in ended] == [*ids, ids[0]] and {j.state.name for j in ended} == {"SUCCEEDED"}
 
 
 def test_bad_lists_are_refused_naming_the_entry(control_plane: ControlProc) -> None:
