@@ -464,7 +464,8 @@ class PostgresStore:
         where: list[str] = []
         args: list[Any] = []
         if labels:
-            where.append("labels::jsonb @> %s::jsonb")
+            # As the partial GIN index jobs_by_labels is written, so that the planner may use it.
+            where.append("labels != '{}' AND labels::jsonb @> %s::jsonb")
             args.append(json.dumps(dict(labels)))
         if owners:
             where.append("owner = ANY(%s) AND owner != ''")

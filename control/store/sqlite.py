@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
 import threading
@@ -51,6 +52,22 @@ _OWNER_INDEX = "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq) WH
 
 _ACCOUNT_COLUMNS = "name, password_hash, session, created_at, password_changed_at"
 
+# ListJobs by labels reads this index instead of every job's labels: with 1,000,000 jobs stored, a page
+# took 0.4-1 s with json_each over the jobs table (python -m bench labels). One row per label of a job,
+# written with the job, deleted with it (by its whole key: the purge reads the job's labels first).
+_LABELS_TABLE = """
+CREATE TABLE job_labels (
+    key   TEXT    NOT NULL,
+    value TEXT    NOT NULL,
+    seq   INTEGER NOT NULL,  -- jobs.seq
+    PRIMARY KEY (key, value, seq)
+) WITHOUT ROWID
+"""
+_LABELS_BACKFILL = (
+    "INSERT INTO job_labels (key, value, seq) "
+    "SELECT l.key, l.value, jobs.seq FROM jobs, json_each(jobs.labels) AS l WHERE jobs.labels != '{}'"
+)
+
 _Op = tuple[str, list[tuple[Any, ...]]]
 _T = TypeVar("_T")
 
@@ -80,6 +97,12 @@ def _migrate(conn: sqlite3.Connection) -> None:
     if "start_when" not in columns:
         conn.execute("ALTER TABLE jobs ADD COLUMN start_when INTEGER NOT NULL DEFAULT 0")
     conn.execute(_OWNER_INDEX)
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_labels'").fetchone() is None:
+        # One transaction: a crash part way leaves neither the table nor half an index.
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(_LABELS_TABLE)
+        conn.execute(_LABELS_BACKFILL)
+        conn.execute("COMMIT")
 
 
 def _connect(path: str, sync: str) -> sqlite3.Connection:
@@ -149,7 +172,10 @@ class SQLiteStore:
 
     # ---- writes -------------------------------------------------------------------------------
     def insert(self, jobs: Iterable[JobRecord]) -> None:
+        jobs = list(jobs)
         self._pending.append(("jobs_insert", [insert_row(j) for j in jobs]))
+        if labelled := [(key, value, j.seq) for j in jobs if j.labels for key, value in j.labels.items()]:
+            self._pending.append(("labels_insert", labelled))
 
     def update(self, jobs: Iterable[JobRecord]) -> None:
         self._pending.append(("jobs_update", [update_row(j) for j in jobs]))
@@ -192,17 +218,29 @@ class SQLiteStore:
         try:
             conn.execute("BEGIN IMMEDIATE")
             rows = conn.execute(
-                "SELECT seq, id, finished_at FROM jobs WHERE state = ? ORDER BY seq LIMIT ?", (int(state), limit)
+                "SELECT seq, id, finished_at, labels FROM jobs WHERE state = ? ORDER BY seq LIMIT ?",
+                (int(state), limit),
             ).fetchall()
-            doomed = [(seq, id_) for seq, id_, finished in rows if finished is not None and finished <= before]
-            conn.executemany("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq, _ in doomed])
+            doomed = [
+                (seq, id_, labels) for seq, id_, finished, labels in rows if finished is not None and finished <= before
+            ]
+            conn.executemany("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq, _, _ in doomed])
+            conn.executemany(
+                "DELETE FROM job_labels WHERE key = ? AND value = ? AND seq = ?",
+                [
+                    (key, value, seq)
+                    for seq, _, labels in doomed
+                    if labels != "{}"
+                    for key, value in json.loads(labels).items()
+                ],
+            )
             conn.execute("COMMIT")
         except sqlite3.Error:  # not fatal: the jobs are deleted by a later sweep
             logger.exception("job_purge_failed")
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             return []
-        return [id_ for _, id_ in doomed]
+        return [id_ for _, id_, _ in doomed]
 
     def _expire_keys(self, now: float, limit: int) -> int:
         if self._error is not None:
@@ -276,6 +314,7 @@ class SQLiteStore:
     _SQL = {
         "jobs_insert": _INSERT,
         "jobs_update": _UPDATE,
+        "labels_insert": "INSERT INTO job_labels (key, value, seq) VALUES (?,?,?)",
         "idem_put": "INSERT OR REPLACE INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (?,?,?,?)",
         "type_put": "INSERT OR REPLACE INTO job_types (name, schema, description, updated_at) VALUES (?,?,?,?)",
         "account_put": f"INSERT OR REPLACE INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?,?,?,?,?)",
@@ -345,8 +384,7 @@ class SQLiteStore:
         where: list[str] = []
         args: list[Any] = []
         for key, value in (labels or {}).items():
-            # json_each rather than a JSON path: a key may hold any character, quotes and dots included.
-            where.append("EXISTS (SELECT 1 FROM json_each(jobs.labels) WHERE key = ? AND value = ?)")
+            where.append("seq IN (SELECT seq FROM job_labels WHERE key = ? AND value = ?)")
             args += [key, value]
         if owners:
             where.append(f"owner IN ({','.join('?' * len(owners))}) AND owner != ''")

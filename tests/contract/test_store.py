@@ -412,6 +412,43 @@ def test_request_ids_survive_reopen_and_an_older_database_gains_the_column(tmp_p
     s.close()
 
 
+def test_the_label_index_is_built_for_an_older_database_and_follows_inserts_and_purges(tmp_path: Path) -> None:
+    # Given a database as a release before the label index made it, with labelled and plain jobs
+    path = str(tmp_path / "old.db")
+    s = SQLiteStore(path)
+    jobs_ = [record(n, state=JobState.SUCCEEDED) for n in range(1, 5)]
+    jobs_[0].labels, jobs_[1].labels, jobs_[2].labels = {"team": "ü", "a.b": "[1]"}, {"team": "ü"}, {}
+    for job in jobs_:
+        job.finished_at = 100.0
+    s.insert(jobs_)
+    run(s.commit())
+    s.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE job_labels")
+    conn.commit()
+    conn.close()
+
+    def index_rows() -> list[tuple[str, str, int]]:
+        with contextlib.closing(sqlite3.connect(path)) as c:
+            return sorted(c.execute("SELECT key, value, seq FROM job_labels"))
+
+    def listed(labels: dict[str, str]) -> list[str]:
+        return sorted(j.id for j in run(s.list_jobs([], "", 50, 0, labels=labels)).jobs)
+
+    # When this release opens it, the index is built from the stored labels
+    s = SQLiteStore(path)
+    assert index_rows() == [("a.b", "[1]", 1), ("team", "ü", 1), ("team", "ü", 2), ("team", "ü", 4)]
+    assert listed({"team": "ü"}) == ["job-1", "job-2", "job-4"] and listed({"a.b": "[1]"}) == ["job-1"]
+    # and it follows new jobs and purged ones
+    s.insert([record(5)])
+    run(s.commit())
+    assert listed({"team": "ü"}) == ["job-1", "job-2", "job-4", "job-5"]
+    assert sorted(run(s.purge_finished(JobState.SUCCEEDED, 200.0, 10))) == ["job-1", "job-2", "job-3", "job-4"]
+    assert index_rows() == [("team", "ü", 5)]
+    assert listed({"team": "ü"}) == ["job-5"]
+    s.close()
+
+
 def test_a_database_is_held_by_one_store_at_a_time(tmp_path: Path) -> None:
     path = str(tmp_path / "held.db")
     first = SQLiteStore(path)
