@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench install stubs clean
+.PHONY: demo test lint typecheck unit bench install bytecode stubs clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,14 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# Bytecode for the project's own modules, which an editable install does not compile: where
+# PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile them afresh at each start
+# (a control plane served after 0.46 s instead of 0.37 s; the tests start hundreds of processes).
+# compileall skips what is up to date; Python checks each file's timestamp, so an edit is never missed.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 corral control worker runner bench tests
+
+demo: $(STAMP) bytecode
 	$(BIN)/corral demo
 
 lint: $(STAMP)
@@ -24,7 +31,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) bytecode
 	$(BIN)/pytest
 
 test: lint typecheck unit

@@ -46,6 +46,11 @@ def test_the_backup_poll_interval_comes_with_the_experiments_and_never_over_the_
     assert run(f"import corral; {SHOW_POLL}", GRPC_EXPERIMENTS="") == "<unset>"
 
 
+def test_the_grpcio_release_is_read_without_loading_grpc_and_as_its_metadata_says() -> None:
+    code = "import sys, corral.transport as t; print(t._grpcio_version(), 'grpc' in sys.modules)"
+    assert run(code, GRPC_EXPERIMENTS="") == f"{metadata.version('grpcio')} False"
+
+
 @pytest.mark.parametrize(
     ("host", "port", "address"),
     [
