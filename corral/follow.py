@@ -159,9 +159,11 @@ class FollowMany(Follow):
         ends_only: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Raises:
-        InvalidArgument: on ``ids`` as the control plane would (:func:`corral.job_ids.watched_ids`), and
-            on ``timeout`` as :class:`Follow` does; before anything is sent.
+        """Follow the jobs ``ids`` names (only their ends with ``ends_only``) for ``timeout`` seconds.
+
+        Raises:
+            InvalidArgument: on ``ids`` as the control plane would (:func:`corral.job_ids.watched_ids`),
+                and on ``timeout`` as :class:`Follow` does; before anything is sent.
         """
         super().__init__("", timeout, clock)
         self.ids = watched_ids(ids)
