@@ -5,7 +5,8 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
 * State, read when Prometheus scrapes (:class:`StateCollector`): nothing is updated as jobs move.
   ``corral_queue_depth{queue="ready"|"scheduled"}``, ``corral_jobs{state}``,
   ``corral_dead_letter_jobs``, ``corral_workers{state}``, ``corral_worker_heartbeat_age_max_seconds``
-  (the oldest heartbeat), ``corral_ready``, and per owner (control.shares)
+  (the oldest heartbeat), ``corral_ready``, ``corral_watched_jobs`` (jobs followed by open streams,
+  one per job per stream), and per owner (control.shares)
   ``corral_owner_thread_seconds_total{owner,group}``, ``corral_owner_gpu_seconds_total{owner,group}``,
   ``corral_owner_running_jobs{owner,group}`` and, per share (a group, or an owner in none),
   ``corral_share_dominant{share}``; the connected workers' ``corral_gpus{state}`` and
@@ -43,6 +44,7 @@ from control.exec_limits import ExecLimits
 from control.jobs import CANCELLED, ERROR, LEASE_EXPIRED, TIMEOUT, WORKER_LOST, JobState
 from control.registry import WorkerRegistry, WorkerState
 from control.shares import OwnerUsage
+from control.watch import Watchers
 
 DISPATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 """Seconds from a job becoming ready to its lease."""
@@ -213,6 +215,9 @@ class SchedulerView(Protocol):
     @property
     def usage(self) -> OwnerUsage: ...
 
+    @property
+    def watchers(self) -> Watchers: ...
+
     def state_counts(self) -> dict[JobState, int]: ...
 
 
@@ -261,6 +266,11 @@ class StateCollector(Collector):
             max(0.0, oldest),
         )
         yield GaugeMetricFamily("corral_ready", "1 while the control plane is ready (as /readyz).", int(self.ready()))
+        yield GaugeMetricFamily(
+            "corral_watched_jobs",
+            "Jobs followed by open streams (WatchJob, WatchJobs, RunJob, RunJobs, WatchOutput), one per job per stream.",
+            self.s.watchers.listening,
+        )
         usage = self.s.usage
         used = CounterMetricFamily(
             "corral_owner_thread_seconds",

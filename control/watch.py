@@ -29,6 +29,9 @@ class Watchers:
         self._subs: dict[str, list[Callable[[JobRecord | None], None]]] = {}
         self._on_close: set[Callable[[], None]] = set()
         self.closed = False
+        self.listening = 0
+        """Listeners now, one per job per stream (``corral_watched_jobs``): a stream that ended and
+        left its jobs behind would show here as a count that never falls back."""
 
     def subscribe(self, job_id: str) -> asyncio.Queue[JobRecord | None]:
         """A queue of the job's snapshots; ``None`` in it means "stopping: end the watch".
@@ -53,6 +56,7 @@ class Watchers:
         if self.closed:
             raise Unavailable(SHUTTING_DOWN)
         self._subs.setdefault(job_id, []).append(put)
+        self.listening += 1
 
     def forget(self, job_id: str, put: Callable[[JobRecord | None], None]) -> None:
         """Undo :meth:`listen`."""
@@ -61,6 +65,7 @@ class Watchers:
             return
         if put in subs:
             subs.remove(put)
+            self.listening -= 1
         if not subs:
             del self._subs[job_id]
 

@@ -22,6 +22,7 @@ from corral.errors import DeadlineExceeded, InvalidArgument, NotFound
 from corral.job_ids import MAX_WATCHED_JOBS
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, WorkerProc, wait_until
+from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest, http_port
 from tests.support import cli
 from tests.support.calls import request, rpc_error, seconds_from_now, submit_many
@@ -147,6 +148,24 @@ def test_corral_wait_prints_the_ends_and_exits_1_unless_all_succeeded(
     assert missing.returncode != 0 and "job 'no-such-job' not found" in missing.stderr
     late = cli.corral("wait", bad.id, "--timeout", "-1", *args)
     assert late.returncode == 2 and "--timeout" in late.stderr
+
+
+def test_a_stream_the_caller_ends_early_leaves_no_job_followed(control_plane: ControlProc) -> None:
+    # Given 3 queued jobs (no worker) followed by one stream, and one followed by a second stream and
+    # by a WatchJob
+    jobs = submit_many(control_plane, [request("noop") for _ in range(3)])
+    rest = Rest(http_port(control_plane))
+    first = control_plane.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(ids=[j.id for j in jobs]), timeout=30)
+    second = control_plane.jobs.WatchJobs(jobs_pb2.WatchJobsRequest(ids=[jobs[0].id]), timeout=30)
+    single = control_plane.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=jobs[0].id), timeout=30)
+    assert [next(first).job.id for _ in jobs] == [j.id for j in jobs] and next(second).job.id == jobs[0].id
+    assert next(single).job.id == jobs[0].id
+    assert scrape(rest)["corral_watched_jobs"] == 5
+    # When the callers go away before the jobs end
+    for call in (first, second, single):
+        call.cancel()
+    # Then the control plane stops following them
+    wait_until(lambda: scrape(rest)["corral_watched_jobs"] == 0, what="the watches to be let go")
 
 
 def test_the_cli_waits_for_more_jobs_than_one_stream_takes_one_stream_after_another(

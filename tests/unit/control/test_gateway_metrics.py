@@ -8,6 +8,7 @@ from control.jobs import JobState
 from control.metrics import MAX_REASONS, Metrics
 from control.registry import WorkerEntry, WorkerRegistry
 from control.shares import OwnerUsage
+from control.watch import Watchers
 
 
 class FakeScheduler:
@@ -16,6 +17,7 @@ class FakeScheduler:
         self.registry = WorkerRegistry()
         self.counts = {s: 0 for s in JobState}
         self.usage = OwnerUsage()
+        self.watchers = Watchers()
 
     def state_counts(self) -> dict[JobState, int]:
         return dict(self.counts)
@@ -88,6 +90,14 @@ def test_state_is_read_at_scrape_time() -> None:
     assert got[("corral_workers", (("state", "UNAVAILABLE"),))] == 1  # no stream: not connected
     assert got[("corral_worker_heartbeat_age_max_seconds", ())] == 3.5
     assert got[("corral_ready", ())] == 1
+    assert got[("corral_watched_jobs", ())] == 0
+    q = s.watchers.subscribe("j1")
+    s.watchers.listen("j1", print)
+    assert samples(m)[("corral_watched_jobs", ())] == 2
+    s.watchers.unsubscribe("j1", q)
+    s.watchers.forget("j1", print)
+    s.watchers.forget("j1", print)  # twice: counted once
+    assert samples(m)[("corral_watched_jobs", ())] == 0
 
 
 def test_each_instance_has_its_own_registry() -> None:
