@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from control import jobs
-from control.access import Access, parse_groups
+from control.access import Access, not_found, parse_groups
 from control.admission import (
     IdempotencyKeys,
     JobTypeCatalog,
@@ -56,7 +56,7 @@ from control.store import IdempotencyEntry, JobPage, Store
 from control.turns import in_turns
 from control.watch import SHUTTING_DOWN, Watchers
 from corral import logs
-from corral.errors import FailedPrecondition, NotFound, RateLimited, Unavailable
+from corral.errors import FailedPrecondition, RateLimited, Unavailable
 from corral.printed import OutputChunk, PrintedCursor, split_cut_note
 
 logger = logging.getLogger(__name__)
@@ -514,7 +514,7 @@ class Scheduler:
         if job is None:
             job = await self.store.get(job_id)
         if job is None:
-            raise NotFound(f"job {job_id!r} not found")
+            raise not_found(job_id)
         return job
 
     async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
@@ -535,7 +535,7 @@ class Scheduler:
             found.update((job.id, job) for job in await self.store.get_many(missing))
         for job_id in job_ids:
             if job_id not in found:
-                raise NotFound(f"job {job_id!r} not found")
+                raise not_found(job_id)
         return [found[job_id] for job_id in job_ids]
 
     async def list_jobs(
@@ -571,6 +571,8 @@ class Scheduler:
             NotFound: no such job.
             Unavailable: the control plane is stopping (control.watch).
         """
+        # watch_many([job_id]) would do the same; this path (WatchJob, RunJob, Client.run) is timed by
+        # bench latency, and one queue with no sets or dicts kept it 5-8% quicker (3 alternated runs).
         q = self.watchers.subscribe(job_id)
         try:
             job = copy.copy(await self.get(job_id))  # a snapshot: the live record keeps changing
