@@ -4,7 +4,6 @@ on SQLite and on PostgreSQL (the session's throw-away cluster); then what is par
 import asyncio
 import contextlib
 import os
-import socket
 import sqlite3
 import time
 from collections.abc import Coroutine, Iterator, Sequence
@@ -31,6 +30,7 @@ from control.store import (
 from control.store.lock import DatabaseLock
 from control.store.postgres import LOCK_KEY
 from corral.errors import Unavailable
+from tests.support.ports import dead_address
 from tests.support.postgres import Cluster
 
 T = TypeVar("T")
@@ -541,11 +541,9 @@ def test_nul_from_job_code_is_kept_as_a_replacement_character_not_a_failed_commi
 
 
 def test_a_postgres_server_that_is_not_there_is_named_without_the_password() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with pytest.raises(OSError, match=rf"cannot open the database postgresql://u:\*\*\*@127.0.0.1:{port}/db: ") as err:
-        open_store(f"postgresql://u:secret@127.0.0.1:{port}/db")
+    address = dead_address()
+    with pytest.raises(OSError, match=rf"cannot open the database postgresql://u:\*\*\*@{address}/db: ") as err:
+        open_store(f"postgresql://u:secret@{address}/db")
     assert "secret" not in str(err.value)
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
 from tests.support.cli import CORRAL, corral
+from tests.support.ports import dead_address
 from tests.support.processes import alive
 
 
@@ -307,9 +308,7 @@ def test_client_commands_read_and_change_jobs(served: ControlProc) -> None:
 
 
 def test_an_unreachable_control_plane_exits_3() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    address = dead_address()
     done = corral("stats", "--control", address)
     assert done.returncode == 3
     assert done.stderr.startswith(f"corral: error: UNAVAILABLE: cannot reach the control plane at {address}")

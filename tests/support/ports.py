@@ -1,13 +1,50 @@
-"""Ports of 127.0.0.1 for tests: a free one to bind, and an address that refuses connections."""
+"""Ports of 127.0.0.1 for tests: a free one to bind, and an address that refuses connections.
+
+A port picked for a process to bind later (a control plane's fixed ports, so that a standby or a
+restart finds it at the same address) is taken below the kernel's ephemeral range. A port from that
+range (what binding port 0 gives) can be handed out again meanwhile as the source port of any
+outgoing connection, a database client's say, and the later bind then fails with "Address already
+in use": a CI run lost a standby's HTTP port that way. Below the range, only a process that binds
+that very port can take it.
+"""
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
+
+LOWEST = 20_000
+"""Where the ports picked here start."""
+_handed_out: set[int] = set()
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
+    """A port on 127.0.0.1 that was free a moment ago, below the ephemeral range (see the module
+    docstring), and not handed out before by this process."""
+    top = _ephemeral_start()
+    for _ in range(200):
+        if top <= LOWEST:
+            break
+        port = random.randrange(LOWEST, top)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # a machine whose ephemeral range starts low: any free port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ from corral.cli.parser import CONTROL_ADDR_ENV, TOKEN_ENV, build_parser
 from corral.cli.supervisor import ClusterConfig
 from corral.errors import Unauthenticated
 from corral.job import Job, JobState
+from tests.support.ports import dead_address
 
 
 @pytest.fixture(autouse=True)
@@ -143,9 +143,7 @@ def test_control_and_worker_exec_their_module(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_an_unreachable_control_plane_exits_3_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    address = dead_address()
     assert main(["get", "some-id", "--control", address]) == ExitCode.UNREACHABLE
     err = capsys.readouterr().err
     assert err.startswith(f"corral: error: UNAVAILABLE: cannot reach the control plane at {address}")

@@ -9,7 +9,6 @@ Both clients are checked against the same cases.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -23,6 +22,7 @@ from google.rpc import error_details_pb2, status_pb2
 import corral
 from corral import errors
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
+from tests.support.ports import dead_address
 
 CODES = [
     ("INVALID_ARGUMENT", errors.InvalidArgument),
@@ -164,10 +164,7 @@ def test_an_unimplemented_method_is_a_corral_error(address: str, get: Any) -> No
 
 @pytest.fixture
 def closed_address() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"127.0.0.1:{port}"
+    return dead_address()
 
 
 @GETS
