@@ -114,6 +114,9 @@ def test_kill_9_of_the_control_plane_moves_the_worker_to_the_next_one_round_the_
     b.kill()
     # Then B is tried first (it was serving), and the worker goes on round the list, back to A
     wait_until(lambda: registered_on(a, worker), timeout=FAILOVER_DEADLINE_SEC, what="the worker to return to A")
+    # (A lists the worker as soon as it registers it; the worker logs its registration when A's reply
+    # arrives, a moment later)
+    wait_until(lambda: len(worker_events(worker, "worker_registered")) >= 3, what="the worker to log its return to A")
     assert [e["control_addr"] for e in worker_events(worker, "worker_registered")] == [a.address, b.address, a.address]
     after_b = [e["control_addr"] for e in worker_events(worker, "worker_connecting")][-2:]
     assert after_b == [b.address, a.address]
