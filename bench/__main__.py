@@ -8,6 +8,7 @@ import sys
 from bench import (
     autoscale,
     backlog,
+    cancel_many,
     cpu_bound,
     edge,
     fan_out,
@@ -28,6 +29,7 @@ BENCHES = {
     "backlog": backlog.main,
     "fan_out": fan_out.main,
     "wait_many": wait_many.main,
+    "cancel_many": cancel_many.main,
     "labels": labels.main,
     "fleet": fleet.main,
     "rest": rest.main,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Iterable
 
 from rich.console import Console
 from rich.table import Table
@@ -22,3 +23,15 @@ def table(title: str, rows: list[dict[str, float]]) -> dict[str, float]:
     # Wide enough for every column even when the output is a file or a pipe (rich assumes 80 there).
     Console(width=max(80, 10 + sum(max(len(c), 12) + 3 for c in cols))).print(t)
     return medians
+
+
+def alternating(
+    ways: Iterable[str], run_once: Callable[[str], dict[str, float]], runs: int
+) -> dict[str, list[dict[str, float]]]:
+    """``runs`` runs of each way, the ways taking turns (so that a slow stretch of this shared machine
+    hits each of them, not one): each way's rows, for :func:`table`."""
+    rows: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
+    for _ in range(runs):
+        for way in rows:
+            rows[way].append(run_once(way))
+    return rows

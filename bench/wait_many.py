@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from bench.cluster import Cluster
-from bench.report import table
+from bench.report import alternating, table
 from corral import Client, Job, JobSpec
 
 
@@ -69,9 +69,5 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=5000)
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args(argv)
-    rows: dict[str, list[dict[str, float]]] = {way: [] for way in WAYS}
-    for _ in range(a.runs):  # the ways alternate, so that a slow stretch of the machine hits each
-        for way in WAYS:
-            rows[way].append(run_once(way, a.jobs))
-    for way, runs in rows.items():
+    for way, runs in alternating(WAYS, lambda way: run_once(way, a.jobs), a.runs).items():
         table(f"waiting for a batch, {way}: {a.jobs} noop jobs, 2 workers x 4 threads", runs)

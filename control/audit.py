@@ -1,7 +1,8 @@
 """The audit log: who changed what, when, and whether it was allowed, kept in the store and listed by
 AdminService.ListAuditEvents (``corral audit``, ``GET /v1/audit``).
 
-What is recorded: every call that cancels or retries a job, drains a worker, registers an account,
+What is recorded: every call that cancels or retries a job (a CancelJobs call: one event per job it
+cancelled), drains a worker, registers an account,
 logs in, sets a password, deletes an account or ends every login, allowed or refused (the actions
 are listed in ``corral.audit.ACTIONS``). Submissions are not: each job keeps its owner and request
 id, and the log would grow with the jobs. Refusals are what an audit
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from control.admission.idempotency import sweep_interval
 from control.clock import Clock
 from control.store import AuditEntry, AuditPage, Store
+from control.turns import in_turns
 from corral import logs
 
 __all__ = ["MAX_TARGET", "PURGE_BATCH", "AuditLog"]
@@ -44,12 +47,19 @@ class AuditLog:
     async def record(self, action: str, target: str, outcome: str) -> None:
         """Record that the current call (its principal and request id) did ``action`` to ``target``
         with ``outcome`` (OK or a status code name), and commit it."""
+        await self.record_each(action, (target,), outcome)
+
+    async def record_each(self, action: str, targets: Sequence[str], outcome: str) -> None:
+        """:meth:`record` for each of ``targets`` (a call that acted on many: one event each, so that a
+        target's history reads the same however it was reached), :data:`PURGE_BATCH` to a transaction
+        with a loop turn between, so that ten thousand events do not hold up other calls."""
         actor = logs.current_principal.get() or ""
-        request_id = logs.current_request.get() or ""
-        self.store.put_audit(
-            AuditEntry(self.clock.now(), actor, action, target[:MAX_TARGET], outcome, request_id[:MAX_TARGET])
-        )
-        await self.store.commit()
+        request_id = (logs.current_request.get() or "")[:MAX_TARGET]
+        now = self.clock.now()
+        async for _, chunk in in_turns(targets, PURGE_BATCH):
+            for target in chunk:
+                self.store.put_audit(AuditEntry(now, actor, action, target[:MAX_TARGET], outcome, request_id))
+            await self.store.commit()
 
     async def page(self, match: dict[str, str], limit: int, offset: int) -> AuditPage:
         """Newest first, the events whose fields equal ``match``'s values (actor, action, target, outcome)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from control.jobs import JobRecord
 from control.queue import QueueOrder
+from control.selection import JobSelection
 
 WINDOW_SEC = 15 * 60.0
 """How far back starts count."""
@@ -96,17 +97,10 @@ def queue_page(
     filter leaves jobs out (their places count every job before them): a page near the front is cheap
     however long the queue (`bench backlog`'s ``queue_view_ms`` times one at 100,000 queued jobs)."""
     ranks = order.ranks(pending)
-    wanted = set(owners)
+    selection = JobSelection(job_type, frozenset(owners), labels=labels or {})
     matches: Sequence[int] = range(len(pending))
-    pairs = (labels or {}).items()
-    if job_type or wanted or pairs:
-        matches = [
-            i
-            for i, j in enumerate(pending)
-            if (not job_type or j.type == job_type)
-            and (not wanted or j.owner in wanted)
-            and all(j.labels.get(k) == v for k, v in pairs)
-        ]
+    if selection.narrows:
+        matches = [i for i, j in enumerate(pending) if selection.matches(j)]
     page = heapq.nsmallest(offset + limit, ((ranks[i], i) for i in matches))[offset:]
     if len(matches) == len(pending):  # every job matches: its place in the page is its place in the queue
         places = list(range(offset + 1, offset + 1 + len(page)))

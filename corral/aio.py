@@ -36,6 +36,7 @@ from corral.client import (
     TlsCa,
     auth_metadata,
     call_timeout,
+    cancel_request,
     list_request,
     ssl_credentials,
 )
@@ -43,7 +44,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow, FollowMany
-from corral.job import Job, JobPage, JobState, Notify
+from corral.job import Cancelled, Job, JobPage, JobState, Notify
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import AsyncRunStream, RunStreams, StaleStream
 from corral.spec import JobSpec, When, batch_request, by_id
@@ -226,6 +227,23 @@ class AsyncClient:
         """Cancel a job that has not finished (a running one is killed) and return it."""
         pb = await self._unary(lambda c: c.jobs.CancelJob, by_id(jobs_pb2.CancelJobRequest, id))
         return Job.from_proto(pb)
+
+    async def cancel_many(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        status: Iterable[JobState | str] = (),
+        type: str = "",
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+        all: bool = False,
+        limit: int = 0,
+    ) -> Cancelled:
+        """Cancel the unfinished jobs that match every filter given, in one call; see
+        :meth:`corral.Client.cancel_many`."""
+        request = cancel_request(ids, status, type, owner, labels, all, limit)
+        response = await self._unary(lambda c: c.jobs.CancelJobs, request)
+        return Cancelled(list(response.ids), response.remaining)
 
     async def retry(self, id: str) -> Job:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""

@@ -39,7 +39,8 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow, FollowMany
-from corral.job import Job, JobPage, JobState, Notify
+from corral.job import Cancelled, Job, JobPage, JobState, Notify
+from corral.job_ids import watched_ids
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import RunStream, RunStreams
 from corral.spec import JobSpec, When, batch_request, by_id, put
@@ -281,6 +282,25 @@ class Client:
         """Cancel a job that has not finished (a running one is killed) and return it."""
         pb = self._unary(lambda c: c.jobs.CancelJob, by_id(jobs_pb2.CancelJobRequest, id))
         return Job.from_proto(pb)
+
+    def cancel_many(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        status: Iterable[JobState | str] = (),
+        type: str = "",
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+        all: bool = False,
+        limit: int = 0,
+    ) -> Cancelled:
+        """Cancel, in one call, the unfinished jobs that match every filter given: among ``ids``, in
+        one of the states ``status`` (SCHEDULED, PENDING, RUNNING), of ``type``, of ``owner``, with all
+        of ``labels``; ``all=True`` is needed when none is given. At most ``limit`` (1 to 10,000, 0 for
+        10,000), oldest first; :attr:`Cancelled.remaining` says how many more matched."""
+        request = cancel_request(ids, status, type, owner, labels, all, limit)
+        response = self._unary(lambda c: c.jobs.CancelJobs, request)
+        return Cancelled(list(response.ids), response.remaining)
 
     def retry(self, id: str) -> Job:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""
@@ -645,21 +665,49 @@ def list_request(
 ) -> jobs_pb2.ListJobsRequest:
     """Build a ``ListJobsRequest``; states may be given by name (case-insensitive); ``queue``: the queue
     view (order QUEUE) instead of newest first; ``labels``: only jobs that have all of them."""
-    if isinstance(status, str | JobState):
-        status = [status]
-    states = [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
-    request = jobs_pb2.ListJobsRequest(status=states)
+    request = jobs_pb2.ListJobsRequest(status=_states(status))
     put(request, "type", type)
     put(request, "limit", limit)
     put(request, "offset", offset)
     put(request, "owner", owner)
-    for key, value in (labels or {}).items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidArgument(f"labels[{key}]", f"keys and values must be strings, got {value!r}")
-        put(request.labels, key, value, f"labels[{key}]")
+    _put_labels(request.labels, labels)
     if queue:
         request.order = jobs_pb2.ListJobsRequest.QUEUE
     return request
+
+
+def cancel_request(
+    ids: Iterable[str] | None,
+    status: Iterable[JobState | str],
+    type: str,
+    owner: str,
+    labels: Mapping[str, str] | None,
+    all: bool,
+    limit: int,
+) -> jobs_pb2.CancelJobsRequest:
+    """Build a ``CancelJobsRequest`` (see :meth:`Client.cancel_many`); ``ids`` are checked as the
+    control plane checks them (1 to 10,000, each once)."""
+    request = jobs_pb2.CancelJobsRequest(ids=watched_ids(ids) if ids is not None else (), status=_states(status))
+    put(request, "type", type)
+    put(request, "owner", owner)
+    _put_labels(request.labels, labels)
+    put(request, "all", all)
+    put(request, "limit", limit)
+    return request
+
+
+def _states(status: Iterable[JobState | str]) -> list[jobs_pb2.Job.State.ValueType]:
+    """The proto values of states given by value or by name (case-insensitive), one or many."""
+    if isinstance(status, str | JobState):
+        status = [status]
+    return [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
+
+
+def _put_labels(field: Any, labels: Mapping[str, str] | None) -> None:
+    for key, value in (labels or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument(f"labels[{key}]", f"keys and values must be strings, got {value!r}")
+        put(field, key, value, f"labels[{key}]")
 
 
 def _last(updates: Generator[Job, None, None]) -> Job:

@@ -26,6 +26,7 @@ from corral.jobtypes import MAX_EXACT_INTEGER, MAX_JSON_DEPTH, too_deep
 from corral.v1 import jobs_pb2
 
 __all__ = [
+    "Cancelled",
     "Job",
     "JobError",
     "JobPage",
@@ -247,6 +248,15 @@ class JobPage:
 
     jobs: list[Job]
     total: int
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What one :meth:`Client.cancel_many` call did: the ids of the jobs it cancelled (oldest first,
+    each CANCELLED and committed) and how many more unfinished jobs matched beyond its limit."""
+
+    ids: list[str]
+    remaining: int
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:

@@ -12,7 +12,7 @@ __all__ = ["MAX_ID", "MAX_WATCHED_JOBS", "check_id", "watched_ids"]
 MAX_ID = 128
 """The longest job or worker id a request may name (ids made here are 32 characters; worker ids 1..128)."""
 MAX_WATCHED_JOBS = 10_000
-"""Jobs one WatchJobs stream may follow."""
+"""Jobs one WatchJobs stream may follow, and one CancelJobs call may name."""
 
 
 def check_id(value: object, field: str) -> str:
@@ -31,7 +31,8 @@ def check_id(value: object, field: str) -> str:
 
 
 def watched_ids(ids: Iterable[object]) -> list[str]:
-    """The ids of a WatchJobs request: 1 to MAX_WATCHED_JOBS, each an id (:func:`check_id`) at most once.
+    """The ids of a WatchJobs or CancelJobs request: 1 to MAX_WATCHED_JOBS, each an id (:func:`check_id`)
+    at most once.
 
     Raises:
         InvalidArgument: naming ``ids`` or the entry ``ids[k]`` that breaks a rule.

@@ -20,12 +20,15 @@ from control.audit import AuditLog
 from control.jobs import JobRecord, JobState
 from control.registry import WorkerState
 from control.scheduler import Scheduler
+from control.selection import JobSelection
 from control.turns import in_turns
 from corral.errors import InvalidArgument
 from corral.job_ids import watched_ids
 from corral.v1 import jobs_pb2
 
 MAX_LIST = 1000
+MAX_CANCEL = 10_000
+"""Jobs one CancelJobs call may cancel (its default limit)."""
 MAX_OWNER = 64
 """No client token's name is longer (control.auth)."""
 
@@ -126,6 +129,48 @@ class JobServicer:
         return convert.job(await self.s.cancel(await self._visible(request.id)))
 
     @grpc_errors
+    @audited("job.cancel", lambda request: _selection_text(request), each=lambda answer: answer.ids)
+    async def CancelJobs(
+        self, request: jobs_pb2.CancelJobsRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.CancelJobsResponse:
+        ids = watched_ids(request.ids) if request.ids else None
+        limit = request.limit or MAX_CANCEL
+        if not 1 <= limit <= MAX_CANCEL:
+            raise InvalidArgument("limit", f"must be between 1 and {MAX_CANCEL:,}, got {limit}")
+        states = set()
+        for value in request.status:
+            if value not in JobState._value2member_map_:
+                raise InvalidArgument("status", f"unknown state {value}")
+            state = JobState(value)
+            if state.terminal:
+                raise InvalidArgument("status", f"{state.name} jobs have ended: only SCHEDULED, PENDING or RUNNING")
+            states.add(state)
+        check_text("type", request.type, MAX_TYPE)
+        check_text("owner", request.owner, MAX_OWNER)
+        labels = dict(request.labels)
+        if labels:
+            check_labels(labels, "labels")
+        if not (ids or states or request.type or request.owner or labels or request.all):
+            raise InvalidArgument(
+                "all", "must be true to cancel every unfinished job (no ids, status, type, owner or labels narrow it)"
+            )
+        principal = PRINCIPAL.get()
+        owners = self.s.access.listed_owners(principal, request.owner)
+        if owners is None:  # another's jobs, which this caller may not see
+            for job in await self.s.get_many(ids or ()):  # named ones it may not see: NOT_FOUND, as missing ones
+                self.s.access.check_visible(job, principal)
+            return jobs_pb2.CancelJobsResponse()
+        check = None
+        if ids is not None and self.s.access.isolated:
+
+            def check(job: JobRecord) -> object:
+                return self.s.access.check_visible(job, principal)
+
+        selection = JobSelection(request.type, frozenset(owners), frozenset(states), labels)
+        cancelled, remaining = await self.s.cancel_matching(selection, limit, ids, check)
+        return jobs_pb2.CancelJobsResponse(ids=cancelled, remaining=remaining)
+
+    @grpc_errors
     @audited("job.retry", lambda request: request.id)
     async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
         return convert.job(await self.s.retry(await self._visible(request.id)))
@@ -210,3 +255,12 @@ class JobServicer:
                 for g in (self.s.exec_limits.gates if self.s.exec_limits is not None else ())
             ],
         )
+
+
+def _selection_text(request: jobs_pb2.CancelJobsRequest) -> str:
+    """What a refused CancelJobs call asked for, as its audit event's target."""
+    parts = [f"{len(request.ids)} ids"] if request.ids else []
+    parts += [f"status={JobState(v).name if v in JobState._value2member_map_ else v}" for v in request.status]
+    parts += [f"{name}={value}" for name, value in (("type", request.type), ("owner", request.owner)) if value]
+    parts += [f"labels[{key}]={value}" for key, value in sorted(request.labels.items())]
+    return "jobs: " + (", ".join(parts) if parts else "all")

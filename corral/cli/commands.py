@@ -250,11 +250,41 @@ def _page_footer(count: int, total: int, offset: int, noun: str) -> str:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    """``corral cancel ID``: cancel a job that has not finished."""
+    """``corral cancel ID``: cancel a job that has not finished. With several ids or a filter: every
+    unfinished job that matches, one CancelJobs call per 10,000 (``--limit``: at most that many in all)."""
+    states = [state for group in args.status for state in group]
+    filters = {"status": states, "type": args.type, "owner": args.owner, "labels": dict(args.label), "all": args.all}
+    if len(args.ids) == 1 and not any(filters.values()) and not args.limit:
+        with client_for(args) as client:
+            job = client.cancel(args.ids[0])
+        _show_brief(job, "Cancelled", args.json)
+        return ExitCode.OK
+    cancelled: list[str] = []
+    remaining = 0
     with client_for(args) as client:
-        job = client.cancel(args.id)
-    _show_brief(job, "Cancelled", args.json)
+        for part in _id_chunks(args.ids):
+            while True:
+                left = args.limit - len(cancelled) if args.limit else 0
+                if args.limit and left <= 0:
+                    break
+                done = client.cancel_many(part, limit=min(left, MAX_WATCHED_JOBS), **filters)
+                cancelled += done.ids
+                remaining = done.remaining
+                if not remaining or not done.ids:  # all of them, or what is left cannot be cancelled
+                    break
+    if args.json:
+        render.print_json({"cancelled": cancelled, "remaining": remaining})
+    else:
+        more = f"; {remaining:,} more match" if remaining else ""
+        render.console().print(f"Cancelled {len(cancelled):,} job{'' if len(cancelled) == 1 else 's'}{more}")
     return ExitCode.OK
+
+
+def _id_chunks(ids: list[str]) -> list[list[str] | None]:
+    """The ids a command names, MAX_WATCHED_JOBS to a call (one call of None: it names none)."""
+    if not ids:
+        return [None]
+    return [ids[at : at + MAX_WATCHED_JOBS] for at in range(0, len(ids), MAX_WATCHED_JOBS)]
 
 
 def retry(args: argparse.Namespace) -> int:

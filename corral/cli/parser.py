@@ -179,6 +179,10 @@ def _client_parent(*, token: bool = True, defaults: bool = True) -> argparse.Arg
     return parent
 
 
+def _add_status_filter(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument("--status", type=values.job_state, action="append", default=[], metavar="S", help=help_text)
+
+
 def _add_label_filter(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--label",
@@ -277,13 +281,36 @@ def _add_client_commands(
 
     for name, handler, help_text in (
         ("get", commands.get, "show one job"),
-        ("cancel", commands.cancel, "cancel a job that has not finished"),
         ("retry", commands.retry, "re-drive a FAILED job"),
         ("watch", commands.watch, "print every change of a job until it finishes (exit 1 unless SUCCEEDED)"),
     ):
         p = sub.add_parser(name, parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
         p.add_argument("id", metavar="ID", help="job id")
         p.set_defaults(handler=handler)
+
+    help_text = "cancel a job that has not finished, or every one that matches the filters, in one call"
+    p = sub.add_parser(
+        "cancel",
+        parents=[parent],
+        help=help_text,
+        description="Cancel a job that has not finished (a running one is killed). With several ids or any "
+        "filter, cancel every unfinished job that matches all of them, oldest first, 10,000 per call: "
+        "`corral cancel --label batch=7`, `corral cancel --type resize_image --status PENDING`. "
+        "--all is needed when nothing narrows it.",
+    )
+    p.add_argument("ids", metavar="ID", nargs="*", help="job id(s)")
+    _add_status_filter(p, "only jobs in this state: SCHEDULED, PENDING or RUNNING (repeatable)")
+    p.add_argument("--type", default="", help="only jobs of this type")
+    p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
+    _add_label_filter(p)
+    p.add_argument("--all", action="store_true", help="every unfinished job (needed when nothing else narrows it)")
+    p.add_argument(
+        "--limit",
+        type=values.positive_int,
+        default=0,
+        help="cancel at most this many (default: every one that matches)",
+    )
+    p.set_defaults(handler=commands.cancel)
 
     help_text = "print what a job's latest attempt printed"
     p = sub.add_parser("output", parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
@@ -292,9 +319,7 @@ def _add_client_commands(
     p.set_defaults(handler=commands.output)
 
     p = sub.add_parser("list", parents=[parent], help="list jobs, newest first", description="List jobs, newest first.")
-    p.add_argument(
-        "--status", type=values.job_state, action="append", default=[], metavar="S", help="state(s), repeatable"
-    )
+    _add_status_filter(p, "state(s), repeatable")
     _add_label_filter(p)
     _add_page_flags(p)
     p.set_defaults(handler=commands.list_jobs)

@@ -59,6 +59,11 @@ class JobServiceStub:
                 request_serializer=corral_dot_v1_dot_jobs__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_jobs__pb2.Job.FromString,
                 _registered_method=True)
+        self.CancelJobs = channel.unary_unary(
+                '/corral.v1.JobService/CancelJobs',
+                request_serializer=corral_dot_v1_dot_jobs__pb2.CancelJobsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_jobs__pb2.CancelJobsResponse.FromString,
+                _registered_method=True)
         self.RetryJob = channel.unary_unary(
                 '/corral.v1.JobService/RetryJob',
                 request_serializer=corral_dot_v1_dot_jobs__pb2.RetryJobRequest.SerializeToString,
@@ -125,6 +130,17 @@ class JobServiceServicer:
 
     def CancelJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelJobs(self, request, context):
+        """Cancels every unfinished job that matches: by ids, states, type, owner and labels, all of
+        them narrowing (or `all`). As CancelJob does for each: a queued job never runs, a running one's
+        process is killed, and jobs that wait on a cancelled one are cancelled in turn. At most `limit`
+        per call, oldest first, committed before the answer; each is recorded in the audit log as a
+        job.cancel of its id. Over REST: POST /v1/jobs:cancelMany with a JSON body.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -226,6 +242,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=corral_dot_v1_dot_jobs__pb2.CancelJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_jobs__pb2.Job.SerializeToString,
+            ),
+            'CancelJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJobs,
+                    request_deserializer=corral_dot_v1_dot_jobs__pb2.CancelJobsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_jobs__pb2.CancelJobsResponse.SerializeToString,
             ),
             'RetryJob': grpc.unary_unary_rpc_method_handler(
                     servicer.RetryJob,
@@ -398,6 +419,33 @@ class JobService:
             '/corral.v1.JobService/CancelJob',
             corral_dot_v1_dot_jobs__pb2.CancelJobRequest.SerializeToString,
             corral_dot_v1_dot_jobs__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.JobService/CancelJobs',
+            corral_dot_v1_dot_jobs__pb2.CancelJobsRequest.SerializeToString,
+            corral_dot_v1_dot_jobs__pb2.CancelJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

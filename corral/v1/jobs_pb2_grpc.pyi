@@ -40,6 +40,13 @@ class JobServiceStub:
     GetJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.GetJobRequest, _jobs_pb2.Job]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.ListJobsRequest, _jobs_pb2.ListJobsResponse]
     CancelJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.Job]
+    CancelJobs: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobsRequest, _jobs_pb2.CancelJobsResponse]
+    """Cancels every unfinished job that matches: by ids, states, type, owner and labels, all of
+    them narrowing (or `all`). As CancelJob does for each: a queued job never runs, a running one's
+    process is killed, and jobs that wait on a cancelled one are cancelled in turn. At most `limit`
+    per call, oldest first, committed before the answer; each is recorded in the audit log as a
+    job.cancel of its id. Over REST: POST /v1/jobs:cancelMany with a JSON body.
+    """
     RetryJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobRequest, _jobs_pb2.Job]
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     WatchJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]
@@ -88,6 +95,13 @@ class JobServiceAsyncStub(JobServiceStub):
     GetJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.GetJobRequest, _jobs_pb2.Job]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_jobs_pb2.ListJobsRequest, _jobs_pb2.ListJobsResponse]  # type: ignore[assignment]
     CancelJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.Job]  # type: ignore[assignment]
+    CancelJobs: _aio.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobsRequest, _jobs_pb2.CancelJobsResponse]  # type: ignore[assignment]
+    """Cancels every unfinished job that matches: by ids, states, type, owner and labels, all of
+    them narrowing (or `all`). As CancelJob does for each: a queued job never runs, a running one's
+    process is killed, and jobs that wait on a cancelled one are cancelled in turn. At most `limit`
+    per call, oldest first, committed before the answer; each is recorded in the audit log as a
+    job.cancel of its id. Over REST: POST /v1/jobs:cancelMany with a JSON body.
+    """
     RetryJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobRequest, _jobs_pb2.Job]  # type: ignore[assignment]
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     WatchJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
@@ -163,6 +177,19 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _jobs_pb2.CancelJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_jobs_pb2.Job, _abc.Awaitable[_jobs_pb2.Job]]: ...
+
+    @_abc_1.abstractmethod
+    def CancelJobs(
+        self,
+        request: _jobs_pb2.CancelJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_jobs_pb2.CancelJobsResponse, _abc.Awaitable[_jobs_pb2.CancelJobsResponse]]:
+        """Cancels every unfinished job that matches: by ids, states, type, owner and labels, all of
+        them narrowing (or `all`). As CancelJob does for each: a queued job never runs, a running one's
+        process is killed, and jobs that wait on a cancelled one are cancelled in turn. At most `limit`
+        per call, oldest first, committed before the answer; each is recorded in the audit log as a
+        job.cancel of its id. Over REST: POST /v1/jobs:cancelMany with a JSON body.
+        """
 
     @_abc_1.abstractmethod
     def RetryJob(

@@ -35,6 +35,7 @@ ADDED = {
     ("POST", "/v1/jobs:runMany"): "JobService.RunJobs",
     ("GET", "/v1/jobs/{id}:watchOutput"): "JobService.WatchOutput",
     ("POST", "/v1/jobs:watchMany"): "JobService.WatchJobs",
+    ("POST", "/v1/jobs:cancelMany"): "JobService.CancelJobs",
     ("POST", "/v1/accounts"): "AccountService.Register",
     ("POST", "/v1/login"): "AccountService.Login",
     ("GET", "/v1/whoami"): "AccountService.WhoAmI",

@@ -17,6 +17,7 @@ EXPECTED = {
     "Job",
     "JobError",
     "JobPage",
+    "Cancelled",
     "JobSpec",
     "OutputChunk",
     "JobState",
