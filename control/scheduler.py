@@ -724,6 +724,45 @@ class Scheduler:
                 cancelled.extend(job.id for job in part)
         return cancelled, remaining
 
+    async def retry_matching(
+        self,
+        selection: JobSelection,
+        limit: int,
+        job_ids: Sequence[str] | None = None,
+        check: Callable[[JobRecord], object] | None = None,
+    ) -> tuple[list[str], int]:
+        """Re-drive the FAILED jobs ``selection`` matches (among ``job_ids`` when given), at most
+        ``limit``, oldest first, each as :meth:`retry` does (a transaction of its own); returns the ids
+        retried and how many more matched. ``check`` as for :meth:`cancel_matching`.
+
+        Raises:
+            NotFound: an id of ``job_ids`` that names no job.
+        """
+        failed = [JobState.FAILED]
+        if job_ids is not None:
+            named = await self.get_many(job_ids)
+            if check is not None:
+                for job in named:
+                    check(job)
+            matched = sorted((j for j in named if j.state is JobState.FAILED and selection.matches(j)), key=_by_seq)
+            chosen, remaining = [j.id for j in matched[:limit]], max(len(matched) - limit, 0)
+        else:  # from the store, where every FAILED job is (newest first): the oldest are the page at the end
+            owners, labels = sorted(selection.owners), selection.labels
+            total = (await self.list_jobs(failed, selection.job_type, 1, 0, owners, labels)).total
+            take = min(limit, total)
+            page = (
+                await self.list_jobs(failed, selection.job_type, take, total - take, owners, labels) if take else None
+            )
+            chosen, remaining = [j.id for j in reversed(page.jobs)] if page else [], total - take
+        retried: list[str] = []
+        for job_id in chosen:
+            try:
+                await self.retry(job_id)
+            except FailedPrecondition:  # another call re-drove it meanwhile
+                continue
+            retried.append(job_id)
+        return retried, remaining
+
     def _unfinished(self, job: JobRecord) -> bool:
         return self.active.get(job.id) is job and not job.state.terminal
 

@@ -7,7 +7,7 @@ Modules:
 - ``status``   the one translation from ``grpc.RpcError`` to :mod:`corral.errors` that both clients use.
 - ``failover`` how both clients move between a list of addresses (a control plane and its standbys).
 - ``addresses`` the rule of an address list, shared by the clients, the CLI and the worker.
-- ``job``      :class:`Job`, :class:`JobState`, :class:`JobError`, :class:`JobPage`, :class:`Cancelled`: jobs as Python values.
+- ``job``      :class:`Job`, :class:`JobState`, :class:`JobError`, :class:`JobPage`, :class:`Changed`: jobs as Python values.
 - ``spec``     :class:`JobSpec`: what a client submits.
 - ``printed``  :class:`OutputChunk`: a piece of what a job printed (``watch_output``).
 - ``cluster``  :class:`Stats`, :class:`WorkerInfo`, :class:`WorkerState`, :class:`AutoscalerStatus`.
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.errors import StaleAttempt as StaleAttempt
     from corral.errors import Unauthenticated as Unauthenticated
     from corral.errors import Unavailable as Unavailable
-    from corral.job import Cancelled as Cancelled
+    from corral.job import Changed as Changed
     from corral.job import Job as Job
     from corral.job import JobError as JobError
     from corral.job import JobPage as JobPage
@@ -72,7 +72,7 @@ _HOMES = {
     "AsyncClient": "corral.aio",
     "Client": "corral.client",
     # Jobs
-    **dict.fromkeys(("Cancelled", "Job", "JobError", "JobPage", "JobState", "Notify"), "corral.job"),
+    **dict.fromkeys(("Changed", "Job", "JobError", "JobPage", "JobState", "Notify"), "corral.job"),
     "JobSpec": "corral.spec",
     "OutputChunk": "corral.printed",
     # Cluster

@@ -38,13 +38,14 @@ from corral.client import (
     call_timeout,
     cancel_request,
     list_request,
+    retry_request,
     ssl_credentials,
 )
 from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow, FollowMany
-from corral.job import Cancelled, Job, JobPage, JobState, Notify
+from corral.job import Changed, Job, JobPage, JobState, Notify
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import AsyncRunStream, RunStreams, StaleStream
 from corral.spec import JobSpec, When, batch_request, by_id
@@ -238,17 +239,33 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         all: bool = False,
         limit: int = 0,
-    ) -> Cancelled:
+    ) -> Changed:
         """Cancel the unfinished jobs that match every filter given, in one call; see
         :meth:`corral.Client.cancel_many`."""
         request = cancel_request(ids, status, type, owner, labels, all, limit)
         response = await self._unary(lambda c: c.jobs.CancelJobs, request)
-        return Cancelled(list(response.ids), response.remaining)
+        return Changed(list(response.ids), response.remaining)
 
     async def retry(self, id: str) -> Job:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""
         pb = await self._unary(lambda c: c.jobs.RetryJob, by_id(jobs_pb2.RetryJobRequest, id))
         return Job.from_proto(pb)
+
+    async def retry_many(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        type: str = "",
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+        all: bool = False,
+        limit: int = 0,
+    ) -> Changed:
+        """Re-drive the FAILED jobs that match every filter given, in one call; see
+        :meth:`corral.Client.retry_many`."""
+        request = retry_request(ids, type, owner, labels, all, limit)
+        response = await self._unary(lambda c: c.jobs.RetryJobs, request)
+        return Changed(list(response.ids), response.remaining)
 
     def watch(self, id: str) -> AsyncGenerator[Job, None]:
         """Yield the job now and after every change; the iteration ends at a terminal state.

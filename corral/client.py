@@ -39,7 +39,7 @@ from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow, FollowMany
-from corral.job import Cancelled, Job, JobPage, JobState, Notify
+from corral.job import Changed, Job, JobPage, JobState, Notify
 from corral.job_ids import watched_ids
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import RunStream, RunStreams
@@ -293,19 +293,37 @@ class Client:
         labels: Mapping[str, str] | None = None,
         all: bool = False,
         limit: int = 0,
-    ) -> Cancelled:
+    ) -> Changed:
         """Cancel, in one call, the unfinished jobs that match every filter given: among ``ids``, in
         one of the states ``status`` (SCHEDULED, PENDING, RUNNING), of ``type``, of ``owner``, with all
         of ``labels``; ``all=True`` is needed when none is given. At most ``limit`` (1 to 10,000, 0 for
-        10,000), oldest first; :attr:`Cancelled.remaining` says how many more matched."""
+        10,000), oldest first; :attr:`Changed.remaining` says how many more matched."""
         request = cancel_request(ids, status, type, owner, labels, all, limit)
         response = self._unary(lambda c: c.jobs.CancelJobs, request)
-        return Cancelled(list(response.ids), response.remaining)
+        return Changed(list(response.ids), response.remaining)
 
     def retry(self, id: str) -> Job:
         """Re-drive a FAILED job with a fresh attempt budget and return it."""
         pb = self._unary(lambda c: c.jobs.RetryJob, by_id(jobs_pb2.RetryJobRequest, id))
         return Job.from_proto(pb)
+
+    def retry_many(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        type: str = "",
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+        all: bool = False,
+        limit: int = 0,
+    ) -> Changed:
+        """Re-drive, in one call, the FAILED jobs that match every filter given (the dead-letter queue
+        after an outage, say): among ``ids``, of ``type``, of ``owner``, with all of ``labels``;
+        ``all=True`` is needed when none is given. At most ``limit`` (1 to 1,000, 0 for 1,000), oldest
+        first; :attr:`Changed.remaining` says how many more matched."""
+        request = retry_request(ids, type, owner, labels, all, limit)
+        response = self._unary(lambda c: c.jobs.RetryJobs, request)
+        return Changed(list(response.ids), response.remaining)
 
     def watch(self, id: str) -> Generator[Job, None, None]:
         """Yield the job now and after every change; the iteration ends at a terminal state.
@@ -685,9 +703,34 @@ def cancel_request(
     all: bool,
     limit: int,
 ) -> jobs_pb2.CancelJobsRequest:
-    """Build a ``CancelJobsRequest`` (see :meth:`Client.cancel_many`); ``ids`` are checked as the
+    """Build a ``CancelJobsRequest`` (see :meth:`Client.cancel_many`)."""
+    request = jobs_pb2.CancelJobsRequest(status=_states(status))
+    return _narrowed(request, ids, type, owner, labels, all, limit)
+
+
+def retry_request(
+    ids: Iterable[str] | None, type: str, owner: str, labels: Mapping[str, str] | None, all: bool, limit: int
+) -> jobs_pb2.RetryJobsRequest:
+    """Build a ``RetryJobsRequest`` (see :meth:`Client.retry_many`)."""
+    return _narrowed(jobs_pb2.RetryJobsRequest(), ids, type, owner, labels, all, limit)
+
+
+_R = TypeVar("_R", jobs_pb2.CancelJobsRequest, jobs_pb2.RetryJobsRequest)
+
+
+def _narrowed(
+    request: _R,
+    ids: Iterable[str] | None,
+    type: str,
+    owner: str,
+    labels: Mapping[str, str] | None,
+    all: bool,
+    limit: int,
+) -> _R:
+    """``request`` (a call that changes many jobs) with its filters set; ``ids`` are checked as the
     control plane checks them (1 to 10,000, each once)."""
-    request = jobs_pb2.CancelJobsRequest(ids=watched_ids(ids) if ids is not None else (), status=_states(status))
+    if ids is not None:
+        request.ids.extend(watched_ids(ids))
     put(request, "type", type)
     put(request, "owner", owner)
     _put_labels(request.labels, labels)

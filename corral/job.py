@@ -26,7 +26,7 @@ from corral.jobtypes import MAX_EXACT_INTEGER, MAX_JSON_DEPTH, too_deep
 from corral.v1 import jobs_pb2
 
 __all__ = [
-    "Cancelled",
+    "Changed",
     "Job",
     "JobError",
     "JobPage",
@@ -251,9 +251,9 @@ class JobPage:
 
 
 @dataclass(frozen=True)
-class Cancelled:
-    """What one :meth:`Client.cancel_many` call did: the ids of the jobs it cancelled (oldest first,
-    each CANCELLED and committed) and how many more unfinished jobs matched beyond its limit."""
+class Changed:
+    """What one :meth:`Client.cancel_many` or :meth:`Client.retry_many` call did: the ids of the jobs
+    it changed (oldest first, each committed) and how many more jobs matched beyond its limit."""
 
     ids: list[str]
     remaining: int

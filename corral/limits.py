@@ -17,6 +17,12 @@ MAX_LABEL_KEY = 63
 MAX_LABEL_VALUE = 256
 """Characters in a label value."""
 
+MAX_CANCELLED_PER_CALL = 10_000
+"""Jobs one CancelJobs call may cancel (its default limit)."""
+MAX_RETRIED_PER_CALL = 1_000
+"""Jobs one RetryJobs call may re-drive (its default limit): each is a transaction of its own, with a read
+of what its failure cancelled."""
+
 PROTO_INT_RANGES = {
     FieldDescriptor.CPPTYPE_INT32: (-(2**31), 2**31 - 1),
     FieldDescriptor.CPPTYPE_UINT32: (0, 2**32 - 1),

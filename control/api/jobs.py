@@ -6,7 +6,7 @@ is NOT_FOUND, as a missing one is."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -24,11 +24,10 @@ from control.selection import JobSelection
 from control.turns import in_turns
 from corral.errors import InvalidArgument
 from corral.job_ids import watched_ids
+from corral.limits import MAX_CANCELLED_PER_CALL, MAX_RETRIED_PER_CALL
 from corral.v1 import jobs_pb2
 
 MAX_LIST = 1000
-MAX_CANCEL = 10_000
-"""Jobs one CancelJobs call may cancel (its default limit)."""
 MAX_OWNER = 64
 """No client token's name is longer (control.auth)."""
 
@@ -133,10 +132,6 @@ class JobServicer:
     async def CancelJobs(
         self, request: jobs_pb2.CancelJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.CancelJobsResponse:
-        ids = watched_ids(request.ids) if request.ids else None
-        limit = request.limit or MAX_CANCEL
-        if not 1 <= limit <= MAX_CANCEL:
-            raise InvalidArgument("limit", f"must be between 1 and {MAX_CANCEL:,}, got {limit}")
         states = set()
         for value in request.status:
             if value not in JobState._value2member_map_:
@@ -145,30 +140,67 @@ class JobServicer:
             if state.terminal:
                 raise InvalidArgument("status", f"{state.name} jobs have ended: only SCHEDULED, PENDING or RUNNING")
             states.add(state)
+        matching = await self._matching(
+            request, MAX_CANCELLED_PER_CALL, frozenset(states), "cancel every unfinished job"
+        )
+        if matching is None:
+            return jobs_pb2.CancelJobsResponse()
+        cancelled, remaining = await self.s.cancel_matching(*matching)
+        return jobs_pb2.CancelJobsResponse(ids=cancelled, remaining=remaining)
+
+    @grpc_errors
+    @audited("job.retry", lambda request: _selection_text(request), each=lambda answer: answer.ids)
+    async def RetryJobs(
+        self, request: jobs_pb2.RetryJobsRequest, context: grpc.aio.ServicerContext
+    ) -> jobs_pb2.RetryJobsResponse:
+        matching = await self._matching(request, MAX_RETRIED_PER_CALL, frozenset(), "re-drive every FAILED job")
+        if matching is None:
+            return jobs_pb2.RetryJobsResponse()
+        retried, remaining = await self.s.retry_matching(*matching)
+        return jobs_pb2.RetryJobsResponse(ids=retried, remaining=remaining)
+
+    async def _matching(
+        self,
+        request: jobs_pb2.CancelJobsRequest | jobs_pb2.RetryJobsRequest,
+        max_limit: int,
+        states: frozenset[JobState],
+        everything: str,
+    ) -> tuple[JobSelection, int, list[str] | None, Callable[[JobRecord], object] | None] | None:
+        """The jobs a call that changes many names: ``(selection, limit, ids, check)`` for the
+        scheduler, ``check`` refusing a named job the caller may not see; None when the caller asked
+        for another owner's jobs, none of which it may see. ``everything``: what the call does to
+        every job when nothing narrows it, for the error that asks for ``all``.
+
+        Raises:
+            InvalidArgument: naming the field and the rule.
+            NotFound: a named job that does not exist or that the caller may not see.
+        """
+        ids = watched_ids(request.ids) if request.ids else None
+        limit = request.limit or max_limit
+        if not 1 <= limit <= max_limit:
+            raise InvalidArgument("limit", f"must be between 1 and {max_limit:,}, got {limit}")
         check_text("type", request.type, MAX_TYPE)
         check_text("owner", request.owner, MAX_OWNER)
         labels = dict(request.labels)
         if labels:
             check_labels(labels, "labels")
         if not (ids or states or request.type or request.owner or labels or request.all):
-            raise InvalidArgument(
-                "all", "must be true to cancel every unfinished job (no ids, status, type, owner or labels narrow it)"
-            )
+            status = "status, " if isinstance(request, jobs_pb2.CancelJobsRequest) else ""
+            narrowing = f"ids, {status}type, owner or labels"
+            raise InvalidArgument("all", f"must be true to {everything} (no {narrowing} narrow it)")
         principal = PRINCIPAL.get()
         owners = self.s.access.listed_owners(principal, request.owner)
         if owners is None:  # another's jobs, which this caller may not see
             for job in await self.s.get_many(ids or ()):  # named ones it may not see: NOT_FOUND, as missing ones
                 self.s.access.check_visible(job, principal)
-            return jobs_pb2.CancelJobsResponse()
+            return None
         check = None
         if ids is not None and self.s.access.isolated:
 
             def check(job: JobRecord) -> object:
                 return self.s.access.check_visible(job, principal)
 
-        selection = JobSelection(request.type, frozenset(owners), frozenset(states), labels)
-        cancelled, remaining = await self.s.cancel_matching(selection, limit, ids, check)
-        return jobs_pb2.CancelJobsResponse(ids=cancelled, remaining=remaining)
+        return JobSelection(request.type, frozenset(owners), states, labels), limit, ids, check
 
     @grpc_errors
     @audited("job.retry", lambda request: request.id)
@@ -257,10 +289,11 @@ class JobServicer:
         )
 
 
-def _selection_text(request: jobs_pb2.CancelJobsRequest) -> str:
-    """What a refused CancelJobs call asked for, as its audit event's target."""
+def _selection_text(request: jobs_pb2.CancelJobsRequest | jobs_pb2.RetryJobsRequest) -> str:
+    """What a refused CancelJobs or RetryJobs call asked for, as its audit event's target."""
     parts = [f"{len(request.ids)} ids"] if request.ids else []
-    parts += [f"status={JobState(v).name if v in JobState._value2member_map_ else v}" for v in request.status]
+    if isinstance(request, jobs_pb2.CancelJobsRequest):
+        parts += [f"status={JobState(v).name if v in JobState._value2member_map_ else v}" for v in request.status]
     parts += [f"{name}={value}" for name, value in (("type", request.type), ("owner", request.owner)) if value]
     parts += [f"labels[{key}]={value}" for key, value in sorted(request.labels.items())]
     return "jobs: " + (", ".join(parts) if parts else "all")

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack, closing
 from datetime import UTC, datetime
 from typing import Any
@@ -25,8 +26,9 @@ from corral.cli import job_file, login_file, render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
 from corral.errors import InvalidArgument
-from corral.job import Job, JobState
+from corral.job import Changed, Job, JobState
 from corral.job_ids import MAX_WATCHED_JOBS
+from corral.limits import MAX_CANCELLED_PER_CALL, MAX_RETRIED_PER_CALL
 
 __all__ = [
     "audit",
@@ -251,7 +253,7 @@ def _page_footer(count: int, total: int, offset: int, noun: str) -> str:
 
 def cancel(args: argparse.Namespace) -> int:
     """``corral cancel ID``: cancel a job that has not finished. With several ids or a filter: every
-    unfinished job that matches, one CancelJobs call per 10,000 (``--limit``: at most that many in all)."""
+    unfinished job that matches, 10,000 to a CancelJobs call (``--limit``: at most that many in all)."""
     states = [state for group in args.status for state in group]
     filters = {"status": states, "type": args.type, "owner": args.owner, "labels": dict(args.label), "all": args.all}
     if len(args.ids) == 1 and not any(filters.values()) and not args.limit:
@@ -259,24 +261,51 @@ def cancel(args: argparse.Namespace) -> int:
             job = client.cancel(args.ids[0])
         _show_brief(job, "Cancelled", args.json)
         return ExitCode.OK
-    cancelled: list[str] = []
+
+    def call(client: Client, ids: list[str] | None, limit: int) -> Changed:
+        return client.cancel_many(ids, limit=limit, **filters)
+
+    return _change_many(args, call, MAX_CANCELLED_PER_CALL, "cancelled")
+
+
+def retry(args: argparse.Namespace) -> int:
+    """``corral retry ID``: re-drive a FAILED job. With several ids or a filter: every FAILED job that
+    matches, 1,000 to a RetryJobs call (``--limit``: at most that many in all)."""
+    filters = {"type": args.type, "owner": args.owner, "labels": dict(args.label), "all": args.all}
+    if len(args.ids) == 1 and not any(filters.values()) and not args.limit:
+        with client_for(args) as client:
+            job = client.retry(args.ids[0])
+        _show_brief(job, "Retrying", args.json)
+        return ExitCode.OK
+
+    def call(client: Client, ids: list[str] | None, limit: int) -> Changed:
+        return client.retry_many(ids, limit=limit, **filters)
+
+    return _change_many(args, call, MAX_RETRIED_PER_CALL, "retried")
+
+
+def _change_many(
+    args: argparse.Namespace, call: Callable[[Client, list[str] | None, int], Changed], per_call: int, done: str
+) -> int:
+    """Call ``call`` (a cancel_many or retry_many of the command's filters) until nothing that matches
+    is left, or ``--limit`` jobs were changed; at most ``per_call`` to a call and MAX_WATCHED_JOBS ids.
+    Prints how many were ``done`` (``--json``: their ids) and how many more matched."""
+    changed: list[str] = []
     remaining = 0
     with client_for(args) as client:
         for part in _id_chunks(args.ids):
-            while True:
-                left = args.limit - len(cancelled) if args.limit else 0
-                if args.limit and left <= 0:
-                    break
-                done = client.cancel_many(part, limit=min(left, MAX_WATCHED_JOBS), **filters)
-                cancelled += done.ids
-                remaining = done.remaining
-                if not remaining or not done.ids:  # all of them, or what is left cannot be cancelled
+            while not args.limit or len(changed) < args.limit:
+                left = args.limit - len(changed) if args.limit else per_call
+                answer = call(client, part, min(left, per_call))
+                changed += answer.ids
+                remaining = answer.remaining
+                if not remaining or not answer.ids:  # all of them, or what is left cannot be changed
                     break
     if args.json:
-        render.print_json({"cancelled": cancelled, "remaining": remaining})
+        render.print_json({done: changed, "remaining": remaining})
     else:
         more = f"; {remaining:,} more match" if remaining else ""
-        render.console().print(f"Cancelled {len(cancelled):,} job{'' if len(cancelled) == 1 else 's'}{more}")
+        render.console().print(f"{done.capitalize()} {len(changed):,} job{'' if len(changed) == 1 else 's'}{more}")
     return ExitCode.OK
 
 
@@ -285,14 +314,6 @@ def _id_chunks(ids: list[str]) -> list[list[str] | None]:
     if not ids:
         return [None]
     return [ids[at : at + MAX_WATCHED_JOBS] for at in range(0, len(ids), MAX_WATCHED_JOBS)]
-
-
-def retry(args: argparse.Namespace) -> int:
-    """``corral retry ID``: re-drive a FAILED job."""
-    with client_for(args) as client:
-        job = client.retry(args.id)
-    _show_brief(job, "Retrying", args.json)
-    return ExitCode.OK
 
 
 def watch(args: argparse.Namespace) -> int:

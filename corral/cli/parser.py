@@ -179,6 +179,22 @@ def _client_parent(*, token: bool = True, defaults: bool = True) -> argparse.Arg
     return parent
 
 
+def _add_many_flags(p: argparse.ArgumentParser, what: str) -> None:
+    """The ids and filters of a command that changes one job or every one that matches (``cancel``,
+    ``retry``)."""
+    p.add_argument("ids", metavar="ID", nargs="*", help="job id(s)")
+    p.add_argument("--type", default="", help="only jobs of this type")
+    p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
+    _add_label_filter(p)
+    p.add_argument("--all", action="store_true", help=f"every {what} (needed when nothing else narrows it)")
+    p.add_argument(
+        "--limit",
+        type=values.positive_int,
+        default=0,
+        help="at most this many in all (default: every one that matches)",
+    )
+
+
 def _add_status_filter(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("--status", type=values.job_state, action="append", default=[], metavar="S", help=help_text)
 
@@ -281,14 +297,13 @@ def _add_client_commands(
 
     for name, handler, help_text in (
         ("get", commands.get, "show one job"),
-        ("retry", commands.retry, "re-drive a FAILED job"),
         ("watch", commands.watch, "print every change of a job until it finishes (exit 1 unless SUCCEEDED)"),
     ):
         p = sub.add_parser(name, parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])
         p.add_argument("id", metavar="ID", help="job id")
         p.set_defaults(handler=handler)
 
-    help_text = "cancel a job that has not finished, or every one that matches the filters, in one call"
+    help_text = "cancel a job that has not finished, or every one that matches the filters"
     p = sub.add_parser(
         "cancel",
         parents=[parent],
@@ -298,19 +313,22 @@ def _add_client_commands(
         "`corral cancel --label batch=7`, `corral cancel --type resize_image --status PENDING`. "
         "--all is needed when nothing narrows it.",
     )
-    p.add_argument("ids", metavar="ID", nargs="*", help="job id(s)")
     _add_status_filter(p, "only jobs in this state: SCHEDULED, PENDING or RUNNING (repeatable)")
-    p.add_argument("--type", default="", help="only jobs of this type")
-    p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
-    _add_label_filter(p)
-    p.add_argument("--all", action="store_true", help="every unfinished job (needed when nothing else narrows it)")
-    p.add_argument(
-        "--limit",
-        type=values.positive_int,
-        default=0,
-        help="cancel at most this many (default: every one that matches)",
-    )
+    _add_many_flags(p, "unfinished job")
     p.set_defaults(handler=commands.cancel)
+
+    help_text = "re-drive a FAILED job, or every one that matches the filters (the dead-letter queue)"
+    p = sub.add_parser(
+        "retry",
+        parents=[parent],
+        help=help_text,
+        description="Re-drive a FAILED job with a fresh attempt budget. With several ids or any filter, "
+        "re-drive every FAILED job that matches all of them, oldest first, 1,000 per call: "
+        "`corral retry --type resize_image` after the outage that failed them. "
+        "--all is needed when nothing narrows it.",
+    )
+    _add_many_flags(p, "FAILED job")
+    p.set_defaults(handler=commands.retry)
 
     help_text = "print what a job's latest attempt printed"
     p = sub.add_parser("output", parents=[parent], help=help_text, description=help_text[0].upper() + help_text[1:])

@@ -848,6 +848,103 @@ class CancelJobsResponse(_message.Message):
 Global___CancelJobsResponse: _TypeAlias = CancelJobsResponse  # noqa: Y015
 
 @_typing.final
+class RetryJobsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    IDS_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """Only jobs of this type (any type when empty)."""
+    owner: _builtins.str
+    """Only jobs of this owner (any owner when empty). With CORRAL_JOB_VISIBILITY=owner or group, a
+    client that is not an admin retries only jobs it may see, whatever this says.
+    """
+    all: _builtins.bool
+    """Must be true when no other field narrows the call: an empty request re-drives nothing by mistake."""
+    limit: _builtins.int
+    """Retry at most this many, oldest first: 1..1,000, default 1,000. `remaining` says how many more
+    matched.
+    """
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these jobs (1 to 10,000 ids, each at most once; none: any job). An id that names no job, or
+        one the caller may not see, is NOT_FOUND and nothing is retried; one that is not FAILED is left as
+        it is.
+        """
+
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Only jobs whose labels include every key=value here (at most 64 pairs)."""
+
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        type: _builtins.str = ...,
+        owner: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        all: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "ids", b"ids", "labels", b"labels", "limit", b"limit", "owner", b"owner", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryJobsRequest: _TypeAlias = RetryJobsRequest  # noqa: Y015
+
+@_typing.final
+class RetryJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    REMAINING_FIELD_NUMBER: _builtins.int
+    remaining: _builtins.int
+    """FAILED jobs that matched beyond `limit` (call again to retry them)."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The ids of the jobs this call re-drove, oldest first; each is queued again and committed."""
+
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        remaining: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids", "remaining", b"remaining"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryJobsResponse: _TypeAlias = RetryJobsResponse  # noqa: Y015
+
+@_typing.final
 class RetryJobRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -69,6 +69,11 @@ class JobServiceStub:
                 request_serializer=corral_dot_v1_dot_jobs__pb2.RetryJobRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_jobs__pb2.Job.FromString,
                 _registered_method=True)
+        self.RetryJobs = channel.unary_unary(
+                '/corral.v1.JobService/RetryJobs',
+                request_serializer=corral_dot_v1_dot_jobs__pb2.RetryJobsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_jobs__pb2.RetryJobsResponse.FromString,
+                _registered_method=True)
         self.WatchJob = channel.unary_stream(
                 '/corral.v1.JobService/WatchJob',
                 request_serializer=corral_dot_v1_dot_jobs__pb2.WatchJobRequest.SerializeToString,
@@ -147,6 +152,17 @@ class JobServiceServicer:
 
     def RetryJob(self, request, context):
         """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryJobs(self, request, context):
+        """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
+        type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+        attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
+        call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
+        of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -252,6 +268,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.RetryJob,
                     request_deserializer=corral_dot_v1_dot_jobs__pb2.RetryJobRequest.FromString,
                     response_serializer=corral_dot_v1_dot_jobs__pb2.Job.SerializeToString,
+            ),
+            'RetryJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryJobs,
+                    request_deserializer=corral_dot_v1_dot_jobs__pb2.RetryJobsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_jobs__pb2.RetryJobsResponse.SerializeToString,
             ),
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
@@ -473,6 +494,33 @@ class JobService:
             '/corral.v1.JobService/RetryJob',
             corral_dot_v1_dot_jobs__pb2.RetryJobRequest.SerializeToString,
             corral_dot_v1_dot_jobs__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.JobService/RetryJobs',
+            corral_dot_v1_dot_jobs__pb2.RetryJobsRequest.SerializeToString,
+            corral_dot_v1_dot_jobs__pb2.RetryJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

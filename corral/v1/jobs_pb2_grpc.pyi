@@ -49,6 +49,13 @@ class JobServiceStub:
     """
     RetryJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobRequest, _jobs_pb2.Job]
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
+    RetryJobs: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobsRequest, _jobs_pb2.RetryJobsResponse]
+    """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
+    type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+    attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
+    call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
+    of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.
+    """
     WatchJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]
     """Streams the job now and after every change; ends at a terminal state."""
     WatchJobs: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobsRequest, _jobs_pb2.JobEvent]
@@ -104,6 +111,13 @@ class JobServiceAsyncStub(JobServiceStub):
     """
     RetryJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobRequest, _jobs_pb2.Job]  # type: ignore[assignment]
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
+    RetryJobs: _aio.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobsRequest, _jobs_pb2.RetryJobsResponse]  # type: ignore[assignment]
+    """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
+    type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+    attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
+    call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
+    of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.
+    """
     WatchJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
     """Streams the job now and after every change; ends at a terminal state."""
     WatchJobs: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobsRequest, _jobs_pb2.JobEvent]  # type: ignore[assignment]
@@ -198,6 +212,19 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_jobs_pb2.Job, _abc.Awaitable[_jobs_pb2.Job]]:
         """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
+
+    @_abc_1.abstractmethod
+    def RetryJobs(
+        self,
+        request: _jobs_pb2.RetryJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_jobs_pb2.RetryJobsResponse, _abc.Awaitable[_jobs_pb2.RetryJobsResponse]]:
+        """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
+        type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+        attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
+        call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
+        of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.
+        """
 
     @_abc_1.abstractmethod
     def WatchJob(

@@ -36,6 +36,7 @@ ADDED = {
     ("GET", "/v1/jobs/{id}:watchOutput"): "JobService.WatchOutput",
     ("POST", "/v1/jobs:watchMany"): "JobService.WatchJobs",
     ("POST", "/v1/jobs:cancelMany"): "JobService.CancelJobs",
+    ("POST", "/v1/jobs:retryMany"): "JobService.RetryJobs",
     ("POST", "/v1/accounts"): "AccountService.Register",
     ("POST", "/v1/login"): "AccountService.Login",
     ("GET", "/v1/whoami"): "AccountService.WhoAmI",

@@ -162,7 +162,7 @@ def test_the_python_clients_and_the_cli(control_plane: ControlProc) -> None:
     ids = [j.id for j in jobs]
     with corral.Client(control_plane.address) as client:
         first = client.cancel_many(labels={"team": "edge"}, status=["pending"], limit=2)
-        assert first == corral.Cancelled(ids[:2], 3)
+        assert first == corral.Changed(ids[:2], 3)
         # the client checks ids as the control plane does, before sending
         with pytest.raises(InvalidArgument, match="ids: must be a list of job ids, got str"):
             client.cancel_many(ids[2])  # type: ignore[arg-type]
@@ -171,11 +171,11 @@ def test_the_python_clients_and_the_cli(control_plane: ControlProc) -> None:
         with pytest.raises(NotFound):
             client.cancel_many(["no-such-job"])
 
-    async def cancel_one() -> corral.Cancelled:
+    async def cancel_one() -> corral.Changed:
         async with corral.AsyncClient(control_plane.address) as aclient:
             return await aclient.cancel_many([ids[2]])
 
-    assert asyncio.run(cancel_one()) == corral.Cancelled([ids[2]], 0)
+    assert asyncio.run(cancel_one()) == corral.Changed([ids[2]], 0)
     # `corral cancel` with a filter, 1 at a time: it calls again until none is left
     out = cli.corral("cancel", "--control", control_plane.address, "--label", "team=edge", "--json")
     assert out.returncode == 0, out.stderr
@@ -194,14 +194,14 @@ def test_a_client_cancels_only_what_it_may_see_and_each_job_is_audited(tenants: 
         alices = [alice.submit("sleep", {"seconds": 60}) for _ in range(3)]
         bobs = [bob.submit("sleep", {"seconds": 60}) for _ in range(2)]
         # When bob cancels everything he can, Then only his jobs go
-        assert bob.cancel_many(all=True) == corral.Cancelled([j.id for j in bobs], 0)
+        assert bob.cancel_many(all=True) == corral.Changed([j.id for j in bobs], 0)
         assert {alice.get(j.id).state.name for j in alices} <= {"PENDING", "RUNNING"}
         # naming alice's job is NOT_FOUND, as a missing one is, and asking for her jobs finds none
         with pytest.raises(NotFound, match=alices[0].id):
             bob.cancel_many([alices[0].id])
-        assert bob.cancel_many(owner="alice") == corral.Cancelled([], 0)
+        assert bob.cancel_many(owner="alice") == corral.Changed([], 0)
         # while the admin cancels alice's by owner
-        assert ops.cancel_many(owner="alice", limit=2) == corral.Cancelled([j.id for j in alices[:2]], 1)
+        assert ops.cancel_many(owner="alice", limit=2) == corral.Changed([j.id for j in alices[:2]], 1)
         page = ops.audit(action="job.cancel")
     # Then the audit log has one event per job cancelled (newest first), and the refusal
     assert _events(page) == [

@@ -17,7 +17,7 @@ EXPECTED = {
     "Job",
     "JobError",
     "JobPage",
-    "Cancelled",
+    "Changed",
     "JobSpec",
     "OutputChunk",
     "JobState",
