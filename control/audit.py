@@ -1,10 +1,9 @@
 """The audit log: who changed what, when, and whether it was allowed, kept in the store and listed by
 AdminService.ListAuditEvents (``corral audit``, ``GET /v1/audit``).
 
-What is recorded: every call that cancels or retries a job (a CancelJobs call: one event per job it
-cancelled), drains a worker, registers an account,
-logs in, sets a password, deletes an account or ends every login, allowed or refused (the actions
-are listed in ``corral.audit.ACTIONS``). Submissions are not: each job keeps its owner and request
+What is recorded: every call that cancels or retries a job (a CancelJobs or RetryJobs call: one
+event per job it changed), drains a worker, registers an account, logs in, sets a password, deletes
+an account or ends every login, allowed or refused (the actions are listed in ``corral.audit.ACTIONS``). Submissions are not: each job keeps its owner and request
 id, and the log would grow with the jobs. Refusals are what an audit
 is often read for (someone trying another's job, or guessing passwords), so a refused call is
 recorded with the status it got, and a refused login with the name it tried.
