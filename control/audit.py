@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from control.admission.idempotency import sweep_interval
 from control.clock import Clock
 from control.store import AuditEntry, AuditPage, Store
-from control.turns import in_turns
+from control.turns import in_turns, pause
 from corral import logs
 
 __all__ = ["MAX_TARGET", "PURGE_BATCH", "AuditLog"]
@@ -72,7 +72,7 @@ class AuditLog:
             total += purged
             if purged < PURGE_BATCH:
                 return total
-            await asyncio.sleep(0)
+            await pause()
 
     async def run(self) -> None:
         """Sweep until cancelled (returns at once when events are kept for ever)."""

@@ -49,6 +49,7 @@ from control import jobs
 from control.admission import Submission
 from control.admission.idempotency import Earlier
 from control.jobs import JobRecord, JobState, StartWhen
+from control.turns import pause
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ class Dependencies:
 
     async def _ended_in_turns(self, dep_id: str, state: JobState, rest: list[str]) -> None:
         for start in range(0, len(rest), ENDED_CHUNK):
-            await asyncio.sleep(0)
+            await pause()
             self._ended(dep_id, state, rest[start : start + ENDED_CHUNK])
 
     async def settled(self) -> None:

@@ -21,6 +21,7 @@ from control.admission.idempotency import sweep_interval
 from control.clock import Clock
 from control.jobs import JobState
 from control.scheduler import Scheduler
+from control.turns import pause
 from corral import logs
 
 __all__ = ["PURGE_BATCH", "RetentionSweeper"]
@@ -68,7 +69,7 @@ class RetentionSweeper:
                 total += purged
                 if purged < self.batch:
                     break
-                await asyncio.sleep(0)  # let submissions and results in between two steps
+                await pause()  # let submissions and results in between two steps
         if total:
             logger.info(logs.JOBS_PURGED, extra={"jobs": total})
         return total

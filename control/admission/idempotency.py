@@ -33,6 +33,7 @@ from typing import Protocol
 
 from control.clock import Clock
 from control.store.base import IdempotencyEntry
+from control.turns import pause
 from corral.errors import AlreadyExists
 
 logger = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class IdempotencySweeper:
             total += in_store
             if in_memory < self.batch and in_store < self.batch:
                 break
-            await asyncio.sleep(0)  # let submissions and results in between two batches
+            await pause()  # let submissions and results in between two batches
         self.swept += total
         return total
 
