@@ -550,8 +550,10 @@ class Scheduler:
         offset: int,
         owners: Sequence[str] = (),
         labels: Mapping[str, str] | None = None,
+        *,
+        error_code: str = "",
     ) -> JobPage:
-        return await self.store.list_jobs(states, job_type, limit, offset, owners, labels)
+        return await self.store.list_jobs(states, job_type, limit, offset, owners, labels, error_code=error_code)
 
     def queue(
         self,
@@ -747,12 +749,14 @@ class Scheduler:
             matched = sorted((j for j in named if j.state is JobState.FAILED and selection.matches(j)), key=_by_seq)
             chosen, remaining = [j.id for j in matched[:limit]], max(len(matched) - limit, 0)
         else:  # from the store, where every FAILED job is (newest first): the oldest are the page at the end
-            owners, labels = sorted(selection.owners), selection.labels
-            total = (await self.list_jobs(failed, selection.job_type, 1, 0, owners, labels)).total
+            owners, labels, code = sorted(selection.owners), selection.labels, selection.error_code
+            total = (await self.list_jobs(failed, selection.job_type, 1, 0, owners, labels, error_code=code)).total
             take = min(limit, total)
-            page = (
-                await self.list_jobs(failed, selection.job_type, take, total - take, owners, labels) if take else None
-            )
+            page = None
+            if take:
+                page = await self.list_jobs(
+                    failed, selection.job_type, take, total - take, owners, labels, error_code=code
+                )
             chosen, remaining = [j.id for j in reversed(page.jobs)] if page else [], total - take
         retried: list[str] = []
         for job_id in chosen:

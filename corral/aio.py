@@ -201,13 +201,12 @@ class AsyncClient:
         offset: int = 0,
         owner: str = "",
         labels: Mapping[str, str] | None = None,
+        error_code: str = "",
     ) -> JobPage:
-        """Return a page of jobs, newest first, filtered by state(s), type, owner and labels (a job matches
-        when its labels include every one given), with the total that match. (A control plane that keeps
-        clients apart lists only the caller's jobs to all but its admins.)"""
-        response = await self._unary(
-            lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner, labels=labels)
-        )
+        """Return a page of jobs, newest first, filtered as :meth:`corral.Client.list` filters them, with
+        the total that match."""
+        request = list_request(status, type, limit, offset, owner, labels=labels, error_code=error_code)
+        response = await self._unary(lambda c: c.jobs.ListJobs, request)
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
     async def queue(
@@ -260,10 +259,11 @@ class AsyncClient:
         labels: Mapping[str, str] | None = None,
         all: bool = False,
         limit: int = 0,
+        error_code: str = "",
     ) -> Changed:
         """Re-drive the FAILED jobs that match every filter given, in one call; see
         :meth:`corral.Client.retry_many`."""
-        request = retry_request(ids, type, owner, labels, all, limit)
+        request = retry_request(ids, type, owner, labels, all, limit, error_code)
         response = await self._unary(lambda c: c.jobs.RetryJobs, request)
         return Changed(list(response.ids), response.remaining)
 

@@ -253,13 +253,14 @@ class Client:
         offset: int = 0,
         owner: str = "",
         labels: Mapping[str, str] | None = None,
+        error_code: str = "",
     ) -> JobPage:
-        """Return a page of jobs, newest first, filtered by state(s), type, owner and labels (a job matches
-        when its labels include every one given), with the total that match. (A control plane that keeps
-        clients apart lists only the caller's jobs to all but its admins.)"""
-        response = self._unary(
-            lambda c: c.jobs.ListJobs, list_request(status, type, limit, offset, owner, labels=labels)
-        )
+        """Return a page of jobs, newest first, filtered by state(s), type, owner, labels (a job matches
+        when its labels include every one given) and the error its latest attempt ended with, with the
+        total that match. (A control plane that keeps clients apart lists only the caller's jobs to all
+        but its admins.)"""
+        request = list_request(status, type, limit, offset, owner, labels=labels, error_code=error_code)
+        response = self._unary(lambda c: c.jobs.ListJobs, request)
         return JobPage([Job.from_proto(pb) for pb in response.jobs], response.total)
 
     def queue(
@@ -316,12 +317,14 @@ class Client:
         labels: Mapping[str, str] | None = None,
         all: bool = False,
         limit: int = 0,
+        error_code: str = "",
     ) -> Changed:
         """Re-drive, in one call, the FAILED jobs that match every filter given (the dead-letter queue
-        after an outage, say): among ``ids``, of ``type``, of ``owner``, with all of ``labels``;
-        ``all=True`` is needed when none is given. At most ``limit`` (1 to 1,000, 0 for 1,000), oldest
-        first; :attr:`Changed.remaining` says how many more matched."""
-        request = retry_request(ids, type, owner, labels, all, limit)
+        after an outage, say): among ``ids``, of ``type``, of ``owner``, with all of ``labels``, whose
+        last attempt ended with ``error_code`` (``"TIMEOUT"``, say); ``all=True`` is needed when none is
+        given. At most ``limit`` (1 to 1,000, 0 for 1,000), oldest first; :attr:`Changed.remaining` says
+        how many more matched."""
+        request = retry_request(ids, type, owner, labels, all, limit, error_code)
         response = self._unary(lambda c: c.jobs.RetryJobs, request)
         return Changed(list(response.ids), response.remaining)
 
@@ -680,11 +683,13 @@ def list_request(
     owner: str = "",
     queue: bool = False,
     labels: Mapping[str, str] | None = None,
+    error_code: str = "",
 ) -> jobs_pb2.ListJobsRequest:
     """Build a ``ListJobsRequest``; states may be given by name (case-insensitive); ``queue``: the queue
     view (order QUEUE) instead of newest first; ``labels``: only jobs that have all of them."""
     request = jobs_pb2.ListJobsRequest(status=_states(status))
     put(request, "type", type)
+    put(request, "error_code", error_code)
     put(request, "limit", limit)
     put(request, "offset", offset)
     put(request, "owner", owner)
@@ -709,10 +714,18 @@ def cancel_request(
 
 
 def retry_request(
-    ids: Iterable[str] | None, type: str, owner: str, labels: Mapping[str, str] | None, all: bool, limit: int
+    ids: Iterable[str] | None,
+    type: str,
+    owner: str,
+    labels: Mapping[str, str] | None,
+    all: bool,
+    limit: int,
+    error_code: str = "",
 ) -> jobs_pb2.RetryJobsRequest:
     """Build a ``RetryJobsRequest`` (see :meth:`Client.retry_many`)."""
-    return _narrowed(jobs_pb2.RetryJobsRequest(), ids, type, owner, labels, all, limit)
+    request = jobs_pb2.RetryJobsRequest()
+    put(request, "error_code", error_code)
+    return _narrowed(request, ids, type, owner, labels, all, limit)
 
 
 _R = TypeVar("_R", jobs_pb2.CancelJobsRequest, jobs_pb2.RetryJobsRequest)

@@ -24,7 +24,7 @@ from control.selection import JobSelection
 from control.turns import in_turns
 from corral.errors import InvalidArgument
 from corral.job_ids import watched_ids
-from corral.limits import MAX_CANCELLED_PER_CALL, MAX_RETRIED_PER_CALL
+from corral.limits import MAX_CANCELLED_PER_CALL, MAX_ERROR_CODE, MAX_RETRIED_PER_CALL
 from corral.v1 import jobs_pb2
 
 MAX_LIST = 1000
@@ -107,6 +107,7 @@ class JobServicer:
         labels = dict(request.labels) if request.labels else None
         if labels:
             check_labels(labels, "labels")
+        check_text("error_code", request.error_code, MAX_ERROR_CODE)
         owners = self.s.access.listed_owners(PRINCIPAL.get(), request.owner)
         if owners is None:  # another's jobs, which this caller may not see
             return jobs_pb2.ListJobsResponse(total=0)
@@ -115,11 +116,15 @@ class JobServicer:
                 raise InvalidArgument(
                     "status", "the queue (order QUEUE) holds PENDING jobs only: leave status empty or PENDING"
                 )
+            if request.error_code:
+                raise InvalidArgument("error_code", "the queue (order QUEUE) is not filtered by error: leave it empty")
             queue = self.s.queue(request.type, limit, request.offset, owners, labels)
             return jobs_pb2.ListJobsResponse(jobs=[convert.queued_job(q) for q in queue.jobs], total=queue.total)
         if request.order != jobs_pb2.ListJobsRequest.NEWEST_FIRST:
             raise InvalidArgument("order", f"unknown order {request.order}")
-        page = await self.s.list_jobs(states, request.type, limit, request.offset, owners, labels)
+        page = await self.s.list_jobs(
+            states, request.type, limit, request.offset, owners, labels, error_code=request.error_code
+        )
         return jobs_pb2.ListJobsResponse(jobs=[convert.job(j) for j in page.jobs], total=page.total)
 
     @grpc_errors
@@ -184,9 +189,14 @@ class JobServicer:
         labels = dict(request.labels)
         if labels:
             check_labels(labels, "labels")
-        if not (ids or states or request.type or request.owner or labels or request.all):
-            status = "status, " if isinstance(request, jobs_pb2.CancelJobsRequest) else ""
-            narrowing = f"ids, {status}type, owner or labels"
+        error_code = request.error_code if isinstance(request, jobs_pb2.RetryJobsRequest) else ""
+        check_text("error_code", error_code, MAX_ERROR_CODE)
+        if not (ids or states or request.type or request.owner or labels or error_code or request.all):
+            narrowing = (
+                "ids, status, type, owner or labels"
+                if isinstance(request, jobs_pb2.CancelJobsRequest)
+                else "ids, type, owner, labels or error_code"
+            )
             raise InvalidArgument("all", f"must be true to {everything} (no {narrowing} narrow it)")
         principal = PRINCIPAL.get()
         owners = self.s.access.listed_owners(principal, request.owner)
@@ -200,7 +210,7 @@ class JobServicer:
             def check(job: JobRecord) -> object:
                 return self.s.access.check_visible(job, principal)
 
-        return JobSelection(request.type, frozenset(owners), states, labels), limit, ids, check
+        return JobSelection(request.type, frozenset(owners), states, labels, error_code), limit, ids, check
 
     @grpc_errors
     @audited("job.retry", lambda request: request.id)
@@ -296,4 +306,6 @@ def _selection_text(request: jobs_pb2.CancelJobsRequest | jobs_pb2.RetryJobsRequ
         parts += [f"status={JobState(v).name if v in JobState._value2member_map_ else v}" for v in request.status]
     parts += [f"{name}={value}" for name, value in (("type", request.type), ("owner", request.owner)) if value]
     parts += [f"labels[{key}]={value}" for key, value in sorted(request.labels.items())]
+    if isinstance(request, jobs_pb2.RetryJobsRequest) and request.error_code:
+        parts.append(f"error_code={request.error_code}")
     return "jobs: " + (", ".join(parts) if parts else "all")

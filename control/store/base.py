@@ -157,10 +157,13 @@ class Store(Protocol):
         offset: int,
         owners: Sequence[str] = (),
         labels: Mapping[str, str] | None = None,
+        *,
+        error_code: str = "",
     ) -> JobPage:
         """Newest first, at most ``limit`` jobs, and fewer when their payloads and results are large (a
         page must fit in one answer); ``total`` counts every match. ``owners``: only those owners' jobs
-        (empty: everyone's); ``labels``: only jobs whose labels include every one of these."""
+        (empty: everyone's); ``labels``: only jobs whose labels include every one of these;
+        ``error_code``: only jobs whose latest attempt ended with that error (empty: any)."""
         ...
 
     def load_active(self) -> Iterator[JobRecord]:

@@ -460,6 +460,8 @@ class PostgresStore:
         offset: int,
         owners: Sequence[str] = (),
         labels: Mapping[str, str] | None = None,
+        *,
+        error_code: str = "",
     ) -> JobPage:
         where: list[str] = []
         args: list[Any] = []
@@ -476,6 +478,9 @@ class PostgresStore:
         if job_type:
             where.append("type = %s")
             args.append(job_type)
+        if error_code:
+            where.append("error_code = %s")
+            args.append(error_code)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
 
         def q(c: psycopg.Connection[Any]) -> JobPage:

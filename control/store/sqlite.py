@@ -380,6 +380,8 @@ class SQLiteStore:
         offset: int,
         owners: Sequence[str] = (),
         labels: Mapping[str, str] | None = None,
+        *,
+        error_code: str = "",
     ) -> JobPage:
         where: list[str] = []
         args: list[Any] = []
@@ -395,6 +397,9 @@ class SQLiteStore:
         if job_type:
             where.append("type = ?")
             args.append(job_type)
+        if error_code:
+            where.append("error_code = ?")
+            args.append(error_code)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
 
         def q(c: sqlite3.Connection) -> JobPage:

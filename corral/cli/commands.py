@@ -218,6 +218,7 @@ def list_jobs(args: argparse.Namespace) -> int:
             offset=args.offset,
             owner=args.owner,
             labels=dict(args.label),
+            error_code=args.error_code,
         )
     if args.json:
         render.print_json({"jobs": [j.to_dict() for j in page.jobs], "total": page.total})
@@ -271,7 +272,13 @@ def cancel(args: argparse.Namespace) -> int:
 def retry(args: argparse.Namespace) -> int:
     """``corral retry ID``: re-drive a FAILED job. With several ids or a filter: every FAILED job that
     matches, 1,000 to a RetryJobs call (``--limit``: at most that many in all)."""
-    filters = {"type": args.type, "owner": args.owner, "labels": dict(args.label), "all": args.all}
+    filters = {
+        "type": args.type,
+        "owner": args.owner,
+        "labels": dict(args.label),
+        "all": args.all,
+        "error_code": args.error_code,
+    }
     if len(args.ids) == 1 and not any(filters.values()) and not args.limit:
         with client_for(args) as client:
             job = client.retry(args.ids[0])

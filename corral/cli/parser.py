@@ -195,6 +195,15 @@ def _add_many_flags(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def _add_error_code_filter(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--error-code",
+        default="",
+        metavar="CODE",
+        help="only jobs whose latest attempt ended with this error, e.g. TIMEOUT",
+    )
+
+
 def _add_status_filter(p: argparse.ArgumentParser, help_text: str) -> None:
     p.add_argument("--status", type=values.job_state, action="append", default=[], metavar="S", help=help_text)
 
@@ -324,10 +333,11 @@ def _add_client_commands(
         help=help_text,
         description="Re-drive a FAILED job with a fresh attempt budget. With several ids or any filter, "
         "re-drive every FAILED job that matches all of them, oldest first, 1,000 per call: "
-        "`corral retry --type resize_image` after the outage that failed them. "
+        "`corral retry --error-code WORKER_LOST` after the outage that failed them. "
         "--all is needed when nothing narrows it.",
     )
     _add_many_flags(p, "FAILED job")
+    _add_error_code_filter(p)
     p.set_defaults(handler=commands.retry)
 
     help_text = "print what a job's latest attempt printed"
@@ -339,6 +349,7 @@ def _add_client_commands(
     p = sub.add_parser("list", parents=[parent], help="list jobs, newest first", description="List jobs, newest first.")
     _add_status_filter(p, "state(s), repeatable")
     _add_label_filter(p)
+    _add_error_code_filter(p)
     _add_page_flags(p)
     p.set_defaults(handler=commands.list_jobs)
 

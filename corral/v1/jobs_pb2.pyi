@@ -660,6 +660,7 @@ class ListJobsRequest(_message.Message):
     OWNER_FIELD_NUMBER: _builtins.int
     ORDER_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """Only jobs of this type (all types when empty)."""
     limit: _builtins.int
@@ -670,6 +671,10 @@ class ListJobsRequest(_message.Message):
     that is not an admin sees only its own jobs whatever this says.
     """
     order: Global___ListJobsRequest.Order.ValueType
+    error_code: _builtins.str
+    """Only jobs whose latest attempt ended with this error code (TIMEOUT, WORKER_LOST, ...; any when
+    empty): the dead-letter queue by cause. Not with order QUEUE.
+    """
     @_builtins.property
     def status(self) -> _containers.RepeatedScalarFieldContainer[Global___Job.State.ValueType]:
         """Only jobs in one of these states (all states when empty)."""
@@ -690,10 +695,11 @@ class ListJobsRequest(_message.Message):
         owner: _builtins.str = ...,
         order: Global___ListJobsRequest.Order.ValueType = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        error_code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "limit", b"limit", "offset", b"offset", "order", b"order", "owner", b"owner", "status", b"status", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "labels", b"labels", "limit", b"limit", "offset", b"offset", "order", b"order", "owner", b"owner", "status", b"status", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -877,6 +883,7 @@ class RetryJobsRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     ALL_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """Only jobs of this type (any type when empty)."""
     owner: _builtins.str
@@ -888,6 +895,10 @@ class RetryJobsRequest(_message.Message):
     limit: _builtins.int
     """Retry at most this many, oldest first: 1..1,000, default 1,000. `remaining` says how many more
     matched.
+    """
+    error_code: _builtins.str
+    """Only jobs whose last attempt ended with this error code (TIMEOUT, WORKER_LOST, ...; any when
+    empty): re-drive what an outage failed, not what would fail again.
     """
     @_builtins.property
     def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -909,10 +920,11 @@ class RetryJobsRequest(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         all: _builtins.bool = ...,
         limit: _builtins.int = ...,
+        error_code: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "ids", b"ids", "labels", b"labels", "limit", b"limit", "owner", b"owner", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "error_code", b"error_code", "ids", b"ids", "labels", b"labels", "limit", b"limit", "owner", b"owner", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -159,7 +159,7 @@ class JobServiceServicer:
 
     def RetryJobs(self, request, context):
         """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
-        type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+        type, owner, labels and error code, all of them narrowing (or `all`). As RetryJob does for each: a fresh
         attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
         call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
         of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.

@@ -51,7 +51,7 @@ class JobServiceStub:
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     RetryJobs: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobsRequest, _jobs_pb2.RetryJobsResponse]
     """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
-    type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+    type, owner, labels and error code, all of them narrowing (or `all`). As RetryJob does for each: a fresh
     attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
     call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
     of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.
@@ -113,7 +113,7 @@ class JobServiceAsyncStub(JobServiceStub):
     """Re-drives a FAILED job (out of the dead-letter queue) with a fresh attempt budget."""
     RetryJobs: _aio.UnaryUnaryMultiCallable[_jobs_pb2.RetryJobsRequest, _jobs_pb2.RetryJobsResponse]  # type: ignore[assignment]
     """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
-    type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+    type, owner, labels and error code, all of them narrowing (or `all`). As RetryJob does for each: a fresh
     attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
     call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
     of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.
@@ -220,7 +220,7 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_jobs_pb2.RetryJobsResponse, _abc.Awaitable[_jobs_pb2.RetryJobsResponse]]:
         """Re-drives every FAILED job that matches (the dead-letter queue after an outage, say): by ids,
-        type, owner and labels, all of them narrowing (or `all`). As RetryJob does for each: a fresh
+        type, owner, labels and error code, all of them narrowing (or `all`). As RetryJob does for each: a fresh
         attempt budget, and what its failure cancelled down the chain waits again. At most `limit` per
         call, oldest first, each committed before the answer and recorded in the audit log as a job.retry
         of its id. Over REST: POST /v1/jobs:retryMany with a JSON body.

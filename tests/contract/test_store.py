@@ -141,6 +141,25 @@ def test_list_filters_orders_newest_first_and_counts(store: Store) -> None:
     assert [j.seq for j in page.jobs] == [7, 5]
 
 
+def test_list_filters_by_the_error_an_attempt_ended_with(store: Store) -> None:
+    jobs_ = [record(i, state=JobState.FAILED) for i in range(1, 6)]
+    for job, code in zip(jobs_, ["TIMEOUT", "ERROR", "TIMEOUT", "", "WORKER_LOST"], strict=True):
+        job.error_code = code
+    jobs_[3].state = JobState.SUCCEEDED
+    store.insert(jobs_)
+
+    async def go(code: str) -> list[int]:
+        await store.commit()
+        page = await store.list_jobs([JobState.FAILED], "", 10, 0, error_code=code)
+        assert page.total == len(page.jobs)
+        return [j.seq for j in page.jobs]
+
+    assert run(go("TIMEOUT")) == [3, 1]
+    assert run(go("WORKER_LOST")) == [5]
+    assert run(go("")) == [5, 3, 2, 1]
+    assert run(go("NO_SUCH_CODE")) == []
+
+
 def test_list_filters_by_labels_of_any_characters(store: Store) -> None:
     jobs_ = [record(i) for i in range(1, 6)]
     jobs_[0].labels = {"team": "edge", "tier": "gold"}

@@ -88,6 +88,39 @@ def test_a_limit_takes_the_oldest_and_named_ids_narrow_with_the_rest(
         assert wait_done(control_plane, job.id).state == S.SUCCEEDED
 
 
+def test_the_dead_letter_queue_is_listed_and_re_driven_by_the_error_each_job_ended_with(
+    control_plane: ControlProc, spawn_worker: Callable[..., WorkerProc]
+) -> None:
+    # Given jobs that FAILED two ways: two timed out, one raised
+    spawn_worker(control_plane, threads=3)
+    timed_out = _failed(
+        control_plane, [request("sleep", {"seconds": 30}, timeout_sec=0.2, max_attempts=1) for _ in range(2)]
+    )
+    (raised,) = _failed(control_plane, [_fail_once()])
+    assert {control_plane.get(j.id).error.code for j in timed_out} == {"TIMEOUT"}
+    # Then the list by error code holds just the timeouts, over gRPC, REST, the client and the CLI
+    listed = control_plane.jobs.ListJobs(jobs_pb2.ListJobsRequest(status=[S.FAILED], error_code="TIMEOUT"))
+    assert ([j.id for j in listed.jobs], listed.total) == ([j.id for j in reversed(timed_out)], 2)
+    rest = Rest(http_port(control_plane))
+    reply = rest.call("GET", "/v1/jobs?errorCode=ERROR")
+    assert reply.status == 200 and [j["id"] for j in reply.json()["jobs"]] == [raised.id]
+    with corral.Client(control_plane.address) as client:
+        assert client.list(status=["FAILED"], error_code="TIMEOUT").total == 2
+    out = cli.corral("list", "--control", control_plane.address, "--error-code", "ERROR", "--json")
+    assert out.returncode == 0 and [j["id"] for j in json.loads(out.stdout)["jobs"]] == [raised.id], out.stderr
+    # The queue is not filtered by error
+    queue = rpc_error(
+        control_plane.jobs.ListJobs,
+        jobs_pb2.ListJobsRequest(order=jobs_pb2.ListJobsRequest.QUEUE, error_code="TIMEOUT"),
+    )
+    assert queue.code() == grpc.StatusCode.INVALID_ARGUMENT and queue.details().startswith("error_code: ")
+    # When only the one that raised is re-driven, by its error, Then it runs again; the timeouts stay
+    answer = _retry(control_plane, error_code="ERROR")
+    assert (list(answer.ids), answer.remaining) == ([raised.id], 0)
+    assert wait_done(control_plane, raised.id).state == S.SUCCEEDED
+    assert {control_plane.get(j.id).state for j in timed_out} == {S.FAILED}
+
+
 def test_what_a_failure_cancelled_down_the_chain_waits_again_and_runs(
     control_plane: ControlProc, spawn_worker: Callable[..., WorkerProc]
 ) -> None:
@@ -111,7 +144,8 @@ def test_bad_requests_are_refused_naming_the_field_and_change_nothing(
     spawn_worker(control_plane)
     (failed,) = _failed(control_plane, [request("failing", max_attempts=1, labels={"batch": "1"})])
     refusals: list[tuple[dict[str, Any], str]] = [
-        ({}, "all: must be true to re-drive every FAILED job (no ids, type, owner or labels narrow it)"),
+        ({}, "all: must be true to re-drive every FAILED job (no ids, type, owner, labels or error_code narrow it)"),
+        ({"error_code": "E" * 65}, "error_code: must be at most 64 characters"),
         ({"all": True, "limit": -1}, "limit: must be between 1 and 1,000, got -1"),
         ({"all": True, "limit": 1_001}, "limit: must be between 1 and 1,000, got 1001"),
         ({"ids": [failed.id, failed.id]}, "ids[1]: repeats ids[0]"),

@@ -67,6 +67,7 @@ def test_query_fields_leave_out_path_and_body_fields() -> None:
         "owner",
         "order",
         "labels",
+        "error_code",
     ]
     assert routes["JobService.GetJob"].query_fields() == []
     assert routes["JobService.SubmitJob"].query_fields() == []  # body "*"
