@@ -266,7 +266,7 @@ def cancel(args: argparse.Namespace) -> int:
     def call(client: Client, ids: list[str] | None, limit: int) -> Changed:
         return client.cancel_many(ids, limit=limit, **filters)
 
-    return _change_many(args, call, MAX_CANCELLED_PER_CALL, "cancelled")
+    return _change_many(args, call, MAX_CANCELLED_PER_CALL, "cancelled", again=True)
 
 
 def retry(args: argparse.Namespace) -> int:
@@ -288,25 +288,32 @@ def retry(args: argparse.Namespace) -> int:
     def call(client: Client, ids: list[str] | None, limit: int) -> Changed:
         return client.retry_many(ids, limit=limit, **filters)
 
-    return _change_many(args, call, MAX_RETRIED_PER_CALL, "retried")
+    # One call per 1,000 named ids, or one call for a filter: a job re-driven here may fail again at
+    # once, and a call after would re-drive it a second time.
+    return _change_many(args, call, MAX_RETRIED_PER_CALL, "retried", again=False)
 
 
 def _change_many(
-    args: argparse.Namespace, call: Callable[[Client, list[str] | None, int], Changed], per_call: int, done: str
+    args: argparse.Namespace,
+    call: Callable[[Client, list[str] | None, int], Changed],
+    per_call: int,
+    done: str,
+    again: bool,
 ) -> int:
-    """Call ``call`` (a cancel_many or retry_many of the command's filters) until nothing that matches
-    is left, or ``--limit`` jobs were changed; at most ``per_call`` to a call and MAX_WATCHED_JOBS ids.
-    Prints how many were ``done`` (``--json``: their ids) and how many more matched."""
+    """Call ``call`` (a cancel_many or retry_many of the command's filters) for each ``per_call`` of the
+    named ids, or once for a filter; with ``again``, call again while more match (a job changed cannot
+    match again: a cancelled one stays cancelled). Never past ``--limit`` jobs in all. Prints how many
+    were ``done`` (``--json``: their ids) and how many more matched."""
     changed: list[str] = []
     remaining = 0
     with client_for(args) as client:
-        for part in _id_chunks(args.ids):
+        for part in _id_chunks(args.ids, min(per_call, MAX_WATCHED_JOBS)):
             while not args.limit or len(changed) < args.limit:
                 left = args.limit - len(changed) if args.limit else per_call
                 answer = call(client, part, min(left, per_call))
                 changed += answer.ids
                 remaining = answer.remaining
-                if not remaining or not answer.ids:  # all of them, or what is left cannot be changed
+                if not again or not remaining or not answer.ids:  # done, or what is left cannot be changed
                     break
     if args.json:
         render.print_json({done: changed, "remaining": remaining})
@@ -316,11 +323,11 @@ def _change_many(
     return ExitCode.OK
 
 
-def _id_chunks(ids: list[str]) -> list[list[str] | None]:
-    """The ids a command names, MAX_WATCHED_JOBS to a call (one call of None: it names none)."""
+def _id_chunks(ids: list[str], size: int) -> list[list[str] | None]:
+    """The ids a command names, ``size`` to a call (one call of None: it names none)."""
     if not ids:
         return [None]
-    return [ids[at : at + MAX_WATCHED_JOBS] for at in range(0, len(ids), MAX_WATCHED_JOBS)]
+    return [ids[at : at + size] for at in range(0, len(ids), size)]
 
 
 def watch(args: argparse.Namespace) -> int:
