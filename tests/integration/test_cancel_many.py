@@ -103,6 +103,24 @@ def test_a_cancel_of_thousands_goes_in_chunks_and_cancels_every_one(control_plan
     assert listed.total == 2_500
 
 
+def test_what_the_answer_names_is_committed_kill_9_right_after_loses_none(
+    control_plane: ControlProc, spawn_worker: Callable[..., WorkerProc]
+) -> None:
+    # Given 3,000 queued jobs (no worker yet)
+    ids = [j.id for j in submit_many(control_plane, [request("noop", labels={"b": "1"}) for _ in range(3_000)])]
+    # When they are cancelled and the control plane is killed the moment the answer arrives
+    answer = _cancel(control_plane, labels={"b": "1"})
+    control_plane.kill()
+    control_plane.start()
+    # Then after the restart every one the answer named is CANCELLED, and none runs on a worker
+    assert list(answer.ids) == ids
+    spawn_worker(control_plane, threads=2)
+    probe = wait_done(control_plane, submit(control_plane, "noop").id)  # the worker takes jobs
+    assert probe.state == S.SUCCEEDED
+    stats = control_plane.jobs.GetStats(jobs_pb2.GetStatsRequest())
+    assert (stats.jobs_by_status["CANCELLED"], stats.jobs_by_status["SUCCEEDED"]) == (3_000, 1)
+
+
 def test_what_waits_on_a_cancelled_job_is_cancelled_in_turn(control_plane: ControlProc) -> None:
     # Given a queued job and two that wait on it
     first = submit(control_plane, "noop")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -119,6 +120,27 @@ def test_the_dead_letter_queue_is_listed_and_re_driven_by_the_error_each_job_end
     assert (list(answer.ids), answer.remaining) == ([raised.id], 0)
     assert wait_done(control_plane, raised.id).state == S.SUCCEEDED
     assert {control_plane.get(j.id).state for j in timed_out} == {S.FAILED}
+
+
+def test_what_the_answer_names_is_committed_kill_9_right_after_loses_none(
+    control_plane: ControlProc, spawn_worker: Callable[..., WorkerProc]
+) -> None:
+    # Given 50 FAILED jobs whose next attempt succeeds, and no worker left to run them
+    worker = spawn_worker(control_plane, threads=2)
+    failed = _failed(control_plane, [_fail_once() for _ in range(50)])
+    worker.signal(signal.SIGTERM)  # it drains and leaves
+    assert worker.wait(30) == 0
+    # When they are re-driven and the control plane is killed the moment the answer arrives
+    answer = _retry(control_plane, all=True)
+    control_plane.kill()
+    control_plane.start()
+    assert list(answer.ids) == [j.id for j in failed]
+    # Then after the restart none is FAILED, and each runs again once, to SUCCEEDED on attempt 2
+    assert {control_plane.get(j.id).state for j in failed} == {S.PENDING}
+    spawn_worker(control_plane, threads=2)
+    for job in failed:
+        done = wait_done(control_plane, job.id)
+        assert (done.state, done.attempts) == (S.SUCCEEDED, 2)
 
 
 def test_what_a_failure_cancelled_down_the_chain_waits_again_and_runs(
