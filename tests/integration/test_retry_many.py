@@ -20,9 +20,10 @@ from corral.errors import InvalidArgument, NotFound
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, WorkerProc
 from tests.integration.test_audit import Tenants, _events, tenants  # noqa: F401 (the fixture)
+from tests.integration.test_cancel_many import _cancel
 from tests.integration.test_rest import Rest, http_port
 from tests.support import cli
-from tests.support.calls import request, result, rpc_error, submit, submit_many, wait_done
+from tests.support.calls import request, result, rpc_error, seconds_from_now, submit, submit_many, wait_done
 
 S = jobs_pb2.Job
 
@@ -141,6 +142,30 @@ def test_what_the_answer_names_is_committed_kill_9_right_after_loses_none(
     for job in failed:
         done = wait_done(control_plane, job.id)
         assert (done.state, done.attempts) == (S.SUCCEEDED, 2)
+
+
+def test_on_postgres_a_batch_is_cancelled_and_the_dead_letter_queue_re_driven_by_cause(
+    shared_pair: tuple[ControlProc, ControlProc, str], spawn_worker: Callable[..., WorkerProc]
+) -> None:
+    # Given a control plane on PostgreSQL, jobs that FAILED two ways, and a batch scheduled for later
+    cp, _, _ = shared_pair
+    spawn_worker(cp, threads=2)
+    raised = _failed(cp, [_fail_once() for _ in range(2)])
+    timed_out = _failed(cp, [request("sleep", {"seconds": 30}, timeout_sec=0.2, max_attempts=1) for _ in range(2)])
+    later = submit_many(cp, [request("noop", labels={"batch": "x"}, scheduled_at=seconds_from_now(3600))] * 3)
+    # When the batch is cancelled, and the jobs that raised are listed and re-driven by their error
+    assert list(_cancel(cp, labels={"batch": "x"}).ids) == [j.id for j in later]
+    listed = cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(status=[S.FAILED], error_code="ERROR"))
+    assert [j.id for j in listed.jobs] == [j.id for j in reversed(raised)]
+    assert list(_retry(cp, error_code="ERROR").ids) == [j.id for j in raised]
+    for job in raised:
+        assert wait_done(cp, job.id).state == S.SUCCEEDED
+    # Then across a restart each is as the calls left it
+    assert cp.stop() == 0
+    cp.start()
+    assert {cp.get(j.id).state for j in later} == {S.CANCELLED}
+    assert {(cp.get(j.id).state, cp.get(j.id).attempts) for j in raised} == {(S.SUCCEEDED, 2)}
+    assert {cp.get(j.id).state for j in timed_out} == {S.FAILED}
 
 
 def test_what_a_failure_cancelled_down_the_chain_waits_again_and_runs(
