@@ -15,7 +15,8 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
   ``corral_jobs_failed_total{type,reason}`` (dead-lettered), ``corral_job_attempt_failures_total{type,reason}``
   (every failed attempt), ``corral_job_retries_total{reason}`` (``reason`` is the error code; past
-  MAX_REASONS distinct ones, ``OTHER``), ``corral_lease_timeouts_total``,
+  MAX_REASONS distinct ones, ``OTHER``), ``corral_jobs_cancelled_total{type}``,
+  ``corral_jobs_redriven_total{type}`` (FAILED jobs re-driven by RetryJob or RetryJobs), ``corral_lease_timeouts_total``,
   ``corral_idempotent_replays_total``, ``corral_rate_limited_requests_total`` (submissions refused by
   a submission rate limit), ``corral_exec_rate_delayed_jobs_total{limit}`` (jobs held back by an
   execution rate limit; ``corral_exec_rate_waiting_jobs{limit}`` is how many wait now),
@@ -76,6 +77,18 @@ class Metrics:
         )
         self.retries = Counter(
             "corral_job_retries", "Retries scheduled after a failed attempt.", ["reason"], registry=r
+        )
+        self.cancelled = Counter(
+            "corral_jobs_cancelled",
+            "Jobs that ended CANCELLED: by CancelJob or CancelJobs, or by a job they waited on (DEPENDENCY_FAILED).",
+            ["type"],
+            registry=r,
+        )
+        self.redriven = Counter(
+            "corral_jobs_redriven",
+            "FAILED jobs re-driven out of the dead-letter queue by RetryJob or RetryJobs.",
+            ["type"],
+            registry=r,
         )
         self.lease_timeouts = Counter(
             "corral_lease_timeouts",
@@ -193,6 +206,14 @@ class Metrics:
             self.retries.labels(reason).inc()
         else:
             self.failed.labels(job_type, reason).inc()
+
+    def job_cancelled(self, job_type: str) -> None:
+        """One job ended CANCELLED."""
+        self.cancelled.labels(job_type).inc()
+
+    def job_redriven(self, job_type: str) -> None:
+        """One FAILED job was re-driven."""
+        self.redriven.labels(job_type).inc()
 
     def watch(self, scheduler: SchedulerView, ready: Callable[[], bool]) -> None:
         """Expose the scheduler's state at scrape time."""

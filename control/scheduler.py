@@ -302,6 +302,8 @@ class Scheduler:
             self.usage.started(job)
             self.track_lease(job)
         if after.terminal:
+            if after is JobState.CANCELLED:
+                self.metrics.job_cancelled(job.type)
             if job.notify:
                 self.notices.ended(job)
             if job.id in self.dependencies.waiters:
@@ -820,6 +822,7 @@ class Scheduler:
             revived = self.dependencies.revive(job, chain, now)
             self.store.update([job, *revived])
             await self._commit()
+        self.metrics.job_redriven(job.type)
         logger.info(
             logs.JOB_RETRIED, extra={"job_id": job.id, "attempts": job.attempts, "revived": [r.id for r in revived]}
         )

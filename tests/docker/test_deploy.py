@@ -199,6 +199,7 @@ def test_the_dashboard_shows_what_an_operator_watches() -> None:
         "Queue depth": 'corral_queue_depth{queue="ready"}',
         "Throughput": "rate(corral_jobs_succeeded_total",
         "Failed attempts by reason": "sum by (reason)",
+        "Cancelled and re-driven": "corral_jobs_redriven_total",
         "Workers by state": "corral_workers",
         "Dispatch latency": "histogram_quantile(0.99,",
         "Run time by type (p50 / p95)": "histogram_quantile(0.95,",

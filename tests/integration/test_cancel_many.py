@@ -19,6 +19,7 @@ from corral.errors import InvalidArgument, NotFound
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, WorkerProc, wait_until
 from tests.integration.test_audit import Tenants, _events, tenants  # noqa: F401 (the fixture)
+from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest, http_port
 from tests.support import cli
 from tests.support.calls import request, rpc_error, seconds_from_now, submit, submit_many, wait_done
@@ -66,6 +67,10 @@ def test_a_label_cancels_every_unfinished_job_of_a_batch_and_nothing_else(
     # A second call finds nothing left to cancel
     again = _cancel(control_plane, labels={"batch": "7"})
     assert (list(again.ids), again.remaining) == ([], 0)
+    # and the metrics count each job cancelled, by type
+    metrics = scrape(Rest(http_port(control_plane)))
+    assert metrics['corral_jobs_cancelled_total{type="sleep"}'] == 4
+    assert metrics['corral_jobs_cancelled_total{type="noop"}'] == 1
 
 
 def test_a_limit_takes_the_oldest_and_the_answer_says_how_many_more_matched(control_plane: ControlProc) -> None:

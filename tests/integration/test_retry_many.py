@@ -21,6 +21,7 @@ from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, WorkerProc
 from tests.integration.test_audit import Tenants, _events, tenants  # noqa: F401 (the fixture)
 from tests.integration.test_cancel_many import _cancel
+from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest, http_port
 from tests.support import cli
 from tests.support.calls import request, result, rpc_error, seconds_from_now, submit, submit_many, wait_done
@@ -69,6 +70,8 @@ def test_a_label_re_drives_every_failed_job_of_a_batch_and_nothing_else(
     # A second call finds nothing left to re-drive
     again = _retry(control_plane, labels={"batch": "a"})
     assert (list(again.ids), again.remaining) == ([], 0)
+    # and the metrics count each job re-driven, by type
+    assert scrape(Rest(http_port(control_plane)))['corral_jobs_redriven_total{type="failing"}'] == 4
 
 
 def test_a_limit_takes_the_oldest_and_named_ids_narrow_with_the_rest(
