@@ -712,10 +712,7 @@ class Scheduler:
         if job_ids is None:
             candidates: Iterable[JobRecord] = self.active.values()
         else:
-            named = await self.get_many(job_ids)
-            if check is not None:
-                for job in named:
-                    check(job)
+            named = await self._named(job_ids, check)
             candidates = (self.active[job.id] for job in named if job.id in self.active)
         matched = sorted((job for job in candidates if selection.matches(job)), key=_by_seq)
         chosen, remaining = matched[:limit], max(len(matched) - limit, 0)
@@ -742,24 +739,28 @@ class Scheduler:
         Raises:
             NotFound: an id of ``job_ids`` that names no job.
         """
-        failed = [JobState.FAILED]
         if job_ids is not None:
-            named = await self.get_many(job_ids)
-            if check is not None:
-                for job in named:
-                    check(job)
+            named = await self._named(job_ids, check)
             matched = sorted((j for j in named if j.state is JobState.FAILED and selection.matches(j)), key=_by_seq)
             chosen, remaining = [j.id for j in matched[:limit]], max(len(matched) - limit, 0)
         else:  # from the store, where every FAILED job is (newest first): the oldest are the page at the end
-            owners, labels, code = sorted(selection.owners), selection.labels, selection.error_code
-            total = (await self.list_jobs(failed, selection.job_type, 1, 0, owners, labels, error_code=code)).total
-            take = min(limit, total)
-            page = None
-            if take:
-                page = await self.list_jobs(
-                    failed, selection.job_type, take, total - take, owners, labels, error_code=code
+
+            async def page_at(offset: int) -> JobPage:
+                return await self.list_jobs(
+                    [JobState.FAILED],
+                    selection.job_type,
+                    limit,
+                    offset,
+                    sorted(selection.owners),
+                    selection.labels,
+                    error_code=selection.error_code,
                 )
-            chosen, remaining = [j.id for j in reversed(page.jobs)] if page else [], total - take
+
+            page = await page_at(0)
+            if page.total > limit:  # one read when they all fit in one page
+                page = await page_at(page.total - limit)
+            # A page may hold fewer than ``limit`` (large payloads): what it left out still remains.
+            chosen, remaining = [j.id for j in reversed(page.jobs)], page.total - len(page.jobs)
         retried: list[str] = []
         for job_id in chosen:
             try:
@@ -768,6 +769,15 @@ class Scheduler:
                 continue
             retried.append(job_id)
         return retried, remaining
+
+    async def _named(self, job_ids: Sequence[str], check: Callable[[JobRecord], object] | None) -> list[JobRecord]:
+        """The jobs ``job_ids`` name, each passed to ``check`` (it raises to refuse one) before any
+        changes; NotFound for an id that names no job."""
+        named = await self.get_many(job_ids)
+        if check is not None:
+            for job in named:
+                check(job)
+        return named
 
     def _unfinished(self, job: JobRecord) -> bool:
         return self.active.get(job.id) is job and not job.state.terminal
