@@ -8,6 +8,7 @@ import sys
 from bench import (
     autoscale,
     backlog,
+    big_batch,
     cancel_many,
     cpu_bound,
     edge,
@@ -30,6 +31,7 @@ BENCHES = {
     "fan_out": fan_out.main,
     "wait_many": wait_many.main,
     "cancel_many": cancel_many.main,
+    "big_batch": big_batch.main,
     "labels": labels.main,
     "fleet": fleet.main,
     "rest": rest.main,

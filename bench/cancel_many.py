@@ -14,12 +14,11 @@ calls).
 from __future__ import annotations
 
 import argparse
-import statistics
-import threading
 import time
 from collections.abc import Callable
 
 from bench.cluster import Cluster
+from bench.probe import other_gets, summary
 from bench.report import alternating, table
 from corral import Client, JobSpec
 
@@ -39,42 +38,22 @@ def _cancel_many(client: Client, ids: list[str]) -> None:
 WAYS: dict[str, Callable[[Client, list[str]], None]] = {"cancel_each": _cancel_each, "cancel_many": _cancel_many}
 
 
-def _probe(address: str, job_id: str, stop: threading.Event, out: list[float]) -> None:
-    """GetJob, one after another, until ``stop``: each call's seconds into ``out``."""
-    with Client(address) as client:
-        client.get(job_id)  # the channel is up before the timing starts
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            client.get(job_id)
-            out.append(time.perf_counter() - t0)
-
-
 def run_once(way: str, n: int) -> dict[str, float]:
     with Cluster(workers=0) as cluster, Client(cluster.address) as client:
         ids = [job.id for job in client.submit_many([JobSpec("noop", labels=LABEL) for _ in range(n)])]
         other = client.submit("noop").id
-        probes: list[float] = []
-        stop = threading.Event()
-        prober = threading.Thread(target=_probe, args=(cluster.address, other, stop, probes))
-        prober.start()
-        time.sleep(0.2)  # the prober's first calls, before the timing starts, are not counted
-        probes.clear()
-        cpu0 = cluster.cpu_seconds()
-        t0 = time.perf_counter()
-        WAYS[way](client, ids)
-        seconds = time.perf_counter() - t0
-        cpu = cluster.cpu_seconds()
-        stop.set()
-        prober.join()
+        with other_gets(cluster.address, other) as probes:
+            cpu0 = cluster.cpu_seconds()
+            t0 = time.perf_counter()
+            WAYS[way](client, ids)
+            seconds = time.perf_counter() - t0
+            cpu = cluster.cpu_seconds()
         page = client.list(status=["CANCELLED"], limit=1)
         assert page.total == n, f"{page.total} of {n} CANCELLED"
-    quantiles = statistics.quantiles(probes, n=100)
     return {
         "seconds": seconds,
         "control_us_per_job": (cpu["control"] - cpu0["control"]) / n * 1e6,
-        "other_get_p50_ms": quantiles[49] * 1e3,
-        "other_get_p99_ms": quantiles[98] * 1e3,
-        "other_gets": len(probes),
+        **summary(probes),
     }
 
 

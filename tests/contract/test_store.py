@@ -29,6 +29,7 @@ from control.store import (
 )
 from control.store.lock import DatabaseLock
 from control.store.postgres import LOCK_KEY
+from control.store.sqlite import OFFLOAD_ROWS
 from corral.errors import Unavailable
 from tests.support.ports import dead_address
 from tests.support.postgres import Cluster
@@ -487,6 +488,74 @@ def test_a_file_that_is_not_a_database_is_named_and_not_held(tmp_path: Path) -> 
     with pytest.raises(OSError, match="there is no directory"):
         SQLiteStore(str(tmp_path / "no" / "such" / "c.db"))
     SQLiteStore(str(tmp_path / "fine.db")).close()
+
+
+def _count_jobs(path: str) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+
+def test_a_large_transaction_goes_to_the_writer_thread_and_what_follows_waits_its_turn(tmp_path: Path) -> None:
+    path = str(tmp_path / "big.db")
+    batch = [record(seq) for seq in range(1, OFFLOAD_ROWS + 2)]  # one row past the limit (labels: as many more)
+
+    async def go() -> None:
+        s = SQLiteStore(path)
+        try:
+            s.insert(batch)
+            big = asyncio.ensure_future(s.commit())
+            await asyncio.sleep(0)  # the batch is handed to the writer thread
+            started = record(len(batch), state=JobState.RUNNING)
+            started.attempts = 1
+            s.update([started])
+            # Not on the loop's thread while the batch is on the writer's: the update would race it
+            # on one connection, and could land first and match no row.
+            assert not s.commit_now()
+            await s.commit()
+            await big
+            assert big.done() and big.exception() is None
+            s.insert([record(OFFLOAD_ROWS + 5)])
+            assert s.commit_now(), "small transactions run on the loop's thread again"
+        finally:
+            s.close()
+
+    run(go())
+    assert _count_jobs(path) == len(batch) + 1
+    s = SQLiteStore(path)
+    try:
+        got = run(s.get(batch[-1].id))
+        assert got is not None and got.state is JobState.RUNNING and got.attempts == 1, "the update came after"
+    finally:
+        s.close()
+
+
+def test_a_large_transaction_lands_when_its_caller_is_cancelled(tmp_path: Path) -> None:
+    path = str(tmp_path / "cancelled.db")
+    first = [record(seq) for seq in range(1, OFFLOAD_ROWS + 2)]
+    second = [record(seq) for seq in range(OFFLOAD_ROWS + 2, 2 * OFFLOAD_ROWS + 3)]
+
+    async def go() -> None:
+        s = SQLiteStore(path)
+        try:
+            s.insert(first)
+            ahead = asyncio.ensure_future(s.commit())
+            await asyncio.sleep(0)
+            s.insert(second)
+            behind = asyncio.ensure_future(s.commit())
+            await asyncio.sleep(0)  # queued on the writer thread behind the first
+            behind.cancel()  # its caller goes (a client's deadline, a closed stream)
+            with contextlib.suppress(asyncio.CancelledError):
+                await behind
+            await ahead
+            await s.commit()  # nothing queued: waits for what is on the writer thread
+            assert _count_jobs(path) == len(first) + len(second), "the cancelled caller's writes landed"
+            s.insert([record(2 * OFFLOAD_ROWS + 5)])
+            assert s.commit_now()
+        finally:
+            s.close()
+
+    run(go())
+    assert _count_jobs(path) == len(first) + len(second) + 1
 
 
 # ---- PostgreSQL: one active control plane per database, the others stand by ----------------------------

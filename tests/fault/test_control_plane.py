@@ -83,6 +83,36 @@ def test_kill_9_loses_no_accepted_job(control_plane: ControlProc, spawn_worker: 
     print(f"\nkill -9 with 1,000 jobs: {len(before_restart)} had started, {len(reruns)} re-ran")
 
 
+def test_kill_9_right_after_large_batches_are_acknowledged_loses_none_of_them(
+    control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given workers taking jobs while two batches of 2,500 (each one transaction on the store's writer
+    # thread, with the results and leases of the running jobs committed between and after them) go in
+    log = tmp_path / "runs.log"
+    spawn_worker(control_plane, threads=4)
+    first = submit_many(control_plane, [request("record", {"path": str(log)}) for _ in range(2_500)])
+    second = submit_many(
+        control_plane, [request("record", {"path": str(log)}, labels={"b": "2"}) for _ in range(2_500)]
+    )
+    # When the control plane is killed with SIGKILL the moment the second answer arrives
+    control_plane.kill()
+    before_restart = Counter(job_id for job_id, _ in executions(log))
+    control_plane.start()
+    spawn_worker(control_plane, threads=4)
+    # Then every acknowledged job is there and succeeds, and a job ran twice only if it had run before
+    ids = [j.id for j in first + second]
+    done = wait_all_done(control_plane, ids, timeout=180)
+    assert Counter(j.state for j in done) == {S.SUCCEEDED: 5_000}
+    runs = Counter(job_id for job_id, _ in executions(log))
+    assert set(runs) == set(ids)
+    reruns = {job_id for job_id, n in runs.items() if n > 1}
+    assert reruns <= set(before_restart), (
+        f"re-run jobs that had not run before the kill: {reruns - set(before_restart)}"
+    )
+    labelled = control_plane.jobs.ListJobs(jobs_pb2.ListJobsRequest(labels={"b": "2"}, limit=1), timeout=10)
+    assert labelled.total == 2_500
+
+
 def test_sigterm_lets_in_flight_submissions_finish(control_plane: ControlProc) -> None:
     # Given a client submitting batches as fast as it can
     acked: list[str] = []

@@ -92,7 +92,7 @@ def test_a_submission_cancelled_during_its_commit_still_sends_what_the_commit_co
         scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
         sessions, link = WorkerSessions(scheduler), RecordingLink()
         try:
-            # Given a free worker, and a submission whose commit is in flight on the sync thread
+            # Given a free worker, and a submission whose commit is in flight on the writer thread
             sessions.register(Hello("w1", threads=1, slots=1), link)
             call = asyncio.ensure_future(scheduler.submit([Submission("noop", {}, payload_json="{}")]))
             await _turns(1)

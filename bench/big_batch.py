@@ -1,0 +1,47 @@
+"""A large batch: one SubmitJobs call of N noop jobs (no worker, so none starts), and what another
+client saw meanwhile: the p50, p99 and longest of GetJob calls it made one after another.
+
+The batch goes in with one commit, all of it or none. Its conversion and checks take loop turns of
+1,000 jobs (``control.turns``); the jobs are then made and queued in one go, and the transaction that
+writes them runs on the store's writer thread (``control.store.sqlite.OFFLOAD_ROWS``), so the longest
+call measures what still holds the event loop in one piece.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from bench.cluster import Cluster
+from bench.probe import other_gets, summary
+from bench.report import table
+from corral import Client, JobSpec
+
+
+def run_once(n: int) -> dict[str, float]:
+    with Cluster(workers=0) as cluster, Client(cluster.address) as client:
+        other = client.submit("noop").id
+        specs = [JobSpec("noop") for _ in range(n)]
+        with other_gets(cluster.address, other) as probes:
+            cpu0 = cluster.cpu_seconds()
+            t0 = time.perf_counter()
+            jobs = client.submit_many(specs)
+            seconds = time.perf_counter() - t0
+            cpu = cluster.cpu_seconds()
+        assert len(jobs) == n
+        page = client.list(status=["PENDING"], limit=1)
+        assert page.total == n + 1, f"{page.total} of {n + 1} PENDING"
+    return {
+        "seconds": seconds,
+        "control_us_per_job": (cpu["control"] - cpu0["control"]) / n * 1e6,
+        **summary(probes),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--jobs", type=int, default=10_000)
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args(argv)
+    table(f"a large batch: one SubmitJobs of {a.jobs:,} noop jobs, another client's GetJob meanwhile",
+          [run_once(a.jobs) for _ in range(a.runs)])  # fmt: skip
