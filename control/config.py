@@ -141,6 +141,10 @@ class ControlConfig:
     (control.shares)."""
     owner_weights: str = ""
     """CORRAL_OWNER_WEIGHTS: ``alice=3,bob=1``: owners' weights for fair share (> 0; default 1 each)."""
+    fair_share_half_life_sec: float = 0.0
+    """CORRAL_FAIR_SHARE_HALF_LIFE_SEC: >= 0, with CORRAL_FAIR_SHARE=on; a share is ranked by what it holds
+    now plus what it held lately, where what it held this long ago counts half (control.shares). 0: only
+    what it holds now."""
     owner_max_running: str = ""
     """CORRAL_OWNER_MAX_RUNNING: ``N`` or ``N,alice=M``: the most jobs an owner may have running (0 or
     unset: no cap)."""
@@ -324,7 +328,9 @@ class ControlConfig:
             f"{len(self.notify_webhook_secret)} characters",
         )
         try:
-            ShareRules.parse(self.fair_share, self.owner_weights, self.owner_max_running)
+            ShareRules.parse(
+                self.fair_share, self.owner_weights, self.owner_max_running, half_life_sec=self.fair_share_half_life_sec
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._check_tls()
@@ -593,6 +599,7 @@ _ENV: dict[str, str] = {
     "password_rounds": "CORRAL_PASSWORD_ROUNDS",
     "audit_retention_sec": "CORRAL_AUDIT_RETENTION_SEC",
     "fair_share": "CORRAL_FAIR_SHARE",
+    "fair_share_half_life_sec": "CORRAL_FAIR_SHARE_HALF_LIFE_SEC",
     "owner_weights": "CORRAL_OWNER_WEIGHTS",
     "owner_max_running": "CORRAL_OWNER_MAX_RUNNING",
     "priority_aging_sec": "CORRAL_PRIORITY_AGING_SEC",
@@ -665,6 +672,7 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "password_rounds": _INT,
     "audit_retention_sec": _FLOAT,
     "fair_share": _lower,
+    "fair_share_half_life_sec": _FLOAT,
     "owner_weights": _text,
     "owner_max_running": _text,
     "priority_aging_sec": _FLOAT,

@@ -9,7 +9,7 @@ Two kinds, chosen so that the hot path (about 150 µs per job) pays next to noth
   one per job per stream), and per owner (control.shares)
   ``corral_owner_thread_seconds_total{owner,group}``, ``corral_owner_gpu_seconds_total{owner,group}``,
   ``corral_owner_running_jobs{owner,group}`` and, per share (a group, or an owner in none),
-  ``corral_share_dominant{share}``; the connected workers' ``corral_gpus{state}`` and
+  ``corral_share_dominant{share}`` (and ``corral_share_recent{share}`` with a fair-share half-life); the connected workers' ``corral_gpus{state}`` and
   ``corral_memory_mb{state}`` (held or free).
 * Events, bumped where they happen (:class:`Metrics`; a cached labelled child costs about 1 µs):
   ``corral_jobs_submitted_total{type}``, ``corral_jobs_succeeded_total{type}``,
@@ -326,6 +326,16 @@ class StateCollector(Collector):
         for share in sorted(usage.shares()):
             dominant.add_metric([share], usage.dominant_share(share, capacity))
         yield dominant
+        recent = GaugeMetricFamily(
+            "corral_share_recent",
+            "Each share's dominant share lately (CORRAL_FAIR_SHARE_HALF_LIFE_SEC; none without it): its "
+            "holdings averaged over time, what it held one half-life ago counting half; fair share ranks by "
+            "this plus what it holds now.",
+            labels=["share"],
+        )
+        for share in sorted(usage.remembered()):
+            recent.add_metric([share], usage.recent_share(share, capacity))
+        yield recent
 
 
 class ExecLimitsCollector(Collector):

@@ -126,8 +126,10 @@ class Scheduler:
         self.leases = LeaseQueue()
         """Where the running jobs' leases end (see :meth:`expired_leases`)."""
         self.counts: Counter[JobState] = Counter(store.count_by_state())
-        self.shares = ShareRules.parse(config.fair_share, config.owner_weights, config.owner_max_running, group_of)
-        self.usage = OwnerUsage(self.shares.group_of)
+        self.shares = ShareRules.parse(
+            config.fair_share, config.owner_weights, config.owner_max_running, group_of, config.fair_share_half_life_sec
+        )
+        self.usage = OwnerUsage(self.shares.group_of, self.shares.half_life_sec, self.clock.monotonic)
         """Each owner's running jobs and threads, and the thread-seconds it used (control.shares)."""
         self.order = QueueOrder(config.priority_aging_sec)
         """How ready jobs are ranked: priority, then age; with CORRAL_PRIORITY_AGING_SEC, waiting raises it."""

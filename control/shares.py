@@ -17,6 +17,12 @@ the owner ``""``. Three settings:
   submits one job later waits for one slot to free, not for the ten thousand. No owner starves: every
   owner with ready jobs is the least served one at some point. Priority orders an owner's own jobs;
   it does not let one owner take another's share.
+* ``CORRAL_FAIR_SHARE_HALF_LIFE_SEC=H`` (with fair share; 0 or unset: off): a share is ranked by what it
+  holds now plus what it held lately, an average of its dominant share over time in which what it
+  held H seconds ago counts half, 2H ago a quarter, and so on. A group that had the whole cluster for
+  the last hour, and a group that just came, split the freed slots in favour of the newcomer until the
+  history evens out; between shares with the same history it is the plain rule above. The history is
+  kept in memory: a restarted control plane starts it afresh.
 * ``CORRAL_OWNER_MAX_RUNNING=N`` (or ``N,alice=M``; 0 = no cap): an owner never has more than that
   many jobs running; the rest wait PENDING and start as its running jobs end.
 * Usage, always counted: the thread-seconds of every lease each owner's jobs held (threads granted x
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -99,14 +106,26 @@ class ShareRules:
     max_running_for: Mapping[str, int] = field(default_factory=dict)
     group_of: Mapping[str, str] = field(default_factory=dict)
     """CORRAL_GROUPS: owner -> group; fair share is between groups (an owner in none is its own)."""
+    half_life_sec: float = 0.0
+    """CORRAL_FAIR_SHARE_HALF_LIFE_SEC: how fast what a share held lately stops counting (0: it does not
+    count; only what it holds now)."""
 
     @classmethod
     def parse(
-        cls, fair_share: str, weights: str, max_running: str, group_of: Mapping[str, str] | None = None
+        cls,
+        fair_share: str,
+        weights: str,
+        max_running: str,
+        group_of: Mapping[str, str] | None = None,
+        half_life_sec: float = 0.0,
     ) -> ShareRules:
-        """The rules from the three settings' values; ValueError names the setting and the rule."""
+        """The rules from the settings' values; ValueError names the setting and the rule."""
         if fair_share not in ("on", "off"):
             raise ValueError(f"CORRAL_FAIR_SHARE must be on or off, got {fair_share!r}")
+        if not (math.isfinite(half_life_sec) and half_life_sec >= 0):
+            raise ValueError(f"CORRAL_FAIR_SHARE_HALF_LIFE_SEC must be >= 0 (0: off), got {half_life_sec}")
+        if half_life_sec and fair_share != "on":
+            raise ValueError("CORRAL_FAIR_SHARE_HALF_LIFE_SEC needs CORRAL_FAIR_SHARE=on (it weighs fair share)")
         try:
             parsed_weights = parse_weights(weights)
         except ValueError as exc:
@@ -115,7 +134,7 @@ class ShareRules:
             cap, caps = parse_caps(max_running)
         except ValueError as exc:
             raise ValueError(f"CORRAL_OWNER_MAX_RUNNING: {exc}") from None
-        return cls(fair_share == "on", parsed_weights, cap, caps, dict(group_of or {}))
+        return cls(fair_share == "on", parsed_weights, cap, caps, dict(group_of or {}), half_life_sec)
 
     @property
     def per_owner(self) -> bool:
@@ -131,11 +150,44 @@ class ShareRules:
         return self.max_running_for.get(owner, self.max_running)
 
 
+def _dominant(threads: float, gpus: float, memory_mb: float, capacity: Capacity) -> float:
+    """The largest part of ``capacity`` that these holdings are (threads alone with no worker connected:
+    that still orders the shares)."""
+    part = threads / max(1, capacity.threads)
+    if capacity.gpus and gpus:
+        part = max(part, gpus / capacity.gpus)
+    if capacity.memory_mb and memory_mb:
+        part = max(part, memory_mb / capacity.memory_mb)
+    return part
+
+
+class _Lately:
+    """A share's average holdings over the recent past (see :meth:`OwnerUsage.recent_share`)."""
+
+    __slots__ = ("at", "gpus", "memory_mb", "threads")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.threads = 0.0
+        self.gpus = 0.0
+        self.memory_mb = 0.0
+
+
 class OwnerUsage:
     """Per owner: the jobs and threads its RUNNING jobs hold now, and the thread-seconds (and GPU-seconds)
-    used so far; per share (a group, or an owner in none): the threads, GPUs and memory held now."""
+    used so far; per share (a group, or an owner in none): the threads, GPUs and memory held now, and,
+    with a half-life, held lately."""
 
-    def __init__(self, group_of: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        group_of: Mapping[str, str] | None = None,
+        half_life_sec: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``half_life_sec`` > 0 keeps each share's recent holdings (``clock``: seconds, steady)."""
+        self._decay = math.log(2) / half_life_sec if half_life_sec > 0 else 0.0
+        self._clock = clock
+        self._lately: dict[str, _Lately] = {}
         self.running_jobs: Counter[str] = Counter()
         self.running_threads: Counter[str] = Counter()
         self.share_threads: Counter[str] = Counter()
@@ -161,12 +213,7 @@ class OwnerUsage:
         With no worker connected (nothing to take a part of), the number of threads held: that still
         orders the shares.
         """
-        part = self.share_threads[share] / max(1, capacity.threads)
-        if capacity.gpus and (gpus := self.share_gpus[share]):
-            part = max(part, gpus / capacity.gpus)
-        if capacity.memory_mb and (memory_mb := self.share_memory_mb[share]):
-            part = max(part, memory_mb / capacity.memory_mb)
-        return part
+        return _dominant(self.share_threads[share], self.share_gpus[share], self.share_memory_mb[share], capacity)
 
     def started(self, job: JobRecord) -> None:
         """``job`` became RUNNING (leased, or found running at start-up)."""
@@ -186,7 +233,44 @@ class OwnerUsage:
             if job.gpu_count:
                 self.gpu_seconds[owner] += leased * job.gpu_count
 
+    @property
+    def remembers(self) -> bool:
+        """Whether shares' recent holdings are kept (a half-life is set)."""
+        return self._decay > 0
+
+    def recent_share(self, share: str, capacity: Capacity) -> float:
+        """What ``share`` held lately: :meth:`dominant_share` of its holdings averaged over time, each
+        moment weighed by 2^(-age / half-life) (an exponential moving average). A share that has held
+        a part p for much longer than the half-life has p; one that just started, almost nothing.
+        0 without a half-life."""
+        if not self._decay:
+            return 0.0
+        lately = self._settled(share)
+        return _dominant(lately.threads, lately.gpus, lately.memory_mb, capacity)
+
+    def remembered(self) -> set[str]:
+        """The shares whose history is kept (with a half-life: each that held or queued a job since the start)."""
+        return set(self._lately)
+
+    def _settled(self, share: str) -> _Lately:
+        """``share``'s averages brought up to now: since their last change it has held what it holds."""
+        now = self._clock()
+        lately = self._lately.get(share)
+        if lately is None:
+            lately = self._lately[share] = _Lately(now)
+            return lately
+        elapsed = now - lately.at
+        if elapsed > 0:
+            kept = math.exp(-self._decay * elapsed)
+            lately.threads = lately.threads * kept + self.share_threads[share] * (1 - kept)
+            lately.gpus = lately.gpus * kept + self.share_gpus[share] * (1 - kept)
+            lately.memory_mb = lately.memory_mb * kept + self.share_memory_mb[share] * (1 - kept)
+            lately.at = now
+        return lately
+
     def _hold(self, share: str, job: JobRecord, sign: int) -> None:
+        if self._decay:
+            self._settled(share)  # the time until now counts with what it held until now
         self.share_threads[share] += sign * job.threads_granted
         if job.gpu_count:
             self.share_gpus[share] += sign * job.gpu_count
@@ -251,7 +335,10 @@ class OwnerQueues:
                 continue
             if capacity is not None:
                 group = usage.share_of(owner)
-                share = usage.dominant_share(group, capacity) / rules.weight(group)
+                share = usage.dominant_share(group, capacity)
+                if usage.remembers:
+                    share += usage.recent_share(group, capacity)
+                share /= rules.weight(group)
             else:
                 share = 0.0
             rank, ready_at, seq, _, _ = heap[0]

@@ -210,6 +210,7 @@ def test_the_dashboard_shows_what_an_operator_watches() -> None:
     }
     for title, expr in wanted.items():
         assert expr in by_title.get(title, ""), f"panel {title!r} should query {expr!r}"
+    assert "corral_share_recent" in by_title["Dominant share"], "the panel should show what shares held lately too"
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 

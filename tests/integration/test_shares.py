@@ -121,3 +121,32 @@ def test_an_owner_cap_holds_its_jobs_while_others_run(capped: Any) -> None:
     assert metrics['corral_owner_thread_seconds_total{group="",owner="alice"}'] >= 0.9
     assert metrics['corral_owner_thread_seconds_total{group="",owner="bob"}'] >= 0.3
     assert metrics['corral_owner_running_jobs{group="",owner="alice"}'] == 0
+
+
+@pytest.fixture
+def fair_with_history(make_control_plane: Any, spawn_worker: Any) -> Iterator[Any]:
+    yield from _clients(
+        make_control_plane, spawn_worker, 2, CORRAL_FAIR_SHARE="on", CORRAL_FAIR_SHARE_HALF_LIFE_SEC="1"
+    )
+
+
+def test_with_a_half_life_an_owner_that_had_the_cluster_lately_lets_a_newcomer_in_first(
+    fair_with_history: Any,
+) -> None:
+    cp, alice, bob = fair_with_history
+    # Given alice holding both slots of the worker for 3 s (three half-lives)
+    hold = _sleeps(alice, 2, 3.0)
+    wait_until(lambda: all(cp.get(i).state == RUNNING for i in hold), what="alice's jobs to hold the worker")
+    # and, while they run, alice's next 4 jobs queued, then bob's 4
+    alice_ids = _sleeps(alice, 4, 0.3)
+    bob_ids = _sleeps(bob, 4, 0.3)
+    # (/metrics shows what alice held lately; bob has held nothing)
+    metrics = scrape(Rest(cp.http_port))
+    assert 0 < metrics['corral_share_recent{share="alice"}'] <= 1
+    assert metrics.get('corral_share_recent{share="bob"}', 0.0) == 0.0
+    _done(alice, hold)
+    alice_jobs, bob_jobs = _done(alice, alice_ids), _done(bob, bob_ids)
+    # Then, when her jobs end and both slots free, both go to bob, though alice's jobs are older and
+    # neither of them holds anything then (without the half-life, hers would go first)
+    starts = sorted([(j.started_at, "alice") for j in alice_jobs] + [(j.started_at, "bob") for j in bob_jobs])
+    assert [owner for _, owner in starts[:2]] == ["bob", "bob"], starts

@@ -31,6 +31,12 @@ def test_environment_and_flags() -> None:
         ({"CORRAL_PRIORITY_AGING_SEC": "-5"}, r"CORRAL_PRIORITY_AGING_SEC must be >= 0 \(0: no aging\), got -5"),
         ({"CORRAL_PRIORITY_AGING_SEC": "nan"}, "CORRAL_PRIORITY_AGING_SEC must be a finite number"),
         (
+            {"CORRAL_FAIR_SHARE": "on", "CORRAL_FAIR_SHARE_HALF_LIFE_SEC": "-60"},
+            r"CORRAL_FAIR_SHARE_HALF_LIFE_SEC must be >= 0 \(0: off\), got -60",
+        ),
+        ({"CORRAL_FAIR_SHARE_HALF_LIFE_SEC": "an hour"}, "CORRAL_FAIR_SHARE_HALF_LIFE_SEC must be a number"),
+        ({"CORRAL_FAIR_SHARE_HALF_LIFE_SEC": "3600"}, "CORRAL_FAIR_SHARE_HALF_LIFE_SEC needs CORRAL_FAIR_SHARE=on"),
+        (
             {"CORRAL_NOTIFY_WEBHOOK_SECRET": "short"},
             r"CORRAL_NOTIFY_WEBHOOK_SECRET must be 16..1024 characters, or empty for unsigned webhooks, got '5 char",
         ),

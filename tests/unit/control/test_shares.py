@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from control.clock import FakeClock
 from control.jobs import JobRecord, JobState
 from control.queue import STRICT, QueueOrder
 from control.registry import Capacity
@@ -18,7 +21,8 @@ class Harness:
     def __init__(self, rules: ShareRules, order: QueueOrder = STRICT, capacity: Capacity = EIGHT_THREADS) -> None:
         self.jobs: dict[str, JobRecord] = {}
         self.queued: dict[str, int] = {}
-        self.usage = OwnerUsage(rules.group_of)
+        self.clock = FakeClock()
+        self.usage = OwnerUsage(rules.group_of, rules.half_life_sec, self.clock.monotonic)
         self.capacity = capacity
         self.q = OwnerQueues(self._take, self._looks, rules, self.usage, order, lambda: self.capacity)
         self.seq = 0
@@ -209,3 +213,112 @@ def test_settings_parse() -> None:
     assert (rules.cap("alice"), rules.cap("bob"), rules.per_owner) == (10, 4, True)
     assert not ShareRules.parse("off", "", "").per_owner
     assert not ShareRules.parse("off", "", "0").per_owner
+
+
+@pytest.mark.parametrize(
+    ("fair", "half_life", "message"),
+    [
+        ("on", -1.0, r"CORRAL_FAIR_SHARE_HALF_LIFE_SEC must be >= 0 \(0: off\), got -1.0"),
+        ("on", math.inf, "CORRAL_FAIR_SHARE_HALF_LIFE_SEC must be >= 0"),
+        ("on", math.nan, "CORRAL_FAIR_SHARE_HALF_LIFE_SEC must be >= 0"),
+        ("off", 3600.0, "CORRAL_FAIR_SHARE_HALF_LIFE_SEC needs CORRAL_FAIR_SHARE=on"),
+    ],
+)
+def test_a_bad_half_life_names_the_setting_and_the_rule(fair: str, half_life: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ShareRules.parse(fair, "", "", half_life_sec=half_life)
+
+
+# ---- history: CORRAL_FAIR_SHARE_HALF_LIFE_SEC -------------------------------------------------------------
+
+HALF_LIFE = 100.0
+
+
+def _held_for(h: Harness, owner: str, jobs: int, seconds: float) -> None:
+    """``owner`` runs ``jobs`` one-thread jobs for ``seconds`` on the harness's clock, then they end."""
+    ids = [h.add(owner) for _ in range(jobs)]
+    assert [h.start() for _ in ids] == ids
+    h.clock.advance(seconds)
+    for job_id in ids:
+        h.finish(job_id)
+
+
+def test_recent_use_is_the_time_average_of_the_share_held_with_the_half_life() -> None:
+    h = Harness(ShareRules(fair=True, half_life_sec=HALF_LIFE))
+
+    def recent() -> float:
+        return h.usage.recent_share("alice", EIGHT_THREADS)
+
+    assert recent() == 0.0
+    ids = [h.add("alice") for _ in range(8)]
+    for _ in ids:
+        h.start()
+    # Holding the whole cluster: half of it after one half-life, three quarters after two
+    h.clock.advance(HALF_LIFE)
+    assert recent() == pytest.approx(0.5)
+    h.clock.advance(HALF_LIFE)
+    assert recent() == pytest.approx(0.75)
+    # Then holding half: the average moves half way to a half per half-life
+    for job_id in ids[:4]:
+        h.finish(job_id)
+    h.clock.advance(HALF_LIFE)
+    assert recent() == pytest.approx(0.625)
+    # And nothing: it fades by half per half-life
+    for job_id in ids[4:]:
+        h.finish(job_id)
+    h.clock.advance(2 * HALF_LIFE)
+    assert recent() == pytest.approx(0.625 / 4)
+    assert h.usage.remembered() == {"alice"}
+
+
+@pytest.mark.parametrize("half_life", [0.0, HALF_LIFE])
+def test_with_a_half_life_a_share_that_held_the_cluster_lately_gives_way_to_a_newcomer(half_life: float) -> None:
+    # Given alice, who had all 8 threads for 10 half-lives and then let them go
+    h = Harness(ShareRules(fair=True, half_life_sec=half_life))
+    _held_for(h, "alice", 8, 10 * HALF_LIFE)
+    # When alice (first) and bob each queue 8 jobs, and 8 threads are free
+    for owner in ("alice", "bob"):
+        for _ in range(8):
+            h.add(owner)
+    started = owners([h.start() for _ in range(8)])
+    if half_life:
+        # Then bob gets every thread: alice's recent use (all of it) outweighs all he holds
+        assert started == ["bob"] * 8
+    else:
+        # Then, without a half-life, they hold as much as each other: turn by turn, alice's older first
+        assert started == ["alice", "bob"] * 4
+
+
+def test_history_fades_until_it_only_breaks_ties() -> None:
+    h = Harness(ShareRules(fair=True, half_life_sec=HALF_LIFE))
+    _held_for(h, "alice", 8, 10 * HALF_LIFE)
+    # 20 half-lives later alice's history is a millionth of the cluster
+    h.clock.advance(20 * HALF_LIFE)
+    for owner in ("alice", "bob"):
+        for _ in range(4):
+            h.add(owner)
+    # Then they take turns, as without history; only who goes first, a tie before, is bob
+    assert owners([h.start() for _ in range(8)]) == ["bob", "alice"] * 4
+
+
+def test_history_splits_the_threads_in_favour_of_the_share_that_used_less_for_its_weight() -> None:
+    # Given alice, who held half the threads for a long time, and bob (weight 0.5) a quarter; neither
+    # holds any now
+    h = Harness(ShareRules(fair=True, half_life_sec=HALF_LIFE, weights={"bob": 0.5}))
+    a = [h.add("alice") for _ in range(4)]
+    b = [h.add("bob") for _ in range(2)]
+    for _ in a + b:
+        h.start()
+    h.clock.advance(30 * HALF_LIFE)
+    for job_id in a + b:
+        h.finish(job_id)
+    assert h.usage.recent_share("alice", EIGHT_THREADS) == pytest.approx(0.5)
+    assert h.usage.recent_share("bob", EIGHT_THREADS) == pytest.approx(0.25)
+    for owner in ("alice", "bob"):
+        for _ in range(8):
+            h.add(owner)
+    # When 8 threads free: alice ranks (held + 0.5) / 1, bob (held + 0.25) / 0.5, the lower first
+    started = owners([h.start() for _ in range(8)])
+    # Then they end where those are even: alice 5 threads (0.625 + 0.5), bob 3 ((0.375 + 0.25) / 0.5),
+    # whichever way the ties on the way went. (At weight 1, bob would hold 5: his history is smaller.)
+    assert (started.count("alice"), started.count("bob")) == (5, 3)
