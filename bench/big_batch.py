@@ -10,10 +10,9 @@ call measures what still holds the event loop in one piece.
 from __future__ import annotations
 
 import argparse
-import time
 
 from bench.cluster import Cluster
-from bench.probe import other_gets, summary
+from bench.probe import beside_gets
 from bench.report import table
 from corral import Client, JobSpec
 
@@ -22,20 +21,11 @@ def run_once(n: int) -> dict[str, float]:
     with Cluster(workers=0) as cluster, Client(cluster.address) as client:
         other = client.submit("noop").id
         specs = [JobSpec("noop") for _ in range(n)]
-        with other_gets(cluster.address, other) as probes:
-            cpu0 = cluster.cpu_seconds()
-            t0 = time.perf_counter()
-            jobs = client.submit_many(specs)
-            seconds = time.perf_counter() - t0
-            cpu = cluster.cpu_seconds()
+        jobs, row = beside_gets(cluster, other, n, lambda: client.submit_many(specs))
         assert len(jobs) == n
         page = client.list(status=["PENDING"], limit=1)
         assert page.total == n + 1, f"{page.total} of {n + 1} PENDING"
-    return {
-        "seconds": seconds,
-        "control_us_per_job": (cpu["control"] - cpu0["control"]) / n * 1e6,
-        **summary(probes),
-    }
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:

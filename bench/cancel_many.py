@@ -14,11 +14,10 @@ calls).
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 from bench.cluster import Cluster
-from bench.probe import other_gets, summary
+from bench.probe import beside_gets
 from bench.report import alternating, table
 from corral import Client, JobSpec
 
@@ -42,19 +41,10 @@ def run_once(way: str, n: int) -> dict[str, float]:
     with Cluster(workers=0) as cluster, Client(cluster.address) as client:
         ids = [job.id for job in client.submit_many([JobSpec("noop", labels=LABEL) for _ in range(n)])]
         other = client.submit("noop").id
-        with other_gets(cluster.address, other) as probes:
-            cpu0 = cluster.cpu_seconds()
-            t0 = time.perf_counter()
-            WAYS[way](client, ids)
-            seconds = time.perf_counter() - t0
-            cpu = cluster.cpu_seconds()
+        _, row = beside_gets(cluster, other, n, lambda: WAYS[way](client, ids))
         page = client.list(status=["CANCELLED"], limit=1)
         assert page.total == n, f"{page.total} of {n} CANCELLED"
-    return {
-        "seconds": seconds,
-        "control_us_per_job": (cpu["control"] - cpu0["control"]) / n * 1e6,
-        **summary(probes),
-    }
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:

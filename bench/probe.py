@@ -5,10 +5,14 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
+from bench.cluster import Cluster
 from corral import Client
+
+T = TypeVar("T")
 
 
 def _probe(address: str, job_id: str, stop: threading.Event, out: list[float]) -> None:
@@ -46,4 +50,21 @@ def summary(seconds: list[float]) -> dict[str, float]:
         "other_get_p99_ms": quantiles[98] * 1e3,
         "other_get_max_ms": max(seconds) * 1e3,
         "other_gets": len(seconds),
+    }
+
+
+def beside_gets(cluster: Cluster, job_id: str, jobs: int, step: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """Run ``step`` (work on ``jobs`` jobs) while another client reads ``job_id`` (:func:`other_gets`);
+    returns what it returned and a row: its seconds, the control plane's CPU per job, and
+    :func:`summary` of the other client's calls."""
+    with other_gets(cluster.address, job_id) as probes:
+        cpu0 = cluster.cpu_seconds()
+        t0 = time.perf_counter()
+        result = step()
+        seconds = time.perf_counter() - t0
+        cpu = cluster.cpu_seconds()
+    return result, {
+        "seconds": seconds,
+        "control_us_per_job": (cpu["control"] - cpu0["control"]) / jobs * 1e6,
+        **summary(probes),
     }
