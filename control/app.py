@@ -40,6 +40,7 @@ from control.reaper import Reaper
 from control.retention import RetentionSweeper
 from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
+from control.share_history import ShareHistory
 from control.standby import StandbyFront
 from control.store import Store, open_store
 from control.tls import ServerTls
@@ -89,6 +90,8 @@ class ControlPlane:
         """Reloads CORRAL_AUTH_TOKEN_FILE (set when that file is in use)."""
         self.accounts: Accounts | None = None
         """The accounts people log in to (CORRAL_ACCOUNTS; None when off)."""
+        self.share_history: ShareHistory | None = None
+        """Fair share's history, kept in the store (control.share_history)."""
         self._server: grpc.aio.Server | None = None
         self.failed = asyncio.Event()
         """Set when the store could not be written: the process should stop (see _refresh_readiness)."""
@@ -130,6 +133,8 @@ class ControlPlane:
         if scheduler.exec_limits is not None:
             self.metrics.watch_exec_limits(scheduler.exec_limits)
         scheduler.recover()
+        self.share_history = ShareHistory(scheduler.usage, self.store, self.clock)
+        self.share_history.load()
         sessions = WorkerSessions(scheduler)
         reaper = Reaper(scheduler)
         self.autoscaler = Autoscaler(cfg, scheduler, sessions, self.metrics, self.clock)
@@ -200,6 +205,7 @@ class ControlPlane:
             ),
             asyncio.ensure_future(self._refresh_readiness()),
             asyncio.ensure_future(audit.run()),
+            asyncio.ensure_future(self.share_history.run()),
         ]
         if self.token_watcher is not None:
             self._tasks.append(asyncio.ensure_future(self.token_watcher.run()))
@@ -324,6 +330,8 @@ class ControlPlane:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.store is not None:
+            if self.share_history is not None:
+                self.share_history.save()
             try:
                 await self.store.commit()
             except Exception:

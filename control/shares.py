@@ -21,8 +21,8 @@ the owner ``""``. Three settings:
   holds now plus what it held lately, an average of its dominant share over time in which what it
   held H seconds ago counts half, 2H ago a quarter, and so on. A group that had the whole cluster for
   the last hour, and a group that just came, split the freed slots in favour of the newcomer until the
-  history evens out; between shares with the same history it is the plain rule above. The history is
-  kept in memory: a restarted control plane starts it afresh.
+  history evens out; between shares with the same history it is the plain rule above. The history
+  lives here, in memory; control.share_history keeps a copy in the store across restarts.
 * ``CORRAL_OWNER_MAX_RUNNING=N`` (or ``N,alice=M``; 0 = no cap): an owner never has more than that
   many jobs running; the rest wait PENDING and start as its running jobs end.
 * Usage, always counted: the thread-seconds of every lease each owner's jobs held (threads granted x
@@ -161,6 +161,10 @@ def _dominant(threads: float, gpus: float, memory_mb: float, capacity: Capacity)
     return part
 
 
+FORGOTTEN = 1e-6
+"""Average holdings (threads, GPUs or MiB) below which a share that holds nothing has no history left."""
+
+
 class _Lately:
     """A share's average holdings over the recent past (see :meth:`OwnerUsage.recent_share`)."""
 
@@ -247,6 +251,32 @@ class OwnerUsage:
             return 0.0
         lately = self._settled(share)
         return _dominant(lately.threads, lately.gpus, lately.memory_mb, capacity)
+
+    def history(self) -> dict[str, tuple[float, float, float]]:
+        """Each share's recent holdings now, (threads, GPUs, MiB of memory) on average, for keeping
+        across a restart. A share whose history has faded to nothing and that holds nothing is
+        forgotten here, so that owners who came once do not pile up."""
+        out: dict[str, tuple[float, float, float]] = {}
+        for share in list(self._lately):
+            lately = self._settled(share)
+            holds = self.share_threads[share] or self.share_gpus[share] or self.share_memory_mb[share]
+            if not holds and max(lately.threads, lately.gpus, lately.memory_mb) < FORGOTTEN:
+                del self._lately[share]
+                continue
+            out[share] = (lately.threads, lately.gpus, lately.memory_mb)
+        return out
+
+    def restore(self, history: Mapping[str, tuple[float, float, float]], age_sec: float) -> None:
+        """Take back :meth:`history` as it was ``age_sec`` ago: each share's has faded since, as if it
+        had held nothing meanwhile. Nothing without a half-life."""
+        if not self._decay:
+            return
+        kept = math.exp(-self._decay * max(0.0, age_sec))
+        for share, (threads, gpus, memory_mb) in history.items():
+            lately = self._settled(share)
+            lately.threads += threads * kept
+            lately.gpus += gpus * kept
+            lately.memory_mb += memory_mb * kept
 
     def remembered(self) -> set[str]:
         """The shares whose history is kept (with a half-life: each that held or queued a job since the start)."""

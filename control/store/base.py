@@ -195,6 +195,14 @@ class Store(Protocol):
         """Make ``key`` the key that signs logins (durable after commit)."""
         ...
 
+    def put_setting(self, name: str, value: str) -> None:
+        """Keep ``value`` under ``name`` (durable after commit), in place of what was there."""
+        ...
+
+    def load_setting(self, name: str) -> str | None:
+        """The value kept under ``name``, or None. Synchronous, for start-up (after :meth:`lead`)."""
+        ...
+
     def login_key(self, candidate: bytes) -> bytes:
         """The key that signs logins: the stored one, else ``candidate``, stored now. Every control plane
         of a shared store gets the same key, so a login outlives a restart and a failover. Synchronous,

@@ -299,7 +299,14 @@ class SQLiteStore:
         self._pending.append(("account_delete", [(name,)]))
 
     def replace_login_key(self, key: bytes) -> None:
-        self._pending.append(("setting_put", [("login_key", key.hex())]))
+        self.put_setting("login_key", key.hex())
+
+    def put_setting(self, name: str, value: str) -> None:
+        self._pending.append(("setting_put", [(name, value)]))
+
+    def load_setting(self, name: str) -> str | None:
+        row = self._rconn.execute("SELECT value FROM settings WHERE name = ?", (name,)).fetchone()
+        return None if row is None else str(row[0])
 
     def put_audit(self, entry: AuditEntry) -> None:
         self._pending.append(("audit_put", [audit_rows.row(entry)]))

@@ -366,6 +366,21 @@ def test_accounts_and_the_login_key_survive_reopen_and_a_delete_sticks(location:
         s.close()
 
 
+def test_settings_survive_reopen_and_a_new_value_replaces_the_old(location: str) -> None:
+    s = opened(location)
+    assert s.load_setting("share_history") is None
+    s.put_setting("share_history", '{"v": "ü"}')
+    s.put_setting("share_history", '{"v": 2}')
+    run(s.commit())
+    s.close()
+    s = opened(location)
+    try:
+        assert s.load_setting("share_history") == '{"v": 2}'
+        assert s.load_setting("other") is None
+    finally:
+        s.close()
+
+
 def test_the_audit_log_lists_newest_first_by_exact_filters_survives_reopen_and_purges_oldest(location: str) -> None:
     s = opened(location)
     for n in range(6):

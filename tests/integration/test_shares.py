@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,3 +151,25 @@ def test_with_a_half_life_an_owner_that_had_the_cluster_lately_lets_a_newcomer_i
     # neither of them holds anything then (without the half-life, hers would go first)
     starts = sorted([(j.started_at, "alice") for j in alice_jobs] + [(j.started_at, "bob") for j in bob_jobs])
     assert [owner for _, owner in starts[:2]] == ["bob", "bob"], starts
+
+
+@pytest.fixture
+def fair_with_long_history(make_control_plane: Any, spawn_worker: Any) -> Iterator[Any]:
+    yield from _clients(
+        make_control_plane, spawn_worker, 2, CORRAL_FAIR_SHARE="on", CORRAL_FAIR_SHARE_HALF_LIFE_SEC="3600"
+    )
+
+
+def test_the_history_of_shares_survives_a_restart(fair_with_long_history: Any) -> None:
+    cp, alice, _ = fair_with_long_history
+    # Given alice, who held both slots for a second
+    _done(alice, _sleeps(alice, 2, 1.0))
+    before = scrape(Rest(cp.http_port))['corral_share_recent{share="alice"}']
+    assert before > 0
+    # When the control plane is stopped and started again
+    assert cp.stop(signal.SIGTERM) == 0
+    cp.start()
+    wait_until(lambda: len(alice.workers()) == 1, what="the worker back (a share is a part of its threads)")
+    # Then what she held lately is still counted (an hour's half-life fades it by a ten-thousandth a second)
+    after = scrape(Rest(cp.http_port))['corral_share_recent{share="alice"}']
+    assert after == pytest.approx(before, rel=1e-3)
