@@ -176,12 +176,12 @@ class Metrics:
         self._reasons: set[str] = set()  # labelled failure reasons other than the control plane's own
 
     # ---- hooks (hot path: cached children, no formatting) -------------------------------------------
-    def job_submitted(self, job_type: str) -> None:
-        """One fresh job was accepted."""
+    def job_submitted(self, job_type: str, n: int = 1) -> None:
+        """``n`` fresh jobs of ``job_type`` were accepted."""
         inc = self._by_type.get(("submitted", job_type))
         if inc is None:
             inc = self._by_type[("submitted", job_type)] = self.submitted.labels(job_type).inc
-        inc()
+        inc(n)
 
     def job_succeeded(self, job_type: str, run_seconds: float) -> None:
         """One job ended SUCCEEDED after running ``run_seconds``."""

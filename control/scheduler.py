@@ -461,8 +461,9 @@ class Scheduler:
     def _admit(self, fresh: list[JobRecord]) -> None:
         """Store new jobs (in the open transaction) and put each where it waits."""
         self.store.insert(fresh)
+        for job_type, n in Counter(job.type for job in fresh).items():  # one count per type, not per job
+            self.metrics.job_submitted(job_type, n)
         for job in fresh:
-            self.metrics.job_submitted(job.type)
             self.active[job.id] = job
             self.counts[job.state] += 1
             if job.state is JobState.PENDING:
@@ -1050,6 +1051,8 @@ def _by_seq(job: JobRecord) -> int:
 
 
 def _log_submitted(fresh: Sequence[JobRecord]) -> None:
+    if not logger.isEnabledFor(logging.INFO):  # a batch of thousands builds no line it would drop
+        return
     for job in fresh:
         logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
 
