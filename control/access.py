@@ -13,9 +13,9 @@ With ``owner`` or ``group``, a job the caller may not see is answered as a job t
 (NOT_FOUND: its existence is not given away), ListJobs lists only what it may see, and idempotency
 keys are each client's own (two clients may both use ``order-42``). The principals named in
 ``CORRAL_AUTH_ADMINS`` see and manage every job, and only they may call AdminService (ListWorkers,
-DrainWorker, GetAutoscaler); anyone else gets PERMISSION_DENIED there. GetStats stays whole-cluster
-for everyone: queue depth and worker counts are what a client needs to know how long it will wait,
-and hold nothing of another client's jobs.
+DrainWorker, GetAutoscaler, ListAuditEvents, ListShares); anyone else gets PERMISSION_DENIED there.
+GetStats stays whole-cluster for everyone: queue depth and worker counts are what a client needs to
+know how long it will wait, and hold nothing of another client's jobs.
 
 This module decides; the gRPC servicers (``control.api``) ask it, so the REST bridge, which calls the
 same servicers, follows the same rules.

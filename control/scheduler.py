@@ -52,7 +52,7 @@ from control.queue_view import DrainRate, QueuePage, queue_page
 from control.recent import RecentJobs
 from control.registry import Assignment, Needs, WorkerEntry, WorkerRegistry
 from control.selection import JobSelection
-from control.shares import OwnerQueues, OwnerUsage, ShareRules
+from control.shares import OwnerQueues, OwnerUsage, ShareRow, ShareRules
 from control.store import IdempotencyEntry, JobPage, Store
 from control.turns import in_turns, pause
 from control.watch import SHUTTING_DOWN, Watchers
@@ -854,6 +854,12 @@ class Scheduler:
             self.counts[state] -= len(ids)
             self.metrics.jobs_purged.labels(state.name).inc(len(ids))
         return len(ids)
+
+    # ---- shares ---------------------------------------------------------------------------------
+    def share_rows(self) -> list[ShareRow]:
+        """Every share of the cluster now, lowest fair-share rank first (control.shares)."""
+        queued = Counter(job.owner for job in self.active.values() if job.state is JobState.PENDING)
+        return self.usage.rows(self.shares, self.registry.capacity(), queued)
 
     # ---- dispatch -------------------------------------------------------------------------------
     def dispatch_soon(self) -> None:

@@ -46,7 +46,7 @@ from control.jobs import JobRecord
 from control.queue import STRICT, QueueOrder
 from control.registry import Capacity
 
-__all__ = ["OwnerQueues", "OwnerUsage", "ShareRules", "parse_caps", "parse_weights"]
+__all__ = ["OwnerQueues", "OwnerUsage", "ShareRow", "ShareRules", "parse_caps", "parse_weights"]
 
 _Entry = tuple[float, float, int, str, int]  # (*rank, job id, token): see control.queue.QueueOrder
 
@@ -150,6 +150,10 @@ class ShareRules:
         return self.max_running_for.get(owner, self.max_running)
 
 
+def _rank(dominant: float, recent: float, weight: float) -> float:
+    return (dominant + recent) / weight
+
+
 def _dominant(threads: float, gpus: float, memory_mb: float, capacity: Capacity) -> float:
     """The largest part of ``capacity`` that these holdings are (threads alone with no worker connected:
     that still orders the shares)."""
@@ -175,6 +179,25 @@ class _Lately:
         self.threads = 0.0
         self.gpus = 0.0
         self.memory_mb = 0.0
+
+
+@dataclass(frozen=True)
+class ShareRow:
+    """One share as ListShares shows it (see ``corral.v1.Share``)."""
+
+    name: str
+    owners: tuple[str, ...]
+    weight: float
+    running_jobs: int
+    threads: int
+    gpus: int
+    memory_mb: int
+    queued_jobs: int
+    dominant_share: float
+    recent_share: float
+    rank: float
+    thread_seconds: float
+    gpu_seconds: float
 
 
 class OwnerUsage:
@@ -278,6 +301,46 @@ class OwnerUsage:
             lately.gpus += gpus * kept
             lately.memory_mb += memory_mb * kept
 
+    def rank(self, share: str, capacity: Capacity, weight: float) -> float:
+        """What fair share orders shares by, lowest first: (what it holds now + what it held lately) /
+        its weight."""
+        return _rank(self.dominant_share(share, capacity), self.recent_share(share, capacity), weight)
+
+    def rows(self, rules: ShareRules, capacity: Capacity, queued: Mapping[str, int]) -> list[ShareRow]:
+        """Every share with jobs running or queued (``queued``: PENDING jobs per owner), usage or
+        history, lowest rank first (the one fair share serves next), then by name."""
+        owners = {o for counts in (self.running_jobs, self.thread_seconds, self.gpu_seconds, queued)
+                  for o, n in counts.items() if n}  # fmt: skip
+        members: defaultdict[str, list[str]] = defaultdict(list)
+        for owner in owners:
+            members[self.share_of(owner)].append(owner)
+        for share in self.shares() | self.remembered():  # history kept from before a restart, say
+            members.setdefault(share, [])
+        out = []
+        for share, names in members.items():
+            dominant = self.dominant_share(share, capacity)
+            recent = self.recent_share(share, capacity)
+            weight = rules.weight(share)
+            out.append(
+                ShareRow(
+                    name=share,
+                    owners=tuple(sorted(names)),
+                    weight=weight,
+                    running_jobs=sum(self.running_jobs[o] for o in names),
+                    threads=self.share_threads[share],
+                    gpus=self.share_gpus[share],
+                    memory_mb=self.share_memory_mb[share],
+                    queued_jobs=sum(queued.get(o, 0) for o in names),
+                    dominant_share=dominant,
+                    recent_share=recent,
+                    rank=_rank(dominant, recent, weight),
+                    thread_seconds=sum(self.thread_seconds.get(o, 0.0) for o in names),
+                    gpu_seconds=sum(self.gpu_seconds.get(o, 0.0) for o in names),
+                )
+            )
+        out.sort(key=lambda row: (row.rank, row.name))
+        return out
+
     def remembered(self) -> set[str]:
         """The shares whose history is kept (with a half-life: each that held or queued a job since the start)."""
         return set(self._lately)
@@ -365,10 +428,7 @@ class OwnerQueues:
                 continue
             if capacity is not None:
                 group = usage.share_of(owner)
-                share = usage.dominant_share(group, capacity)
-                if usage.remembers:
-                    share += usage.recent_share(group, capacity)
-                share /= rules.weight(group)
+                share = usage.rank(group, capacity, rules.weight(group))
             else:
                 share = 0.0
             rank, ready_at, seq, _, _ = heap[0]

@@ -10,7 +10,8 @@ Modules:
 - ``job``      :class:`Job`, :class:`JobState`, :class:`JobError`, :class:`JobPage`, :class:`Changed`: jobs as Python values.
 - ``spec``     :class:`JobSpec`: what a client submits.
 - ``printed``  :class:`OutputChunk`: a piece of what a job printed (``watch_output``).
-- ``cluster``  :class:`Stats`, :class:`WorkerInfo`, :class:`WorkerState`, :class:`AutoscalerStatus`.
+- ``cluster``  :class:`Stats`, :class:`WorkerInfo`, :class:`WorkerState`, :class:`AutoscalerStatus`,
+  :class:`Shares`, :class:`ShareInfo`.
 - ``account``  :class:`Account`, :class:`Login`, :class:`Identity`: accounts, logins, who the caller is.
 - ``errors``   the error tree shared by every component (client and server raise the same classes).
 - ``jobtypes`` the payload JSON Schemas of the built-in job types.
@@ -40,6 +41,8 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.audit import AuditPage as AuditPage
     from corral.client import Client as Client
     from corral.cluster import AutoscalerStatus as AutoscalerStatus
+    from corral.cluster import ShareInfo as ShareInfo
+    from corral.cluster import Shares as Shares
     from corral.cluster import Stats as Stats
     from corral.cluster import WorkerInfo as WorkerInfo
     from corral.cluster import WorkerState as WorkerState
@@ -76,7 +79,9 @@ _HOMES = {
     "JobSpec": "corral.spec",
     "OutputChunk": "corral.printed",
     # Cluster
-    **dict.fromkeys(("AutoscalerStatus", "Stats", "WorkerInfo", "WorkerState"), "corral.cluster"),
+    **dict.fromkeys(
+        ("AutoscalerStatus", "ShareInfo", "Shares", "Stats", "WorkerInfo", "WorkerState"), "corral.cluster"
+    ),
     # Accounts
     **dict.fromkeys(("Account", "Identity", "Login"), "corral.account"),
     # The audit log

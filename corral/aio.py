@@ -41,7 +41,7 @@ from corral.client import (
     retry_request,
     ssl_credentials,
 )
-from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
+from corral.cluster import AutoscalerStatus, Shares, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow, FollowMany
@@ -464,6 +464,12 @@ class AsyncClient:
         """Return what the autoscaler is doing."""
         pb = await self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
+
+    async def shares(self) -> Shares:
+        """Each share of the cluster (a group, or an owner in none), lowest fair-share rank first:
+        what it holds and queues now, and the thread- and GPU-seconds it used (admins only)."""
+        pb = await self._unary(lambda c: c.admin.ListShares, admin_pb2.ListSharesRequest())
+        return Shares.from_proto(pb)
 
     async def audit(
         self,

@@ -35,7 +35,7 @@ import grpc.experimental
 
 from corral.account import Account, Identity, Login, account_request
 from corral.audit import AuditPage, audit_request
-from corral.cluster import AutoscalerStatus, Stats, WorkerInfo
+from corral.cluster import AutoscalerStatus, Shares, Stats, WorkerInfo
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
 from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
 from corral.follow import Follow, FollowMany
@@ -557,6 +557,12 @@ class Client:
         """Return what the autoscaler is doing."""
         pb = self._unary(lambda c: c.admin.GetAutoscaler, admin_pb2.GetAutoscalerRequest())
         return AutoscalerStatus.from_proto(pb)
+
+    def shares(self) -> Shares:
+        """Each share of the cluster (a group, or an owner in none), lowest fair-share rank first:
+        what it holds and queues now, and the thread- and GPU-seconds it used (admins only)."""
+        pb = self._unary(lambda c: c.admin.ListShares, admin_pb2.ListSharesRequest())
+        return Shares.from_proto(pb)
 
     def audit(
         self,

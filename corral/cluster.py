@@ -13,7 +13,7 @@ from typing import Any
 from corral.job import timestamp_to_datetime
 from corral.v1 import admin_pb2, jobs_pb2
 
-__all__ = ["AutoscalerStatus", "Stats", "WorkerInfo", "WorkerState"]
+__all__ = ["AutoscalerStatus", "ShareInfo", "Shares", "Stats", "WorkerInfo", "WorkerState"]
 
 
 class WorkerState(enum.IntEnum):
@@ -202,3 +202,67 @@ class AutoscalerStatus:
             at = getattr(self, name)
             out[name] = at.isoformat() if at else None
         return out
+
+
+@dataclass(frozen=True)
+class ShareInfo:
+    """One share of the cluster (``ListShares``): a group, or an owner in none."""
+
+    name: str
+    """The group's name, or the owner's (``""``: jobs sent without a token)."""
+    owners: list[str] = field(default_factory=list)
+    """The owners whose jobs count against it that have jobs or usage."""
+    weight: float = 1.0
+    running_jobs: int = 0
+    threads: int = 0
+    gpus: int = 0
+    memory_mb: int = 0
+    """Held by its running jobs now."""
+    queued_jobs: int = 0
+    """Its jobs PENDING now."""
+    dominant_share: float = 0.0
+    """The largest part of the connected workers' threads, GPUs or memory it holds now."""
+    recent_share: float = 0.0
+    """Its dominant share lately (with CORRAL_FAIR_SHARE_HALF_LIFE_SEC; 0 without)."""
+    rank: float = 0.0
+    """(dominant_share + recent_share) / weight: fair share serves the lowest first."""
+    thread_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    """Used by its jobs' leases since the control plane started."""
+
+    @classmethod
+    def from_proto(cls, pb: admin_pb2.Share) -> ShareInfo:
+        """Build :class:`ShareInfo` from a ``corral.v1.Share`` message."""
+        return cls(
+            name=pb.name,
+            owners=list(pb.owners),
+            weight=pb.weight,
+            running_jobs=pb.running_jobs,
+            threads=pb.threads,
+            gpus=pb.gpus,
+            memory_mb=pb.memory_mb,
+            queued_jobs=pb.queued_jobs,
+            dominant_share=pb.dominant_share,
+            recent_share=pb.recent_share,
+            rank=pb.rank,
+            thread_seconds=pb.thread_seconds,
+            gpu_seconds=pb.gpu_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class Shares:
+    """The shares of the cluster (``ListShares``), lowest rank first, and the fair-share settings."""
+
+    shares: list[ShareInfo] = field(default_factory=list)
+    fair_share: bool = False
+    half_life_sec: float = 0.0
+
+    @classmethod
+    def from_proto(cls, pb: admin_pb2.ListSharesResponse) -> Shares:
+        """Build :class:`Shares` from a ``corral.v1.ListSharesResponse`` message."""
+        return cls([ShareInfo.from_proto(s) for s in pb.shares], pb.fair_share, pb.half_life_sec)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return dataclasses.asdict(self)

@@ -1,4 +1,4 @@
-"""AdminServicer: the worker registry, draining, the autoscaler's state, and the audit log.
+"""AdminServicer: the worker registry, draining, the autoscaler's state, the audit log and the shares.
 
 With CORRAL_JOB_VISIBILITY=owner only the admins (CORRAL_AUTH_ADMINS) may call it (control.access)."""
 
@@ -82,3 +82,15 @@ class AdminServicer:
             return admin_pb2.ListAuditEventsResponse()
         page = await self.audit.page(match, limit, request.offset)
         return admin_pb2.ListAuditEventsResponse(events=[convert.audit_event(e) for e in page.events], total=page.total)
+
+    @grpc_errors
+    async def ListShares(
+        self, request: admin_pb2.ListSharesRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListSharesResponse:
+        s = self.sessions.s
+        s.access.check_admin(PRINCIPAL.get())
+        return admin_pb2.ListSharesResponse(
+            shares=[convert.share(row) for row in s.share_rows()],
+            fair_share=s.shares.fair,
+            half_life_sec=s.shares.half_life_sec,
+        )

@@ -17,6 +17,7 @@ from control.notify import NotifyTarget, end_state
 from control.queue_view import QueuedJob
 from control.registry import Assignment, WorkerEntry
 from control.sessions import Hello, Outcome, Report
+from control.shares import ShareRow
 from control.store import AccountEntry, AuditEntry, JobTypeEntry
 from corral.errors import InvalidArgument
 from corral.job_ids import check_id
@@ -338,6 +339,24 @@ def account(a: AccountEntry, group: str, admin: bool) -> accounts_pb2.Account:
     set_time(out.created_at, a.created_at)
     set_time(out.password_changed_at, a.password_changed_at)
     return out
+
+
+def share(row: ShareRow) -> admin_pb2.Share:
+    return admin_pb2.Share(
+        name=row.name,
+        owners=row.owners,
+        weight=row.weight,
+        running_jobs=row.running_jobs,
+        threads=row.threads,
+        gpus=row.gpus,
+        memory_mb=row.memory_mb,
+        queued_jobs=row.queued_jobs,
+        dominant_share=row.dominant_share,
+        recent_share=row.recent_share,
+        rank=row.rank,
+        thread_seconds=row.thread_seconds,
+        gpu_seconds=row.gpu_seconds,
+    )
 
 
 def audit_event(e: AuditEntry) -> admin_pb2.AuditEvent:

@@ -6,7 +6,7 @@ Modules, one concern each:
 - ``parser``      every sub-command and its arguments.
 - ``values``      argument value types (JSON payload, ``--at`` times, labels, addresses).
 - ``job_file``    the JSON batch of jobs ``corral submit-many`` reads (the body of REST's batchSubmit).
-- ``commands``    the client commands: submit, submit-many, get, list, cancel, retry, watch, stats, workers, drain.
+- ``commands``    the client commands: submit, submit-many, get, list, cancel, retry, watch, stats, workers, shares, drain.
 - ``account_commands``  login, logout, whoami, register, accounts (list, passwd, delete).
 - ``login_file``  the login ``corral login`` saves, and which control plane it is for.
 - ``render``      rich tables, coloured states, JSON output.

@@ -370,6 +370,17 @@ def workers(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def shares(args: argparse.Namespace) -> int:
+    """``corral shares``: each share of the cluster, lowest fair-share rank first (admins only)."""
+    with client_for(args) as client:
+        found = client.shares()
+    if args.json:
+        render.print_json(found.to_dict())
+    else:
+        render.console().print(render.shares_table(found))
+    return ExitCode.OK
+
+
 def audit(args: argparse.Namespace) -> int:
     """``corral audit``: the audit log, newest first (admins only)."""
     with client_for(args) as client:

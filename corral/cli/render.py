@@ -19,7 +19,7 @@ from rich.text import Text
 
 from corral.account import Account, Identity
 from corral.audit import AuditEvent
-from corral.cluster import Stats, WorkerInfo, WorkerState
+from corral.cluster import Shares, Stats, WorkerInfo, WorkerState
 from corral.job import Job, JobState, Notify
 
 __all__ = [
@@ -162,6 +162,13 @@ def memory(free_mb: int, total_mb: int) -> str:
     if total_mb < 1024:
         return f"{free_mb}/{total_mb} MiB"
     return f"{_gib(free_mb)}/{_gib(total_mb)} GiB"
+
+
+def _held_memory(mb: int) -> str:
+    """MiB held, in one unit as :func:`memory` gives them; '-' for none."""
+    if not mb:
+        return "-"
+    return f"{mb} MiB" if mb < 1024 else f"{_gib(mb)} GiB"
 
 
 def _gib(mb: int) -> str:
@@ -335,6 +342,38 @@ def workers_table(workers: Iterable[WorkerInfo]) -> Table:
             str(w.jobs_failed),
             w.hostname or "-",
             str(w.pid or "-"),
+        )
+    return table
+
+
+def shares_table(shares: Shares) -> Table:
+    """One row per share, lowest fair-share rank first; the title says whether fair share is on."""
+    if shares.fair_share:
+        title = "fair share on" + (f", half-life {shares.half_life_sec:,g} s" if shares.half_life_sec else "")
+    else:
+        title = "fair share off (CORRAL_FAIR_SHARE): rank shown, not used"
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+    columns = ("share", "owners", "weight", "running", "queued", "threads", "GPUs", "memory", "dominant", "lately",
+               "rank", "thread-h", "GPU-h")  # fmt: skip
+    for column in columns:
+        table.add_column(
+            column, no_wrap=column == "share", justify="left" if column in ("share", "owners") else "right"
+        )
+    for row in shares.shares:
+        table.add_row(
+            repr(row.name) if not row.name else row.name,
+            ", ".join(o or "''" for o in row.owners) or "-",
+            f"{row.weight:g}",
+            str(row.running_jobs),
+            str(row.queued_jobs),
+            str(row.threads),
+            str(row.gpus) if row.gpus else "-",
+            _held_memory(row.memory_mb),
+            f"{row.dominant_share:.1%}",
+            f"{row.recent_share:.1%}" if shares.half_life_sec else "-",
+            f"{row.rank:.3f}",
+            f"{row.thread_seconds / 3600:,.2f}",
+            f"{row.gpu_seconds / 3600:,.2f}" if row.gpu_seconds else "-",
         )
     return table
 

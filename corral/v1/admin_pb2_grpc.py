@@ -54,6 +54,11 @@ class AdminServiceStub:
                 request_serializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
                 _registered_method=True)
+        self.ListShares = channel.unary_unary(
+                '/corral.v1.AdminService/ListShares',
+                request_serializer=corral_dot_v1_dot_admin__pb2.ListSharesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_admin__pb2.ListSharesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -86,6 +91,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListShares(self, request, context):
+        """Each share of the cluster (a group, or an owner in none): what it holds and queues now, its rank
+        for fair share, and the thread- and GPU-seconds it used.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +121,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListAuditEvents,
                     request_deserializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_admin__pb2.ListAuditEventsResponse.SerializeToString,
+            ),
+            'ListShares': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListShares,
+                    request_deserializer=corral_dot_v1_dot_admin__pb2.ListSharesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_admin__pb2.ListSharesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -218,6 +236,33 @@ class AdminService:
             '/corral.v1.AdminService/ListAuditEvents',
             corral_dot_v1_dot_admin__pb2.ListAuditEventsRequest.SerializeToString,
             corral_dot_v1_dot_admin__pb2.ListAuditEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListShares(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.AdminService/ListShares',
+            corral_dot_v1_dot_admin__pb2.ListSharesRequest.SerializeToString,
+            corral_dot_v1_dot_admin__pb2.ListSharesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,6 +45,7 @@ ADDED = {
     ("DELETE", "/v1/accounts/{name}"): "AccountService.DeleteAccount",
     ("POST", "/v1/accounts:endAllLogins"): "AccountService.EndAllLogins",
     ("GET", "/v1/audit"): "AdminService.ListAuditEvents",
+    ("GET", "/v1/shares"): "AdminService.ListShares",
 }
 """Routes beyond DESIGN.md's table: submit-and-watch in one call (and for many jobs on one stream), a
 job's output as it prints it, accounts (CORRAL_ACCOUNTS) and the audit log, none of which changes a

@@ -7,6 +7,7 @@ job started (the lease, on the control plane's clock) says which owner a freed s
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 import signal
 from collections.abc import Iterator
@@ -20,14 +21,20 @@ from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
+from tests.support import cli
 
 RUNNING = jobs_pb2.Job.RUNNING
 
 
 def _clients(
-    make_control_plane: Any, spawn_worker: Any, threads: int, worker_env: dict[str, str] | None = None, **env: str
+    make_control_plane: Any,
+    spawn_worker: Any,
+    threads: int,
+    worker_env: dict[str, str] | None = None,
+    tokens: dict[str, str] | None = None,
+    **env: str,
 ) -> Iterator[Any]:
-    tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "worker")}
+    tokens = tokens if tokens is not None else {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "worker")}
     cp: ControlProc = make_control_plane(
         CORRAL_AUTH_TOKENS=f"alice:{tokens['alice']},bob:{tokens['bob']}", CORRAL_WORKER_TOKEN=tokens["worker"], **env
     )
@@ -173,3 +180,62 @@ def test_the_history_of_shares_survives_a_restart(fair_with_long_history: Any) -
     # Then what she held lately is still counted (an hour's half-life fades it by a ten-thousandth a second)
     after = scrape(Rest(cp.http_port))['corral_share_recent{share="alice"}']
     assert after == pytest.approx(before, rel=1e-3)
+
+
+@pytest.fixture
+def fair_with_admin(make_control_plane: Any, spawn_worker: Any) -> Iterator[Any]:
+    tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "worker")}
+    for cp, alice, bob in _clients(
+        make_control_plane,
+        spawn_worker,
+        2,
+        tokens=tokens,
+        CORRAL_FAIR_SHARE="on",
+        CORRAL_FAIR_SHARE_HALF_LIFE_SEC="600",
+        CORRAL_OWNER_WEIGHTS="bob=2",
+        CORRAL_JOB_VISIBILITY="owner",
+        CORRAL_AUTH_ADMINS="alice",
+    ):
+        yield cp, alice, bob, tokens
+
+
+def test_list_shares_shows_holdings_queue_usage_and_rank_to_admins_over_every_surface(fair_with_admin: Any) -> None:
+    cp, alice, bob, tokens = fair_with_admin
+    # Given alice holding both slots, a job of hers and two of bob's queued behind, and a job of bob's
+    # that ran for 0.3 s
+    _done(bob, _sleeps(bob, 1, 0.3))
+    holding = _sleeps(alice, 2, 60)
+    wait_until(lambda: all(cp.get(i).state == RUNNING for i in holding), what="alice's jobs to hold the worker")
+    queued = _sleeps(alice, 1, 0.1) + _sleeps(bob, 2, 0.1)
+    # When an admin lists the shares
+    got = alice.shares()
+    # Then bob's is first (he holds nothing: rank = his history / 2), alice's after it (all of the threads)
+    assert (got.fair_share, got.half_life_sec) == (True, 600.0)
+    assert [s.name for s in got.shares] == ["bob", "alice"]
+    b, a = got.shares
+    assert (a.owners, a.running_jobs, a.threads, a.queued_jobs, a.dominant_share) == (["alice"], 2, 2, 1, 1.0)
+    assert (b.weight, b.running_jobs, b.queued_jobs, b.dominant_share) == (2.0, 0, 2, 0.0)
+    assert b.thread_seconds >= 0.3 and b.recent_share > 0 and a.recent_share > 0
+    assert a.rank == pytest.approx(a.dominant_share + a.recent_share)
+    assert b.rank == pytest.approx(b.recent_share / 2)
+    # and the same over REST and the CLI; anyone else is refused
+    rest = Rest(cp.http_port)
+    reply = rest.get("/v1/shares", headers={"Authorization": f"Bearer {tokens['alice']}"})
+    assert reply.status == 200, reply.body
+    assert [(s["name"], s.get("queuedJobs", 0)) for s in reply.json()["shares"]] == [("bob", 2), ("alice", 1)]
+    env = {"CORRAL_CONTROL_ADDR": cp.address, "CORRAL_TOKEN": tokens["alice"]}
+    done = cli.corral("shares", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert [s["name"] for s in json.loads(done.stdout)["shares"]] == ["bob", "alice"]
+    table = cli.corral("shares", env=env)
+    assert table.returncode == 0, table.stderr
+    assert "fair share on, half-life 600 s" in table.stdout and "100.0%" in table.stdout
+    with pytest.raises(corral.PermissionDenied):
+        bob.shares()
+    assert rest.get("/v1/shares", headers={"Authorization": f"Bearer {tokens['bob']}"}).status == 403
+    refused = cli.corral("shares", env={**env, "CORRAL_TOKEN": tokens["bob"]})
+    assert refused.returncode != 0 and "PERMISSION_DENIED" in refused.stderr
+    for job_id in holding:
+        alice.cancel(job_id)
+    _done(alice, queued[:1])
+    _done(bob, queued[1:])

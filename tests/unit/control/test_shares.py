@@ -322,3 +322,26 @@ def test_history_splits_the_threads_in_favour_of_the_share_that_used_less_for_it
     # Then they end where those are even: alice 5 threads (0.625 + 0.5), bob 3 ((0.375 + 0.25) / 0.5),
     # whichever way the ties on the way went. (At weight 1, bob would hold 5: his history is smaller.)
     assert (started.count("alice"), started.count("bob")) == (5, 3)
+
+
+def test_rows_list_each_share_with_its_owners_holdings_queue_and_usage_lowest_rank_first() -> None:
+    # Given physics (alice and bob, weight 2) running 3 one-thread jobs, carol in no group running one
+    # 2-thread job for 5 s that ended, and dave with a job queued only
+    rules = ShareRules(fair=True, weights={"physics": 2.0}, group_of={"alice": "physics", "bob": "physics"})
+    h = Harness(rules)
+    for owner in ("alice", "alice", "bob"):
+        h.add(owner)
+    carol = h.add("carol", threads=2)
+    for _ in range(4):
+        h.start()
+    h.finish(carol, at=5.0)
+    rows = h.usage.rows(rules, EIGHT_THREADS, {"alice": 2, "dave": 1})
+    # Then each share is one row, the lowest rank first: dave (nothing held), carol (nothing now),
+    # physics (3 of 8 threads for a weight of 2)
+    assert [(r.name, r.owners) for r in rows] == [("carol", ("carol",)), ("dave", ("dave",)),
+                                                  ("physics", ("alice", "bob"))]  # fmt: skip
+    physics = rows[2]
+    assert (physics.weight, physics.running_jobs, physics.threads, physics.queued_jobs) == (2.0, 3, 3, 2)
+    assert physics.dominant_share == pytest.approx(3 / 8) and physics.rank == pytest.approx(3 / 16)
+    assert rows[0].thread_seconds == pytest.approx(10.0) and rows[0].running_jobs == 0
+    assert rows[1].queued_jobs == 1 and rows[1].rank == 0.0

@@ -24,6 +24,8 @@ EXPECTED = {
     "Notify",
     # Cluster
     "AutoscalerStatus",
+    "ShareInfo",
+    "Shares",
     "Stats",
     "WorkerInfo",
     "WorkerState",
