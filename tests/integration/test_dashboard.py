@@ -194,6 +194,7 @@ def test_every_call_the_script_makes_is_a_route_of_the_bridge(
         "/v1/workers",
         "/v1/workers/{id}:drain",
         "/v1/audit",
+        "/v1/shares",
     }
 
     # When each is made against the control plane
@@ -318,3 +319,34 @@ def test_the_audit_section_shows_the_log_to_admins_and_hides_from_others(
         assert f"e.{field}" in page.script and field in events[0]
     assert rest.get(path, headers={"Authorization": f"Bearer {alice}"}).status == 403
     assert '$("audit-section").hidden = err.status === 403' in page.script
+
+
+def test_the_shares_section_shows_who_holds_what_to_admins_and_hides_from_others(
+    make_control_plane: Callable[..., ControlProc],
+) -> None:
+    # Given clients kept apart, with ops the admin, and a queued job of alice's (no worker)
+    ops, alice = token(), token()
+    cp = make_control_plane(
+        CORRAL_AUTH_TOKENS=f"ops:{ops},alice:{alice}",
+        CORRAL_WORKER_TOKEN=token(),
+        CORRAL_JOB_VISIBILITY="owner",
+        CORRAL_AUTH_ADMINS="ops",
+        CORRAL_FAIR_SHARE="on",
+        CORRAL_FAIR_SHARE_HALF_LIFE_SEC="600",
+    )
+    rest = Rest(http_port(cp))
+    assert rest.submit({"type": "noop"}, headers={"Authorization": f"Bearer {alice}"})["state"] == "PENDING"
+
+    # When the page asks for the shares as the script does
+    page = load_page(rest)
+    assert 'api("GET", "/v1/shares")' in page.script and 'id="shares-section"' in page.html.body.decode()
+
+    # Then an admin gets alice's share with the fields the script shows, and anyone else a 403, which hides it
+    answer = rest.get("/v1/shares", headers={"Authorization": f"Bearer {ops}"}).json()
+    assert [(s["name"], s["owners"], s["queuedJobs"]) for s in answer["shares"]] == [("alice", ["alice"], 1)]
+    assert answer["halfLifeSec"] == 600 and "answer.halfLifeSec" in page.script
+    for field in ("name", "owners", "weight", "runningJobs", "queuedJobs", "threads", "dominantShare",
+                  "recentShare", "rank", "threadSeconds"):  # fmt: skip
+        assert f"s.{field}" in page.script
+    assert rest.get("/v1/shares", headers={"Authorization": f"Bearer {alice}"}).status == 403
+    assert '$("shares-section").hidden = err.status === 403' in page.script

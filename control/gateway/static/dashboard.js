@@ -1,4 +1,5 @@
-// Corral dashboard: live stats, jobs, workers and a submit form over the control plane's REST bridge.
+// Corral dashboard: live stats, jobs, workers, shares, the audit log and a submit form over the control
+// plane's REST bridge.
 //
 // Every value the server sends (names, payloads, results, messages) is user-controlled, so it only
 // ever reaches the page as text: through textContent, or node.append() of a string.
@@ -12,6 +13,8 @@
   /** The audit log is read every this many refreshes: it changes seldom, and its count reads a table
    * that grows for the whole retention. */
   const AUDIT_EVERY = 4;
+  /** The shares are read every this many refreshes: a listing counts every queued job by owner. */
+  const SHARES_EVERY = 2;
   const REQUEST_TIMEOUT_MS = 10000;
   const TOKEN_KEY = "corral.token";
   const STATES = ["SCHEDULED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
@@ -196,6 +199,9 @@
   let lastAudit = "";
   let auditTick = 0;
   let auditSeen = false; // answered at least once for this token (a refusal counts)
+  let lastShares = "";
+  let sharesTick = 0;
+  let sharesSeen = false; // as auditSeen
 
   const jobsKey = () => JSON.stringify([view.state, view.type, view.offset]);
 
@@ -353,6 +359,45 @@
     ));
     if (rows.length === 0) rows.push(h("tr", {}, h("td", { class: "empty", colSpan: 6 }, "Nothing recorded yet.")));
     $("audit").replaceChildren(...rows);
+  }
+
+  /** Each share in fair-share order; the section is hidden from a caller who may not read it (403). */
+  async function loadShares() {
+    sharesTick = (sharesTick + 1) % SHARES_EVERY;
+    if (sharesTick !== 1 && sharesSeen) return;
+    let answer;
+    try {
+      answer = await api("GET", "/v1/shares");
+      sharesSeen = true;
+    } catch (err) {
+      sharesSeen = err instanceof ApiError;
+      if (!(err instanceof ApiError)) throw err;
+      $("shares-section").hidden = err.status === 403;
+      setText("shares-error", err.status === 403 ? "" : err.message);
+      return;
+    }
+    $("shares-section").hidden = false;
+    setText("shares-error", "");
+    const shares = answer.shares || [];
+    const text = JSON.stringify([answer.halfLifeSec, shares]);
+    if (text === lastShares) return;
+    lastShares = text;
+    const pct = (x) => `${((x ?? 0) * 100).toFixed(1)}%`;
+    const who = (name) => name || "(no token)";
+    const rows = shares.map((s) => h("tr", {},
+      h("td", { class: "user" }, who(s.name)),
+      h("td", { class: "user" }, (s.owners || []).map(who).join(", ")),
+      h("td", { class: "num" }, String(s.weight ?? 1)),
+      h("td", { class: "num" }, String(s.runningJobs ?? 0)),
+      h("td", { class: "num" }, String(s.queuedJobs ?? 0)),
+      h("td", { class: "num" }, String(s.threads ?? 0)),
+      h("td", { class: "num" }, pct(s.dominantShare)),
+      h("td", { class: "num" }, answer.halfLifeSec ? pct(s.recentShare) : "—"),
+      h("td", { class: "num" }, (s.rank ?? 0).toFixed(3)),
+      h("td", { class: "num" }, ((s.threadSeconds ?? 0) / 3600).toFixed(2)),
+    ));
+    if (rows.length === 0) rows.push(h("tr", {}, h("td", { class: "empty", colSpan: 10 }, "No jobs yet.")));
+    $("shares").replaceChildren(...rows);
   }
 
   async function loadDetail() {
@@ -617,8 +662,8 @@
     $("login").hidden = true;
     $("forget-token").hidden = false;
     awaitingToken = false;
-    lastJobs = lastWorkers = lastAudit = "";
-    auditSeen = false;
+    lastJobs = lastWorkers = lastAudit = lastShares = "";
+    auditSeen = sharesSeen = false;
     refreshSoon();
   }
 
@@ -670,7 +715,9 @@
     if (awaitingToken) return; // the token form starts it again
     running = true;
     again = false;
-    const results = await Promise.allSettled([loadStats(), loadJobs(), loadWorkers(), loadAudit(), loadDetail()]);
+    const results = await Promise.allSettled([
+      loadStats(), loadJobs(), loadWorkers(), loadShares(), loadAudit(), loadDetail(),
+    ]);
     running = false;
     const errors = results.filter((r) => r.status === "rejected").map((r) => r.reason);
     const needsToken = errors.find((e) => e instanceof NeedsToken);
