@@ -346,6 +346,10 @@ def workers_table(workers: Iterable[WorkerInfo]) -> Table:
     return table
 
 
+NO_TOKEN = "(no token)"
+"""How the owner ``""`` is shown: jobs sent to a control plane that asks for no token."""
+
+
 def shares_table(shares: Shares) -> Table:
     """One row per share, lowest fair-share rank first; the title says whether fair share is on."""
     if shares.fair_share:
@@ -361,8 +365,8 @@ def shares_table(shares: Shares) -> Table:
         )
     for row in shares.shares:
         table.add_row(
-            repr(row.name) if not row.name else row.name,
-            ", ".join(o or "''" for o in row.owners) or "-",
+            row.name or NO_TOKEN,
+            ", ".join(o or NO_TOKEN for o in row.owners) or "-",
             f"{row.weight:g}",
             str(row.running_jobs),
             str(row.queued_jobs),
