@@ -1,11 +1,13 @@
-"""Fair share's history (CORRAL_FAIR_SHARE_HALF_LIFE_SEC) kept across restarts and failovers.
+"""Owners' usage and fair share's history (CORRAL_FAIR_SHARE_HALF_LIFE_SEC) kept across restarts and
+failovers.
 
-What each share held lately (control.shares.OwnerUsage) lives in the control plane's memory. This
-keeps a copy in the store's settings, written every :data:`SAVE_SEC` and at a graceful stop, and read
-back at start, so that a group that had the cluster for the last day does not start afresh at each
-upgrade; a standby that takes over a shared PostgreSQL store reads the same copy. What was held
-between the copy and the start counts as nothing held: a restart after ``kill -9`` loses at most
-:data:`SAVE_SEC` of history, and the downtime fades what was kept as idle time would.
+Both live in the control plane's memory (control.shares.OwnerUsage): the thread- and GPU-seconds each
+owner's jobs used, and what each share held lately. This keeps a copy of them in the store's
+settings, written every :data:`SAVE_SEC` and at a graceful stop, and read back at start. So usage
+accounting goes on adding up across upgrades, and a group that had the cluster for the last day does
+not start afresh; a standby that takes over a shared PostgreSQL store reads the same copy. A restart
+after ``kill -9`` loses at most :data:`SAVE_SEC` of either. What was held between the copy and the
+start counts as nothing held: the downtime fades the history as idle time would.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import json
 import logging
 import math
+from collections.abc import Mapping
 
 from control.clock import Clock
 from control.shares import OwnerUsage
@@ -22,14 +25,14 @@ from control.store import Store
 logger = logging.getLogger(__name__)
 
 SETTING = "share_history"
-"""The store setting that holds the copy: ``{"saved_at": unix seconds, "shares": {share: [threads,
-gpus, memory_mb]}}``."""
+"""The store setting that holds the copy: ``{"saved_at": unix seconds, "used": {owner: [thread_seconds,
+gpu_seconds]}, "shares": {share: [threads, gpus, memory_mb]}}`` (``shares`` with a half-life only)."""
 SAVE_SEC = 60.0
 """How often the copy is written (one small row; a restart after kill -9 loses at most this much)."""
 
 
 class ShareHistory:
-    """Loads, saves and keeps saving one OwnerUsage's history; nothing without a half-life."""
+    """Loads, saves and keeps saving one OwnerUsage's usage and history."""
 
     def __init__(self, usage: OwnerUsage, store: Store, clock: Clock) -> None:
         self.usage = usage
@@ -37,35 +40,38 @@ class ShareHistory:
         self.clock = clock
 
     def load(self) -> None:
-        """Take back the kept copy, faded by the time since it was saved. A copy that cannot be read is
-        logged and left: fair share then starts without history, as before there was one."""
-        if not self.usage.remembers:
-            return
+        """Take back the kept copy: usage as it was, history faded by the time since. A copy that
+        cannot be read is logged and left: accounting and fair share then start afresh."""
         raw = self.store.load_setting(SETTING)
         if raw is None:
             return
         try:
             kept = json.loads(raw)
             saved_at = float(kept["saved_at"])
-            shares = {str(share): _holdings(value) for share, value in dict(kept["shares"]).items()}
+            used = {str(owner): _numbers(value, 2) for owner, value in dict(kept["used"]).items()}
+            shares = {str(share): _numbers(value, 3) for share, value in dict(kept["shares"]).items()}
         except (ValueError, TypeError, KeyError) as exc:
             logger.warning("share_history_unreadable", extra={"error": f"{type(exc).__name__}: {exc}"})
             return
-        self.usage.restore(shares, self.clock.now() - saved_at)
+        for owner, (thread_seconds, gpu_seconds) in used.items():
+            self.usage.thread_seconds[owner] += thread_seconds
+            if gpu_seconds:
+                self.usage.gpu_seconds[owner] += gpu_seconds
+        age = self.clock.now() - saved_at
+        self.usage.restore(_triples(shares), age)
         logger.info(
-            "share_history_loaded", extra={"shares": len(shares), "age_sec": round(self.clock.now() - saved_at, 3)}
+            "share_history_loaded", extra={"owners": len(used), "shares": len(shares), "age_sec": round(age, 3)}
         )
 
     def save(self) -> None:
         """Queue the copy as it is now; it is durable with the next commit."""
-        if self.usage.remembers:
-            kept = {"saved_at": self.clock.now(), "shares": self.usage.history()}
-            self.store.put_setting(SETTING, json.dumps(kept, separators=(",", ":")))
+        usage = self.usage
+        used = {owner: [seconds, usage.gpu_seconds.get(owner, 0.0)] for owner, seconds in usage.thread_seconds.items()}
+        kept = {"saved_at": self.clock.now(), "used": used, "shares": usage.history() if usage.remembers else {}}
+        self.store.put_setting(SETTING, json.dumps(kept, separators=(",", ":")))
 
     async def run(self) -> None:
         """Save every SAVE_SEC until cancelled."""
-        if not self.usage.remembers:
-            return
         while True:
             await asyncio.sleep(SAVE_SEC)
             self.save()
@@ -75,11 +81,15 @@ class ShareHistory:
                 logger.exception("share_history_save_failed")
 
 
-def _holdings(value: object) -> tuple[float, float, float]:
-    """``[threads, gpus, memory_mb]`` as three finite numbers >= 0; ValueError otherwise."""
-    if not isinstance(value, list) or len(value) != 3:
-        raise ValueError(f"holdings must be [threads, gpus, memory_mb], got {value!r}")
-    threads, gpus, memory_mb = (float(v) for v in value)
-    if not all(math.isfinite(v) and v >= 0 for v in (threads, gpus, memory_mb)):
-        raise ValueError(f"holdings must be finite and >= 0, got {value!r}")
-    return threads, gpus, memory_mb
+def _numbers(value: object, n: int) -> list[float]:
+    """``value`` as a list of ``n`` finite numbers >= 0; ValueError otherwise."""
+    if not isinstance(value, list) or len(value) != n:
+        raise ValueError(f"expected a list of {n} numbers, got {value!r}")
+    numbers = [float(v) for v in value]
+    if not all(math.isfinite(v) and v >= 0 for v in numbers):
+        raise ValueError(f"expected finite numbers >= 0, got {value!r}")
+    return numbers
+
+
+def _triples(shares: Mapping[str, list[float]]) -> dict[str, tuple[float, float, float]]:
+    return {share: (v[0], v[1], v[2]) for share, v in shares.items()}

@@ -228,7 +228,7 @@ class ShareInfo:
     """(dominant_share + recent_share) / weight: fair share serves the lowest first."""
     thread_seconds: float = 0.0
     gpu_seconds: float = 0.0
-    """Used by its jobs' leases since the control plane started."""
+    """Used by its jobs' leases (kept across restarts of the control plane)."""
 
     @classmethod
     def from_proto(cls, pb: admin_pb2.Share) -> ShareInfo:

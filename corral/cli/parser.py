@@ -375,8 +375,7 @@ def _add_client_commands(
         help="what each group or owner holds, queues and used, in fair-share order (admins)",
         description="Each share of the cluster (a group of CORRAL_GROUPS, or an owner in none): its jobs "
         "running and queued, the threads, GPUs and memory they hold, its dominant share now and lately, its "
-        "rank (fair share serves the lowest first) and the thread- and GPU-hours its jobs used since the "
-        "control plane started.",
+        "rank (fair share serves the lowest first) and the thread- and GPU-hours its jobs used.",
     )
     p.set_defaults(handler=commands.shares)
     p = sub.add_parser("drain", parents=[parent], help="stop giving a worker jobs; it finishes them and leaves")

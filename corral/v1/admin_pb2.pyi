@@ -461,8 +461,8 @@ class Share(_message.Message):
     rank: _builtins.float
     """(dominant_share + recent_share) / weight: fair share gives a freed slot to the lowest first."""
     thread_seconds: _builtins.float
-    """Threads x seconds and GPUs x seconds of every lease its jobs held since this control plane
-    started, whatever the attempt's outcome.
+    """Threads x seconds and GPUs x seconds of every lease its jobs held, whatever the attempt's
+    outcome: kept in the store across restarts (a copy every 60 s and at a stop).
     """
     gpu_seconds: _builtins.float
     @_builtins.property

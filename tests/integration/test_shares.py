@@ -167,19 +167,24 @@ def fair_with_long_history(make_control_plane: Any, spawn_worker: Any) -> Iterat
     )
 
 
-def test_the_history_of_shares_survives_a_restart(fair_with_long_history: Any) -> None:
+def test_the_history_of_shares_and_usage_survive_a_restart(fair_with_long_history: Any) -> None:
     cp, alice, _ = fair_with_long_history
     # Given alice, who held both slots for a second
     _done(alice, _sleeps(alice, 2, 1.0))
-    before = scrape(Rest(cp.http_port))['corral_share_recent{share="alice"}']
-    assert before > 0
+    metrics = scrape(Rest(cp.http_port))
+    before = metrics['corral_share_recent{share="alice"}']
+    used = metrics['corral_owner_thread_seconds_total{group="",owner="alice"}']
+    assert before > 0 and used >= 2.0
     # When the control plane is stopped and started again
     assert cp.stop(signal.SIGTERM) == 0
     cp.start()
     wait_until(lambda: len(alice.workers()) == 1, what="the worker back (a share is a part of its threads)")
     # Then what she held lately is still counted (an hour's half-life fades it by a ten-thousandth a second)
-    after = scrape(Rest(cp.http_port))['corral_share_recent{share="alice"}']
-    assert after == pytest.approx(before, rel=1e-3)
+    metrics = scrape(Rest(cp.http_port))
+    assert metrics['corral_share_recent{share="alice"}'] == pytest.approx(before, rel=1e-3)
+    # and so is the thread-time her jobs used (usage accounting adds up across restarts)
+    assert metrics['corral_owner_thread_seconds_total{group="",owner="alice"}'] == pytest.approx(used)
+    assert alice.shares().shares[0].thread_seconds == pytest.approx(used)
 
 
 @pytest.fixture

@@ -59,29 +59,40 @@ def test_a_restart_takes_back_what_each_share_held_lately_faded_by_the_downtime(
         second.store.close()
 
 
-def test_without_a_half_life_nothing_is_kept_or_taken_back(tmp_path: Path) -> None:
+def test_usage_adds_up_across_restarts_with_or_without_a_half_life(tmp_path: Path) -> None:
     clock = FakeClock()
-    k = keeper(tmp_path / "c.db", clock, half_life=0.0)
-    try:
-        k.usage.started(running("alice"))
-        k.save()
-        asyncio.run(k.store.commit())
-        assert k.store.load_setting(SETTING) is None
-        k.load()
-        assert k.usage.remembered() == set()
-    finally:
-        k.store.close()
+    db = tmp_path / "c.db"
+    for run in range(2):
+        # Given, in each run, alice's 2-thread job leased for 3 s, then a stop that saves the copy
+        k = keeper(db, clock, half_life=0.0)
+        try:
+            k.load()
+            job = running("alice", threads=2)
+            job.started_at = clock.now()
+            k.usage.started(job)
+            clock.advance(3.0)
+            job.updated_at = clock.now()
+            k.usage.stopped(job)
+            k.save()
+            asyncio.run(k.store.commit())
+            # Then the thread-seconds count both runs' leases
+            assert k.usage.thread_seconds["alice"] == pytest.approx(6.0 * (run + 1))
+            assert k.usage.remembered() == set()  # without a half-life, no history
+        finally:
+            k.store.close()
 
 
 @pytest.mark.parametrize(
     "kept",
     [
         "not json",
-        json.dumps({"shares": {}}),
-        json.dumps({"saved_at": 1.0, "shares": {"alice": [1.0, 0.0]}}),
-        json.dumps({"saved_at": 1.0, "shares": {"alice": [-1.0, 0.0, 0.0]}}),
-        json.dumps({"saved_at": 1.0, "shares": {"alice": "1,0,0"}}),
-        json.dumps({"saved_at": "noon", "shares": {}}),
+        json.dumps({"used": {}, "shares": {}}),
+        json.dumps({"saved_at": 1.0, "used": {}, "shares": {"alice": [1.0, 0.0]}}),
+        json.dumps({"saved_at": 1.0, "used": {}, "shares": {"alice": [-1.0, 0.0, 0.0]}}),
+        json.dumps({"saved_at": 1.0, "used": {}, "shares": {"alice": "1,0,0"}}),
+        json.dumps({"saved_at": 1.0, "used": {"alice": [float("inf"), 0]}, "shares": {}}),
+        json.dumps({"saved_at": 1.0, "shares": {}}),
+        json.dumps({"saved_at": "noon", "used": {}, "shares": {}}),
         json.dumps([1, 2]),
     ],
 )
@@ -96,7 +107,7 @@ def test_a_copy_that_cannot_be_read_is_logged_and_history_starts_afresh(
         with caplog.at_level(logging.WARNING):
             k.load()
         assert "share_history_unreadable" in caplog.text
-        assert k.usage.recent_share("alice", FOUR_THREADS) == 0.0
+        assert k.usage.recent_share("alice", FOUR_THREADS) == 0.0 and not k.usage.thread_seconds
     finally:
         k.store.close()
 
