@@ -27,7 +27,8 @@ the owner ``""``. Three settings:
   many jobs running; the rest wait PENDING and start as its running jobs end.
 * Usage, always counted: the thread-seconds of every lease each owner's jobs held (threads granted x
   time leased, whatever the attempt's outcome), exported as ``corral_owner_thread_seconds_total``
-  with ``corral_owner_running_jobs`` (control.metrics).
+  with ``corral_owner_running_jobs`` (control.metrics), and kept across restarts with the history
+  (control.share_history).
 
 Without either of the first two settings the scheduler keeps its one ready queue (control.queue) and
 none of this costs anything but the usage count.
