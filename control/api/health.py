@@ -24,27 +24,44 @@ class _ClosableHealthServicer(health.aio.HealthServicer):  # type: ignore[misc] 
     graceful stop waits for open calls: each one held the stop for the whole shutdown grace. On
     :meth:`close` every Watch is told NOT_SERVING and ends with UNAVAILABLE, and new ones are refused
     the same way; Check keeps answering until the server stops.
+
+    Watch is its own loop rather than grpc's, which it would have to cancel on close: a write cut
+    short by that cancel, sent but not yet acknowledged, left the stream unable to take another, and
+    a stop right after a Watch began then waited out the whole grace.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self._closed = asyncio.Event()
+        self._statuses: dict[str, health_pb2.HealthCheckResponse.ServingStatus] = {
+            "": health_pb2.HealthCheckResponse.SERVING
+        }
+        self._closed = False
+        self._changed = asyncio.Event()
+        """Set (and replaced) at every change of a status, and on close."""
+
+    async def set(self, service: str, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        await super().set(service, status)
+        self._statuses[service] = status
+        self._wake()
 
     def close(self) -> None:
-        self._closed.set()
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
-        if not self._closed.is_set():
-            watch = asyncio.ensure_future(super().Watch(request, context))
-            closed = asyncio.ensure_future(self._closed.wait())
-            try:
-                await asyncio.wait((watch, closed), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (watch, closed):
-                    task.cancel()
-                await asyncio.gather(watch, closed, return_exceptions=True)
-            if not watch.cancelled() and (error := watch.exception()) is not None:
-                raise error
+        last = None
+        while not self._closed:
+            status = self._statuses.get(request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+            if status == last:
+                await self._changed.wait()  # no await since the status was read: no change is missed
+                continue
+            await context.write(health_pb2.HealthCheckResponse(status=status))
+            last = status
+        if last is not None:
             await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING))
         await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
 
