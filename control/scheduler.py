@@ -75,6 +75,9 @@ NO_NEEDS: Needs = (0, 0)
 MAX_HOLD = 1024
 """Jobs one dispatch pass may set aside (behind execution rate limits, or for want of a worker that runs
 their type) before it yields to the event loop."""
+SCAN_CHUNK = 10_000
+"""Live jobs looked at per loop turn by a walk over all of them (ListShares counts the queued ones):
+about a millisecond each."""
 CANCEL_CHUNK = 250
 """Jobs one CancelJobs transaction cancels; a loop turn goes between chunks (a call that waits behind a
 cancel of 10,000 jobs needs several turns to be answered: `bench cancel_many`'s ``other_get_p99_ms``)."""
@@ -856,9 +859,12 @@ class Scheduler:
         return len(ids)
 
     # ---- shares ---------------------------------------------------------------------------------
-    def share_rows(self) -> list[ShareRow]:
-        """Every share of the cluster now, lowest fair-share rank first (control.shares)."""
-        queued = Counter(job.owner for job in self.active.values() if job.state is JobState.PENDING)
+    async def share_rows(self) -> list[ShareRow]:
+        """Every share of the cluster now, lowest fair-share rank first (control.shares). The queued
+        jobs are counted by walking the live ones in turns: a million of them must not hold the loop."""
+        queued: Counter[str] = Counter()
+        async for _, part in in_turns(list(self.active.values()), SCAN_CHUNK):
+            queued.update(job.owner for job in part if job.state is JobState.PENDING)
         return self.usage.rows(self.shares, self.registry.capacity(), queued)
 
     # ---- dispatch -------------------------------------------------------------------------------

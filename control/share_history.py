@@ -8,6 +8,11 @@ accounting goes on adding up across upgrades, and a group that had the cluster f
 not start afresh; a standby that takes over a shared PostgreSQL store reads the same copy. A restart
 after ``kill -9`` loses at most :data:`SAVE_SEC` of either. What was held between the copy and the
 start counts as nothing held: the downtime fades the history as idle time would.
+
+The Prometheus counters of usage count this process's leases only: a restart is a counter reset, which
+``rate()`` expects. Adding the kept totals to them would make a restart after ``kill -9`` (which
+loses up to a minute) look like a drop, read as a reset, and graph the owner's whole history as one
+burst. ListShares shows the kept totals and this run's added (``OwnerUsage.used``).
 """
 
 from __future__ import annotations
@@ -48,15 +53,16 @@ class ShareHistory:
         try:
             kept = json.loads(raw)
             saved_at = float(kept["saved_at"])
+            if not math.isfinite(saved_at):
+                raise ValueError(f"saved_at must be a time, got {kept['saved_at']!r}")
             used = {str(owner): _numbers(value, 2) for owner, value in dict(kept["used"]).items()}
             shares = {str(share): _numbers(value, 3) for share, value in dict(kept["shares"]).items()}
         except (ValueError, TypeError, KeyError) as exc:
             logger.warning("share_history_unreadable", extra={"error": f"{type(exc).__name__}: {exc}"})
             return
-        for owner, (thread_seconds, gpu_seconds) in used.items():
-            self.usage.thread_seconds[owner] += thread_seconds
-            if gpu_seconds:
-                self.usage.gpu_seconds[owner] += gpu_seconds
+        self.usage.used_before = {
+            owner: (thread_seconds, gpu_seconds) for owner, (thread_seconds, gpu_seconds) in used.items()
+        }
         age = self.clock.now() - saved_at
         self.usage.restore(_triples(shares), age)
         logger.info(
@@ -66,7 +72,7 @@ class ShareHistory:
     def save(self) -> None:
         """Queue the copy as it is now; it is durable with the next commit."""
         usage = self.usage
-        used = {owner: [seconds, usage.gpu_seconds.get(owner, 0.0)] for owner, seconds in usage.thread_seconds.items()}
+        used = {owner: list(usage.used(owner)) for owner in {*usage.thread_seconds, *usage.used_before}}
         kept = {"saved_at": self.clock.now(), "used": used, "shares": usage.history() if usage.remembers else {}}
         self.store.put_setting(SETTING, json.dumps(kept, separators=(",", ":")))
 

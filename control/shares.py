@@ -27,8 +27,9 @@ the owner ``""``. Three settings:
   many jobs running; the rest wait PENDING and start as its running jobs end.
 * Usage, always counted: the thread-seconds of every lease each owner's jobs held (threads granted x
   time leased, whatever the attempt's outcome), exported as ``corral_owner_thread_seconds_total``
-  with ``corral_owner_running_jobs`` (control.metrics), and kept across restarts with the history
-  (control.share_history).
+  with ``corral_owner_running_jobs`` (control.metrics). Those counters count this process's leases
+  (a restart is a counter reset, as Prometheus expects); the totals of earlier runs, kept with the
+  history (control.share_history), are :attr:`OwnerUsage.used_before`, and ListShares shows both added.
 
 Without either of the first two settings the scheduler keeps its one ready queue (control.queue) and
 none of this costs anything but the usage count.
@@ -223,6 +224,8 @@ class OwnerUsage:
         self.share_memory_mb: Counter[str] = Counter()
         self.thread_seconds: defaultdict[str, float] = defaultdict(float)
         self.gpu_seconds: defaultdict[str, float] = defaultdict(float)
+        self.used_before: dict[str, tuple[float, float]] = {}
+        """Per owner, the thread- and GPU-seconds of earlier runs of the control plane (kept in the store)."""
         self.group_of: Mapping[str, str] = group_of or {}
         """CORRAL_GROUPS: owner -> group."""
 
@@ -302,6 +305,11 @@ class OwnerUsage:
             lately.gpus += gpus * kept
             lately.memory_mb += memory_mb * kept
 
+    def used(self, owner: str) -> tuple[float, float]:
+        """``owner``'s thread- and GPU-seconds, this run's and the earlier runs' added."""
+        before = self.used_before.get(owner, (0.0, 0.0))
+        return self.thread_seconds.get(owner, 0.0) + before[0], self.gpu_seconds.get(owner, 0.0) + before[1]
+
     def rank(self, share: str, capacity: Capacity, weight: float) -> float:
         """What fair share orders shares by, lowest first: (what it holds now + what it held lately) /
         its weight."""
@@ -311,7 +319,7 @@ class OwnerUsage:
         """Every share with jobs running or queued (``queued``: PENDING jobs per owner), usage or
         history, lowest rank first (the one fair share serves next), then by name."""
         owners = {o for counts in (self.running_jobs, self.thread_seconds, self.gpu_seconds, queued)
-                  for o, n in counts.items() if n}  # fmt: skip
+                  for o, n in counts.items() if n} | set(self.used_before)  # fmt: skip
         members: defaultdict[str, list[str]] = defaultdict(list)
         for owner in owners:
             members[self.share_of(owner)].append(owner)
@@ -335,8 +343,8 @@ class OwnerUsage:
                     dominant_share=dominant,
                     recent_share=recent,
                     rank=_rank(dominant, recent, weight),
-                    thread_seconds=sum(self.thread_seconds.get(o, 0.0) for o in names),
-                    gpu_seconds=sum(self.gpu_seconds.get(o, 0.0) for o in names),
+                    thread_seconds=sum(self.used(o)[0] for o in names),
+                    gpu_seconds=sum(self.used(o)[1] for o in names),
                 )
             )
         out.sort(key=lambda row: (row.rank, row.name))

@@ -90,7 +90,7 @@ class AdminServicer:
         s = self.sessions.s
         s.access.check_admin(PRINCIPAL.get())
         return admin_pb2.ListSharesResponse(
-            shares=[convert.share(row) for row in s.share_rows()],
+            shares=[convert.share(row) for row in await s.share_rows()],
             fair_share=s.shares.fair,
             half_life_sec=s.shares.half_life_sec,
         )

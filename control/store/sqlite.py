@@ -161,7 +161,8 @@ class SQLiteStore:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-write")
         # With synchronous=FULL a commit waits for fsync: every transaction goes to the writer thread.
         self._offload_all = sync == "full"
-        self._in_flight = 0  # transactions handed to the writer thread and not yet landed
+        self._in_flight = 0  # transactions handed to the writer thread and not yet run there
+        self._in_flight_lock = threading.Lock()  # counted up on the loop's thread, down on the writer's
         self._pending: list[_Op] = []
         self._error: BaseException | None = None
         self._closed = False
@@ -234,17 +235,37 @@ class SQLiteStore:
 
     async def _off_loop(self, step: Callable[[], _T]) -> _T:
         """Run ``step`` on the writer thread after what is there already. A caller cancelled meanwhile
-        does not cancel it: the writes it carries were taken from the queue and must land."""
-        loop = asyncio.get_running_loop()
-        self._in_flight += 1
-        done = self._writer.submit(step)
-        # Counted down on the loop's thread once the step has run (or failed): until then no
-        # transaction may run on the loop's thread, whatever happened to the caller.
-        done.add_done_callback(lambda _: _call_soon(loop, self._landed))
+        does not cancel it: the writes it carries were taken from the queue and must land.
+
+        Raises:
+            Unavailable: the store is closed.
+        """
+        if self._closed:
+            raise Unavailable("store cannot be written: it is closed")
+        with self._in_flight_lock:
+            self._in_flight += 1
+        try:
+            done = self._writer.submit(self._counted(step))
+        except BaseException:
+            self._landed()
+            raise
         return await asyncio.shield(asyncio.wrap_future(done))
 
+    def _counted(self, step: Callable[[], _T]) -> Callable[[], _T]:
+        """``step``, counted down as soon as it has run (or failed), on the writer thread itself: from
+        then on the connection is free, whatever became of the caller or of its event loop."""
+
+        def run() -> _T:
+            try:
+                return step()
+            finally:
+                self._landed()
+
+        return run
+
     def _landed(self) -> None:
-        self._in_flight -= 1
+        with self._in_flight_lock:
+            self._in_flight -= 1
 
     def _purge(self, state: JobState, before: float, limit: int) -> list[str]:
         if self._error is not None:
@@ -531,10 +552,3 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
         self._lock.release()
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-    """``callback`` on ``loop``'s thread, from any thread; nothing once the loop is closed (the store
-    is closing: its writer thread is joined, and nothing is counted any more)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback)

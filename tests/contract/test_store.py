@@ -573,6 +573,41 @@ def test_a_large_transaction_lands_when_its_caller_is_cancelled(tmp_path: Path) 
     assert _count_jobs(path) == len(first) + len(second) + 1
 
 
+def test_a_large_transaction_left_by_a_closed_event_loop_lands_and_the_next_loop_writes_as_usual(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "loops.db")
+    batch = [record(seq) for seq in range(1, OFFLOAD_ROWS + 2)]
+    s = SQLiteStore(path)
+    try:
+        left: list[asyncio.Future[None]] = []
+
+        async def leave() -> None:  # a loop that ends while its large transaction is on the writer thread
+            s.insert(batch)
+            left.append(asyncio.ensure_future(s.commit()))
+            await asyncio.sleep(0)
+
+        asyncio.run(leave())
+
+        async def next_loop() -> None:
+            await s.commit()  # nothing queued: waits for what is on the writer thread
+            s.insert([record(OFFLOAD_ROWS + 5)])
+            assert s.commit_now(), "the transaction left behind is no longer counted once it ran"
+
+        asyncio.run(next_loop())
+        assert _count_jobs(path) == len(batch) + 1
+    finally:
+        s.close()
+
+
+def test_a_large_transaction_after_close_is_refused_as_unavailable(tmp_path: Path) -> None:
+    s = SQLiteStore(str(tmp_path / "closed.db"))
+    s.close()
+    s.insert([record(seq) for seq in range(1, OFFLOAD_ROWS + 2)])
+    with pytest.raises(Unavailable, match="closed"):
+        run(s.commit())
+
+
 # ---- PostgreSQL: one active control plane per database, the others stand by ----------------------------
 
 

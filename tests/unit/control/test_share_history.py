@@ -75,8 +75,9 @@ def test_usage_adds_up_across_restarts_with_or_without_a_half_life(tmp_path: Pat
             k.usage.stopped(job)
             k.save()
             asyncio.run(k.store.commit())
-            # Then the thread-seconds count both runs' leases
-            assert k.usage.thread_seconds["alice"] == pytest.approx(6.0 * (run + 1))
+            # Then the thread-seconds count both runs' leases; the counters behind /metrics, this run's
+            assert k.usage.used("alice") == pytest.approx((6.0 * (run + 1), 0.0))
+            assert k.usage.thread_seconds["alice"] == pytest.approx(6.0)
             assert k.usage.remembered() == set()  # without a half-life, no history
         finally:
             k.store.close()
@@ -93,6 +94,7 @@ def test_usage_adds_up_across_restarts_with_or_without_a_half_life(tmp_path: Pat
         json.dumps({"saved_at": 1.0, "used": {"alice": [float("inf"), 0]}, "shares": {}}),
         json.dumps({"saved_at": 1.0, "shares": {}}),
         json.dumps({"saved_at": "noon", "used": {}, "shares": {}}),
+        '{"saved_at": NaN, "used": {}, "shares": {}}',
         json.dumps([1, 2]),
     ],
 )
@@ -107,7 +109,7 @@ def test_a_copy_that_cannot_be_read_is_logged_and_history_starts_afresh(
         with caplog.at_level(logging.WARNING):
             k.load()
         assert "share_history_unreadable" in caplog.text
-        assert k.usage.recent_share("alice", FOUR_THREADS) == 0.0 and not k.usage.thread_seconds
+        assert k.usage.recent_share("alice", FOUR_THREADS) == 0.0 and not k.usage.used_before
     finally:
         k.store.close()
 
