@@ -285,18 +285,24 @@ def test_with_accounts_the_page_logs_in_and_uses_the_login_as_its_token(
     assert rest.get("/v1/whoami", headers=bearer).json()["name"] == "alice"
 
 
-def test_the_audit_section_shows_the_log_to_admins_and_hides_from_others(
-    make_control_plane: Callable[..., ControlProc],
-) -> None:
-    # Given clients kept apart, with ops the admin, and one refused cancel on record
+def _kept_apart(make_control_plane: Callable[..., ControlProc], **env: str) -> tuple[Rest, str, str]:
+    """A control plane whose clients are kept apart, ops its admin: its bridge, ops's token, alice's."""
     ops, alice = token(), token()
     cp = make_control_plane(
         CORRAL_AUTH_TOKENS=f"ops:{ops},alice:{alice}",
         CORRAL_WORKER_TOKEN=token(),
         CORRAL_JOB_VISIBILITY="owner",
         CORRAL_AUTH_ADMINS="ops",
+        **env,
     )
-    rest = Rest(http_port(cp))
+    return Rest(http_port(cp)), ops, alice
+
+
+def test_the_audit_section_shows_the_log_to_admins_and_hides_from_others(
+    make_control_plane: Callable[..., ControlProc],
+) -> None:
+    # Given clients kept apart, with ops the admin, and one refused cancel on record
+    rest, ops, alice = _kept_apart(make_control_plane)
     assert rest.call("POST", "/v1/jobs/job-x:cancel", {}, headers={"Authorization": f"Bearer {alice}"}).status == 404
 
     # When the page asks for the log as the script does
@@ -325,16 +331,7 @@ def test_the_shares_section_shows_who_holds_what_to_admins_and_hides_from_others
     make_control_plane: Callable[..., ControlProc],
 ) -> None:
     # Given clients kept apart, with ops the admin, and a queued job of alice's (no worker)
-    ops, alice = token(), token()
-    cp = make_control_plane(
-        CORRAL_AUTH_TOKENS=f"ops:{ops},alice:{alice}",
-        CORRAL_WORKER_TOKEN=token(),
-        CORRAL_JOB_VISIBILITY="owner",
-        CORRAL_AUTH_ADMINS="ops",
-        CORRAL_FAIR_SHARE="on",
-        CORRAL_FAIR_SHARE_HALF_LIFE_SEC="600",
-    )
-    rest = Rest(http_port(cp))
+    rest, ops, alice = _kept_apart(make_control_plane, CORRAL_FAIR_SHARE="on", CORRAL_FAIR_SHARE_HALF_LIFE_SEC="600")
     assert rest.submit({"type": "noop"}, headers={"Authorization": f"Bearer {alice}"})["state"] == "PENDING"
 
     # When the page asks for the shares as the script does
