@@ -73,7 +73,7 @@ class ShareHistory:
         """Queue the copy as it is now; it is durable with the next commit."""
         usage = self.usage
         used = {owner: list(usage.used(owner)) for owner in {*usage.thread_seconds, *usage.used_before}}
-        kept = {"saved_at": self.clock.now(), "used": used, "shares": usage.history() if usage.remembers else {}}
+        kept = {"saved_at": self.clock.now(), "used": used, "shares": usage.history()}
         self.store.put_setting(SETTING, json.dumps(kept, separators=(",", ":")))
 
     async def run(self) -> None:

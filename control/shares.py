@@ -264,11 +264,6 @@ class OwnerUsage:
             if job.gpu_count:
                 self.gpu_seconds[owner] += leased * job.gpu_count
 
-    @property
-    def remembers(self) -> bool:
-        """Whether shares' recent holdings are kept (a half-life is set)."""
-        return self._decay > 0
-
     def recent_share(self, share: str, capacity: Capacity) -> float:
         """What ``share`` held lately: :meth:`dominant_share` of its holdings averaged over time, each
         moment weighed by 2^(-age / half-life) (an exponential moving average). A share that has held
@@ -281,8 +276,8 @@ class OwnerUsage:
 
     def history(self) -> dict[str, tuple[float, float, float]]:
         """Each share's recent holdings now, (threads, GPUs, MiB of memory) on average, for keeping
-        across a restart. A share whose history has faded to nothing and that holds nothing is
-        forgotten here, so that owners who came once do not pile up."""
+        across a restart (none without a half-life). A share whose history has faded to nothing and
+        that holds nothing is forgotten here, so that owners who came once do not pile up."""
         out: dict[str, tuple[float, float, float]] = {}
         for share in list(self._lately):
             lately = self._settled(share)
