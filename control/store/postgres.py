@@ -73,7 +73,7 @@ _CHANGED = (
     "exec_seconds, worker_id, lease_expires_at, result, error_code, error_message, output, updated_at"
 )
 """The columns an update writes, in the order of :func:`control.store.rows.update_row`."""
-_UPDATE = f"UPDATE jobs SET {', '.join(f'{c}=%s' for c in _CHANGED.split(', '))} WHERE id=%s AND attempts<=%s"
+_UPDATE = f"UPDATE jobs SET {', '.join(f'{c}=%s' for c in _CHANGED.split(', '))} WHERE seq=%s AND attempts<=%s"
 _SQL = {
     "idem_put": (
         "INSERT INTO idempotency_keys (key, request_hash, job_id, expires_at) VALUES (%s,%s,%s,%s) "
@@ -354,7 +354,7 @@ class PostgresStore:
                 # the change the writes one by one, in order, would leave: the last of those with the
                 # newest attempt (the compare-and-set refuses an older one after it).
                 fresh = [row for kind, rows in ops if kind == "jobs_insert" for row in rows]
-                changed: dict[str, tuple[Any, ...]] = {}
+                changed: dict[int, tuple[Any, ...]] = {}
                 for kind, rows in ops:
                     if kind == "jobs_update":
                         for row in rows:

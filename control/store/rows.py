@@ -41,11 +41,12 @@ def insert_row(j: JobRecord) -> tuple[Any, ...]:
 
 
 def update_row(j: JobRecord) -> tuple[Any, ...]:
-    """The values of the compare-and-set UPDATE: the changing columns, then the id and the attempt."""
+    """The values of the compare-and-set UPDATE: the changing columns, then the row's key (seq) and the
+    attempt. Keyed by seq, the table's own key, rather than by id: one index fewer to search per update."""
     return (
         j.threads_granted, int(j.state), j.attempts, j.charged_attempts, j.ready_at, j.started_at, j.finished_at,
         j.queue_seconds, j.exec_seconds, j.worker_id, j.lease_expires_at, j.result_json, j.error_code,
-        j.error_message, j.output, j.updated_at, j.id, j.attempts,
+        j.error_message, j.output, j.updated_at, j.seq, j.attempts,
     )  # fmt: skip
 
 

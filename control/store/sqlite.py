@@ -49,7 +49,7 @@ _INSERT = f"INSERT INTO jobs ({COLUMNS}) VALUES ({', '.join('?' * len(COLUMNS.sp
 _UPDATE = (
     "UPDATE jobs SET threads_granted=?, state=?, attempts=?, charged_attempts=?, ready_at=?, started_at=?, "
     "finished_at=?, queue_seconds=?, exec_seconds=?, worker_id=?, lease_expires_at=?, result=?, error_code=?, "
-    "error_message=?, output=?, updated_at=? WHERE id=? AND attempts<=?"
+    "error_message=?, output=?, updated_at=? WHERE seq=? AND attempts<=?"
 )
 
 # Bounded, earliest first (by the expires_at index): one sweep step is one short transaction.
