@@ -2,7 +2,7 @@
 security headers and without credentials, it loads nothing from another host, it never parses
 server text as HTML, and every REST call its script makes is one the bridge serves.
 
-The page's behaviour in a browser is not run here (no browser on CI); these are the promises the
+The page's behaviour in a browser is tested in test_dashboard_browser.py; these are the promises the
 page's files and the gateway make to it, read from the files the gateway actually serves.
 """
 
@@ -285,7 +285,7 @@ def test_with_accounts_the_page_logs_in_and_uses_the_login_as_its_token(
     assert rest.get("/v1/whoami", headers=bearer).json()["name"] == "alice"
 
 
-def _kept_apart(make_control_plane: Callable[..., ControlProc], **env: str) -> tuple[Rest, str, str]:
+def kept_apart(make_control_plane: Callable[..., ControlProc], **env: str) -> tuple[Rest, str, str]:
     """A control plane whose clients are kept apart, ops its admin: its bridge, ops's token, alice's."""
     ops, alice = token(), token()
     cp = make_control_plane(
@@ -302,7 +302,7 @@ def test_the_audit_section_shows_the_log_to_admins_and_hides_from_others(
     make_control_plane: Callable[..., ControlProc],
 ) -> None:
     # Given clients kept apart, with ops the admin, and one refused cancel on record
-    rest, ops, alice = _kept_apart(make_control_plane)
+    rest, ops, alice = kept_apart(make_control_plane)
     assert rest.call("POST", "/v1/jobs/job-x:cancel", {}, headers={"Authorization": f"Bearer {alice}"}).status == 404
 
     # When the page asks for the log as the script does
@@ -331,7 +331,7 @@ def test_the_shares_section_shows_who_holds_what_to_admins_and_hides_from_others
     make_control_plane: Callable[..., ControlProc],
 ) -> None:
     # Given clients kept apart, with ops the admin, and a queued job of alice's (no worker)
-    rest, ops, alice = _kept_apart(make_control_plane, CORRAL_FAIR_SHARE="on", CORRAL_FAIR_SHARE_HALF_LIFE_SEC="600")
+    rest, ops, alice = kept_apart(make_control_plane, CORRAL_FAIR_SHARE="on", CORRAL_FAIR_SHARE_HALF_LIFE_SEC="600")
     assert rest.submit({"type": "noop"}, headers={"Authorization": f"Bearer {alice}"})["state"] == "PENDING"
 
     # When the page asks for the shares as the script does
