@@ -71,6 +71,7 @@ def test_a_job_and_what_it_prints_are_followed_live_without_a_reload(
     open_live(browser, rest)
     browser.wait(lambda: (worker_row(browser, worker) or [])[2:3] == ["1/1"], "the worker with its free slot")
     browser.driver.execute_script("window.corralTestMark = 1")  # gone if the page reloads
+    assert browser.cards()["Success rate"] == "—", "a rate over no finished job"
 
     # When a job that prints three lines, then waits for a file, is submitted by another client
     hold = tmp_path / "hold"
@@ -82,6 +83,14 @@ def test_a_job_and_what_it_prints_are_followed_live_without_a_reload(
     browser.wait(lambda: "out 3" in browser.text("detail-output"), "the printed lines")
     assert browser.text("detail-output").split() == ["out", "1", "out", "2", "out", "3"]
     assert browser.detail()["State"] == "RUNNING" and not browser.hidden("detail-cancel")
+    assert browser.detail()["Exec time"].endswith(" so far")
+
+    # And how long it has run goes on counting in its row, while nothing else about it changes
+    def running_for() -> str:
+        return next(row[10] for row in browser.rows("jobs") if row[1] == "follow me")
+
+    first = running_for()
+    browser.wait(lambda: running_for() != first, "the running time move on")
     browser.wait(lambda: (worker_row(browser, worker) or [])[2:3] == ["0/1"], "the worker's slot taken")
 
     # When the job is let finish
@@ -93,6 +102,7 @@ def test_a_job_and_what_it_prints_are_followed_live_without_a_reload(
     assert browser.hidden("detail-cancel") and browser.hidden("detail-retry")
     browser.wait(lambda: states_of(browser, "follow me") == ["SUCCEEDED"], "the list's row succeeded")
     browser.wait(lambda: browser.cards().get("succeeded") == "1", "the succeeded count")
+    assert browser.cards()["Success rate"] == "100.0 %"
     browser.wait(lambda: (worker_row(browser, worker) or [])[2:3] == ["1/1"], "the worker's slot free again")
     assert browser.driver.execute_script("return window.corralTestMark") == 1, "the page was reloaded"
 

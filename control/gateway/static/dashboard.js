@@ -176,6 +176,12 @@
     return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
   }
 
+  /** How long a running job has run so far ("—" before it started): its record says 0 until it ends. */
+  function fmtRunning(startedAt) {
+    const d = parseTime(startedAt);
+    return d ? fmtSeconds(Math.max(0, (Date.now() - d.getTime()) / 1000)) : "—";
+  }
+
   function fmtAgo(ts) {
     const d = parseTime(ts);
     if (!d) return "—";
@@ -214,7 +220,9 @@
         ["Queue depth", num(stats.queueDepth)],
         ...STATES.map((s) => [s.toLowerCase(), num(byStatus[s])]),
         ["Workers", num(stats.workers)],
-        ["Success rate", (Number(stats.successRate || 0) * 100).toFixed(1) + " %"],
+        // The rate is 0 over no finished job at all: say that there is none yet, not 0 %.
+        ["Success rate", num(byStatus.SUCCEEDED) + num(byStatus.FAILED) > 0
+          ? (Number(stats.successRate || 0) * 100).toFixed(1) + " %" : "—"],
         ["Uptime", fmtSeconds(stats.uptimeSeconds)],
       ];
       $("stats").replaceChildren(
@@ -262,7 +270,11 @@
     $("page-prev").disabled = view.offset === 0;
     $("page-next").disabled = view.offset + jobs.length >= total;
     const text = key + JSON.stringify(jobs) + view.selected;
-    if (text === lastJobs) return; // unchanged: keep the rows, and the user's focus and selection
+    if (text === lastJobs) {
+      // Unchanged: keep the rows, and the user's focus and selection; only running times move on.
+      for (const cell of $("jobs").querySelectorAll("td.running")) cell.textContent = fmtRunning(cell.dataset.since);
+      return;
+    }
     lastJobs = text;
     const focused = document.activeElement && document.activeElement.dataset
       ? document.activeElement.dataset.jobId : undefined;
@@ -282,7 +294,10 @@
         h("td", { class: "user" }, job.owner || ""),
         h("td", {}, fmtTime(job.createdAt)),
         h("td", { class: "num" }, job.queuePosition ? queuePlace(job) : job.startedAt ? fmtSeconds(job.queueSeconds) : "—"),
-        h("td", { class: "num" }, job.startedAt ? fmtSeconds(job.execSeconds) : "—"),
+        job.state === "RUNNING"
+          ? h("td", { class: "num running", title: "running so far", dataset: { since: job.startedAt || "" } },
+            fmtRunning(job.startedAt))
+          : h("td", { class: "num" }, job.startedAt ? fmtSeconds(job.execSeconds) : "—"),
       );
     });
     if (rows.length === 0) rows.push(h("tr", {}, h("td", { class: "empty", colSpan: 11 }, "No jobs match.")));
@@ -436,7 +451,8 @@
       ["Started", fmtTime(job.startedAt)],
       ["Finished", fmtTime(job.finishedAt)],
       ["Queue time", job.startedAt ? fmtSeconds(job.queueSeconds) : "—"],
-      ["Exec time", job.startedAt ? fmtSeconds(job.execSeconds) : "—"],
+      ["Exec time", job.state === "RUNNING" && job.startedAt ? fmtRunning(job.startedAt) + " so far"
+        : job.startedAt ? fmtSeconds(job.execSeconds) : "—"],
       ["Total time", job.finishedAt ? fmtSeconds(job.totalSeconds) : "—"],
       ["Idempotency key", job.idempotencyKey || "—"],
       ["Labels", Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—"],
