@@ -1,10 +1,11 @@
 """A large batch: one SubmitJobs call of N noop jobs (no worker, so none starts), and what another
 client saw meanwhile: the p50, p99 and longest of GetJob calls it made one after another.
 
-The batch goes in with one commit, all of it or none. Its conversion and checks take loop turns of
-1,000 jobs (``control.turns``); the jobs are then made and queued in one go, and the transaction that
-writes them runs on the store's writer thread (``control.store.sqlite.OFFLOAD_ROWS``), so the longest
-call measures what still holds the event loop in one piece.
+The batch goes in with one commit, all of it or none. Its conversion, its checks and (for a batch
+without idempotency keys or dependencies) the making of its records take loop turns of 1,000 jobs
+(``control.turns``); the jobs are then queued in one go, and the transaction that writes them runs on
+the store's writer thread (``control.store.sqlite.OFFLOAD_ROWS``), so the longest call measures what
+still holds the event loop in one piece.
 """
 
 from __future__ import annotations

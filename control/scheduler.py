@@ -54,7 +54,7 @@ from control.registry import Assignment, Needs, WorkerEntry, WorkerRegistry
 from control.selection import JobSelection
 from control.shares import OwnerQueues, OwnerUsage, ShareRow, ShareRules
 from control.store import IdempotencyEntry, JobPage, Store
-from control.turns import in_turns, pause
+from control.turns import CHUNK, in_turns, pause
 from control.watch import SHUTTING_DOWN, Watchers
 from corral import logs
 from corral.errors import FailedPrecondition, RateLimited, Unavailable
@@ -435,20 +435,25 @@ class Scheduler:
             except RateLimited:
                 self.metrics.rate_limited.inc()
                 raise
-        for i, sub in enumerate(subs):
-            if i in earlier:
-                self.metrics.idempotent_replays.inc()
-                prior = earlier[i]
-                out.append(prior if isinstance(prior, str) else out[prior])
-                continue
-            depends_on, wait = sub.depends_on, waiting.get(i, frozenset())
-            if i in links:
-                depends_on, wait = links[i].resolve(out, depends_on, wait)
-            job = self._new_record(sub, now, owner, wait, depends_on)
-            if i in keyed:
-                keys.append(self.idempotency.reserve(*keyed[i], job.id, now))
-            fresh.append(job)
-            out.append(job)
+        if batch and len(subs) > CHUNK and not keyed and not links and not any(sub.depends_on for sub in subs):
+            # Nothing in it must be settled without an await (keys, dependencies): made in turns.
+            fresh = await self._new_records(subs, now, owner)
+            out += fresh
+        else:
+            for i, sub in enumerate(subs):
+                if i in earlier:
+                    self.metrics.idempotent_replays.inc()
+                    prior = earlier[i]
+                    out.append(prior if isinstance(prior, str) else out[prior])
+                    continue
+                depends_on, wait = sub.depends_on, waiting.get(i, frozenset())
+                if i in links:
+                    depends_on, wait = links[i].resolve(out, depends_on, wait)
+                job = self._new_record(sub, now, owner, wait, depends_on)
+                if i in keyed:
+                    keys.append(self.idempotency.reserve(*keyed[i], job.id, now))
+                fresh.append(job)
+                out.append(job)
         if fresh:
             self._admit(fresh)
             if keys:
@@ -487,13 +492,36 @@ class Scheduler:
         _log_submitted(fresh)
         return fresh
 
+    async def _new_records(self, subs: list[Submission], now: float, owner: str) -> list[JobRecord]:
+        """The records of a large batch that has nothing to settle in one go (no idempotency key, no
+        dependency), made a chunk per loop turn: 10,000 of them held the loop about 33 ms in one piece.
+        Their seqs are taken before the first turn, so that the batch keeps its order in the queue and
+        in listings whatever is submitted meanwhile. Nothing is stored or queued until all are made."""
+        first = self._seq + 1
+        self._seq += len(subs)
+        records: list[JobRecord] = []
+        async for start, part in in_turns(subs):
+            records += [
+                self._new_record(sub, now, owner, frozenset(), (), seq=first + i) for i, sub in enumerate(part, start)
+            ]
+        return records
+
     def _new_record(
-        self, sub: Submission, now: float, owner: str, waiting: frozenset[str], depends_on: tuple[str, ...]
+        self,
+        sub: Submission,
+        now: float,
+        owner: str,
+        waiting: frozenset[str],
+        depends_on: tuple[str, ...],
+        seq: int | None = None,
     ) -> JobRecord:
-        self._seq += 1
+        """A new job's record; ``seq`` when taken beforehand (else the next one)."""
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
         job = JobRecord(
             id=os.urandom(16).hex(),
-            seq=self._seq,
+            seq=seq,
             type=sys.intern(sub.type),  # one string per type, not one per queued job
             payload_json=sub.payload_json,
             created_at=now,
