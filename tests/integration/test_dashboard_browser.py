@@ -173,8 +173,10 @@ def test_cancel_asks_first_and_then_stops_a_running_job(
     browser.click("#detail-cancel")
     question = browser.confirm(accept=False)
 
-    # Then nothing was asked of the control plane: the job runs on
+    # Then nothing was asked of the control plane: after the page's next refresh the job still runs
     assert job["id"] in question
+    shown = browser.status()
+    browser.wait(lambda: browser.live() and browser.status() != shown, "the next refresh")
     assert rest.get(f"/v1/jobs/{job['id']}").json()["state"] == "RUNNING"
     assert browser.detail()["State"] == "RUNNING"
 
@@ -359,9 +361,7 @@ def test_a_token_is_asked_for_kept_for_the_tab_and_shows_only_what_it_may_see(
 
     # When a token with a character no header can carry is given, and then one the control plane refuses
     use("tökén")
-    assert browser.wait(lambda: browser.text("auth-error"), "the form's error") == (
-        "A token is printable ASCII without spaces."
-    )
+    browser.wait_text("auth-error", lambda text: text == "A token is printable ASCII without spaces.", "the rule")
     use(token())
 
     # Then it asks again, saying why
