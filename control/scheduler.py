@@ -50,7 +50,7 @@ from control.notify.notices import Notices
 from control.queue import DelayedQueue, LeaseQueue, QueueOrder, ReadyQueue
 from control.queue_view import DrainRate, QueuePage, queue_page
 from control.recent import RecentJobs
-from control.registry import Assignment, Needs, WorkerEntry, WorkerRegistry
+from control.registry import Assignment, Capacity, Needs, WorkerEntry, WorkerRegistry
 from control.selection import JobSelection
 from control.shares import OwnerQueues, OwnerUsage, ShareRow, ShareRules
 from control.store import IdempotencyEntry, JobPage, Store
@@ -887,13 +887,15 @@ class Scheduler:
         return len(ids)
 
     # ---- shares ---------------------------------------------------------------------------------
-    async def share_rows(self) -> list[ShareRow]:
-        """Every share of the cluster now, lowest fair-share rank first (control.shares). The queued
-        jobs are counted by walking the live ones in turns: a million of them must not hold the loop."""
+    async def share_rows(self) -> tuple[list[ShareRow], Capacity]:
+        """Every share of the cluster now, lowest fair-share rank first (control.shares), and the
+        capacity their dominant shares are parts of. The queued jobs are counted by walking the live
+        ones in turns: a million of them must not hold the loop."""
         queued: Counter[str] = Counter()
         async for _, part in in_turns(list(self.active.values()), SCAN_CHUNK):
             queued.update(job.owner for job in part if job.state is JobState.PENDING)
-        return self.usage.rows(self.shares, self.registry.capacity(), queued)
+        capacity = self.registry.capacity()
+        return self.usage.rows(self.shares, capacity, queued), capacity
 
     # ---- dispatch -------------------------------------------------------------------------------
     def dispatch_soon(self) -> None:

@@ -257,11 +257,23 @@ class Shares:
     shares: list[ShareInfo] = field(default_factory=list)
     fair_share: bool = False
     half_life_sec: float = 0.0
+    connected_threads: int = 0
+    """What the connected workers give jobs in all; 0 threads: none is connected, and each dominant
+    share is then the number of threads held rather than a part."""
+    connected_gpus: int = 0
+    connected_memory_mb: int = 0
 
     @classmethod
     def from_proto(cls, pb: admin_pb2.ListSharesResponse) -> Shares:
         """Build :class:`Shares` from a ``corral.v1.ListSharesResponse`` message."""
-        return cls([ShareInfo.from_proto(s) for s in pb.shares], pb.fair_share, pb.half_life_sec)
+        return cls(
+            [ShareInfo.from_proto(s) for s in pb.shares],
+            pb.fair_share,
+            pb.half_life_sec,
+            pb.connected_threads,
+            pb.connected_gpus,
+            pb.connected_memory_mb,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""

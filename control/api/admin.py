@@ -89,8 +89,12 @@ class AdminServicer:
     ) -> admin_pb2.ListSharesResponse:
         s = self.sessions.s
         s.access.check_admin(PRINCIPAL.get())
+        rows, capacity = await s.share_rows()
         return admin_pb2.ListSharesResponse(
-            shares=[convert.share(row) for row in await s.share_rows()],
+            shares=[convert.share(row) for row in rows],
             fair_share=s.shares.fair,
             half_life_sec=s.shares.half_life_sec,
+            connected_threads=capacity.threads,
+            connected_gpus=capacity.gpus,
+            connected_memory_mb=capacity.memory_mb,
         )

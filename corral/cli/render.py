@@ -356,6 +356,9 @@ def shares_table(shares: Shares) -> Table:
         title = "fair share on" + (f", half-life {shares.half_life_sec:,g} s" if shares.half_life_sec else "")
     else:
         title = "fair share off (CORRAL_FAIR_SHARE): rank shown, not used"
+    # With no worker connected there is no whole to take a part of: the parts would be thread counts.
+    connected = bool(shares.connected_threads)
+    title += "; " + _connected(shares) if connected else "; no worker connected: dominant shares not known"
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
     columns = ("share", "owners", "weight", "running", "queued", "threads", "GPUs", "memory", "dominant", "lately",
                "rank", "thread-h", "GPU-h")  # fmt: skip
@@ -373,13 +376,23 @@ def shares_table(shares: Shares) -> Table:
             str(row.threads),
             str(row.gpus) if row.gpus else "-",
             _held_memory(row.memory_mb),
-            f"{row.dominant_share:.1%}",
-            f"{row.recent_share:.1%}" if shares.half_life_sec else "-",
+            f"{row.dominant_share:.1%}" if connected else "-",
+            f"{row.recent_share:.1%}" if shares.half_life_sec and connected else "-",
             f"{row.rank:.3f}",
             f"{row.thread_seconds / 3600:,.2f}",
             f"{row.gpu_seconds / 3600:,.2f}" if row.gpu_seconds else "-",
         )
     return table
+
+
+def _connected(shares: Shares) -> str:
+    """What the connected workers give jobs, e.g. ``16 threads, 1 GPU, 32 GiB connected``."""
+    parts = [f"{shares.connected_threads} thread" + ("s" if shares.connected_threads != 1 else "")]
+    if shares.connected_gpus:
+        parts.append(f"{shares.connected_gpus} GPU" + ("s" if shares.connected_gpus != 1 else ""))
+    if shares.connected_memory_mb:
+        parts.append(_held_memory(shares.connected_memory_mb))
+    return ", ".join(parts) + " connected"
 
 
 def accounts_table(accounts: Iterable[Account]) -> Table:

@@ -518,10 +518,20 @@ class ListSharesResponse(_message.Message):
     SHARES_FIELD_NUMBER: _builtins.int
     FAIR_SHARE_FIELD_NUMBER: _builtins.int
     HALF_LIFE_SEC_FIELD_NUMBER: _builtins.int
+    CONNECTED_THREADS_FIELD_NUMBER: _builtins.int
+    CONNECTED_GPUS_FIELD_NUMBER: _builtins.int
+    CONNECTED_MEMORY_MB_FIELD_NUMBER: _builtins.int
     fair_share: _builtins.bool
     """CORRAL_FAIR_SHARE=on."""
     half_life_sec: _builtins.float
     """CORRAL_FAIR_SHARE_HALF_LIFE_SEC (0: off)."""
+    connected_threads: _builtins.int
+    """What the connected workers give jobs in all: the whole that each dominant share is a part of.
+    0 threads means no worker is connected; dominant_share and recent_share then count threads held
+    (a share holding 8 threads has 8.0), which still orders the shares.
+    """
+    connected_gpus: _builtins.int
+    connected_memory_mb: _builtins.int
     @_builtins.property
     def shares(self) -> _containers.RepeatedCompositeFieldContainer[Global___Share]:
         """Lowest rank first: the share fair share serves next, when it has a job queued."""
@@ -532,10 +542,13 @@ class ListSharesResponse(_message.Message):
         shares: _abc.Iterable[Global___Share] | None = ...,
         fair_share: _builtins.bool = ...,
         half_life_sec: _builtins.float = ...,
+        connected_threads: _builtins.int = ...,
+        connected_gpus: _builtins.int = ...,
+        connected_memory_mb: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fair_share", b"fair_share", "half_life_sec", b"half_life_sec", "shares", b"shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connected_gpus", b"connected_gpus", "connected_memory_mb", b"connected_memory_mb", "connected_threads", b"connected_threads", "fair_share", b"fair_share", "half_life_sec", b"half_life_sec", "shares", b"shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -92,6 +92,9 @@ def test_a_job_and_what_it_prints_are_followed_live_without_a_reload(
     first = running_for()
     browser.wait(lambda: running_for() != first, "the running time move on")
     browser.wait(lambda: (worker_row(browser, worker) or [])[2:3] == ["0/1"], "the worker's slot taken")
+    # and its owner's share is the whole of the one thread connected
+    browser.wait(lambda: [row[6] for row in browser.rows("shares")] == ["100.0%"], "the share of the thread")
+    assert browser.text("shares-capacity") == "1 thread connected"
 
     # When the job is let finish
     hold.touch()
@@ -398,6 +401,9 @@ def test_a_token_is_asked_for_kept_for_the_tab_and_shows_only_what_it_may_see(
         lambda: not browser.hidden("audit-section") and not browser.hidden("shares-section"), "the admin sections"
     )
     browser.wait(lambda: {row[0] for row in browser.rows("shares")} == {"alice", "ops"}, "each owner's share")
+    # and, with no worker connected, no dominant share claims a part of nothing
+    assert browser.text("shares-capacity") == "No worker connected: dominant shares are not known."
+    assert [row[6] for row in browser.rows("shares")] == ["—", "—"]
 
 
 def test_a_person_logs_in_with_an_account_and_submits_as_themself(

@@ -245,3 +245,53 @@ def test_list_shares_shows_holdings_queue_usage_and_rank_to_admins_over_every_su
         alice.cancel(job_id)
     _done(alice, queued[:1])
     _done(bob, queued[1:])
+
+
+def test_shares_say_what_is_connected_and_show_no_parts_while_no_worker_is(
+    make_control_plane: Any, spawn_worker: Any
+) -> None:
+    tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob", "worker")}
+    cp: ControlProc = make_control_plane(
+        CORRAL_AUTH_TOKENS=f"alice:{tokens['alice']},bob:{tokens['bob']}",
+        CORRAL_WORKER_TOKEN=tokens["worker"],
+        CORRAL_JOB_VISIBILITY="owner",
+        CORRAL_AUTH_ADMINS="alice",
+    )
+    cp.token = tokens["alice"]
+    worker = spawn_worker(cp, threads=2, env={"CORRAL_WORKER_TOKEN": tokens["worker"]})
+    env = {"CORRAL_CONTROL_ADDR": cp.address, "CORRAL_TOKEN": tokens["alice"]}
+    with corral.Client(cp.address, token=tokens["alice"]) as alice:
+        # Given alice's jobs holding both of the worker's threads
+        holding = _sleeps(alice, 2, 60)
+        wait_until(lambda: all(cp.get(i).state == RUNNING for i in holding), what="alice's jobs to hold the worker")
+        # Then the shares say what is connected: the whole her dominant share is a part of
+        got = alice.shares()
+        assert (got.connected_threads, got.connected_gpus) == (2, 0) and got.connected_memory_mb > 0
+        assert [(s.name, s.threads, s.dominant_share) for s in got.shares] == [("alice", 2, 1.0)]
+        table = cli.corral("shares", env=env)
+        assert table.returncode == 0, table.stderr
+        assert "; 2 threads, " in table.stdout and " GiB connected" in table.stdout and "100.0%" in table.stdout
+        # When the control plane restarts while the worker stands still (its jobs still running on it)
+        assert cp.stop(signal.SIGTERM) == 0
+        worker.signal(signal.SIGSTOP)
+        try:
+            cp.start()
+            # Then her jobs are still held, and nothing claims a part of a cluster with no worker in it
+            got = alice.shares()
+            assert got.connected_threads == 0
+            assert [(s.name, s.running_jobs, s.threads) for s in got.shares] == [("alice", 2, 2)]
+            table = cli.corral("shares", env=env)
+            assert table.returncode == 0, table.stderr
+            assert "no worker connected" in table.stdout and "%" not in table.stdout
+            rest = Rest(cp.http_port)
+            reply = rest.get("/v1/shares", headers={"Authorization": f"Bearer {tokens['alice']}"})
+            assert reply.status == 200, reply.body
+            assert reply.json().get("connectedThreads", 0) == 0
+        finally:
+            worker.signal(signal.SIGCONT)
+        # and once the worker is back, the parts are parts again, over REST too
+        wait_until(lambda: alice.shares().connected_threads == 2, what="the worker back")
+        assert [(s.name, s.dominant_share) for s in alice.shares().shares] == [("alice", 1.0)]
+        reply = Rest(cp.http_port).get("/v1/shares", headers={"Authorization": f"Bearer {tokens['alice']}"})
+        assert reply.json()["connectedThreads"] == 2
+        alice.cancel_many(ids=holding)

@@ -394,10 +394,14 @@
     $("shares-section").hidden = false;
     setText("shares-error", "");
     const shares = answer.shares || [];
-    const text = JSON.stringify([answer.halfLifeSec, shares]);
+    const threads = answer.connectedThreads ?? 0;
+    const text = JSON.stringify([answer.halfLifeSec, threads, shares]);
     if (text === lastShares) return;
     lastShares = text;
-    const pct = (x) => `${((x ?? 0) * 100).toFixed(1)}%`;
+    // With no worker connected a dominant share counts threads held, not a part of anything.
+    setText("shares-capacity", threads ? `${threads} thread${threads === 1 ? "" : "s"} connected`
+      : "No worker connected: dominant shares are not known.");
+    const pct = (x) => (threads ? `${((x ?? 0) * 100).toFixed(1)}%` : "—");
     const who = (name) => name || "(no token)";
     const rows = shares.map((s) => h("tr", {},
       h("td", { class: "user" }, who(s.name)),
