@@ -308,11 +308,12 @@ def test_the_audit_section_shows_the_log_to_admins_and_hides_from_others(
     # When the page asks for the log as the script does
     page = load_page(rest)
     asked = re.search(
-        r'api\("GET", "/v1/audit", \{\}, \{ query: new URLSearchParams\(\{ limit: String\((\w+)\) \}\) \}\)',
+        r'readAdmin\((\w+),\s+\(\) => api\("GET", "/v1/audit", \{\}, \{ query: new URLSearchParams\(\{ limit: String\((\w+)\) \}\) \}\)',
         page.script,
     )
     assert asked is not None and 'id="audit-section"' in page.html.body.decode()
-    limit = re.search(rf"const {asked.group(1)} = (\d+);", page.script)
+    limit = re.search(rf"const {asked.group(2)} = (\d+);", page.script)
+    assert f'const {asked.group(1)} = adminSection("audit", ' in page.script
     assert limit is not None
     path = f"/v1/audit?limit={limit.group(1)}"
 
@@ -324,7 +325,7 @@ def test_the_audit_section_shows_the_log_to_admins_and_hides_from_others(
     for field in ("time", "actor", "action", "target", "outcome", "requestId"):
         assert f"e.{field}" in page.script and field in events[0]
     assert rest.get(path, headers={"Authorization": f"Bearer {alice}"}).status == 403
-    assert '$("audit-section").hidden = err.status === 403' in page.script
+    assert "$(`${section.name}-section`).hidden = err.status === 403" in page.script
 
 
 def test_the_shares_section_shows_who_holds_what_to_admins_and_hides_from_others(
@@ -336,7 +337,9 @@ def test_the_shares_section_shows_who_holds_what_to_admins_and_hides_from_others
 
     # When the page asks for the shares as the script does
     page = load_page(rest)
-    assert 'api("GET", "/v1/shares")' in page.script and 'id="shares-section"' in page.html.body.decode()
+    asked = re.search(r'readAdmin\((\w+), \(\) => api\("GET", "/v1/shares"\)\)', page.script)
+    assert asked is not None and 'id="shares-section"' in page.html.body.decode()
+    assert f'const {asked.group(1)} = adminSection("shares", ' in page.script
 
     # Then an admin gets alice's share with the fields the script shows, and anyone else a 403, which hides it
     answer = rest.get("/v1/shares", headers={"Authorization": f"Bearer {ops}"}).json()
@@ -346,4 +349,4 @@ def test_the_shares_section_shows_who_holds_what_to_admins_and_hides_from_others
                   "recentShare", "rank", "threadSeconds"):  # fmt: skip
         assert f"s.{field}" in page.script
     assert rest.get("/v1/shares", headers={"Authorization": f"Bearer {alice}"}).status == 403
-    assert '$("shares-section").hidden = err.status === 403' in page.script
+    assert "$(`${section.name}-section`).hidden = err.status === 403" in page.script

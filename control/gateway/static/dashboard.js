@@ -202,12 +202,43 @@
   };
   let lastJobs = "";
   let lastWorkers = "";
-  let lastAudit = "";
-  let auditTick = 0;
-  let auditSeen = false; // answered at least once for this token (a refusal counts)
-  let lastShares = "";
-  let sharesTick = 0;
-  let sharesSeen = false; // as auditSeen
+  /**
+   * A section only admins may read, read every `every` refreshes: `seen` once it has answered for this
+   * token (a refusal counts; until then, at every refresh), `last` what was drawn.
+   */
+  const adminSection = (name, every) => ({ name, every, tick: 0, seen: false, last: "" });
+  const auditView = adminSection("audit", AUDIT_EVERY);
+  const sharesView = adminSection("shares", SHARES_EVERY);
+
+  /**
+   * Calls `read` for `section` when its turn has come. Hides the section from a caller refused (403)
+   * and shows any other error in it. Returns the answer, or null when there is nothing to draw.
+   */
+  async function readAdmin(section, read) {
+    section.tick = (section.tick + 1) % section.every;
+    if (section.tick !== 1 && section.seen) return null;
+    let answer;
+    try {
+      answer = await read();
+      section.seen = true;
+    } catch (err) {
+      section.seen = err instanceof ApiError;
+      if (!(err instanceof ApiError)) throw err;
+      $(`${section.name}-section`).hidden = err.status === 403;
+      setText(`${section.name}-error`, err.status === 403 ? "" : err.message);
+      return null;
+    }
+    $(`${section.name}-section`).hidden = false;
+    setText(`${section.name}-error`, "");
+    return answer;
+  }
+
+  /** Whether `text` (what a section would draw) differs from what it drew last; remembers it. */
+  function changed(section, text) {
+    if (text === section.last) return false;
+    section.last = text;
+    return true;
+  }
 
   const jobsKey = () => JSON.stringify([view.state, view.type, view.offset]);
 
@@ -345,25 +376,11 @@
 
   /** The latest audit events; the section is hidden from a caller who may not read them (403). */
   async function loadAudit() {
-    auditTick = (auditTick + 1) % AUDIT_EVERY;
-    if (auditTick !== 1 && auditSeen) return;
-    let answer;
-    try {
-      answer = await api("GET", "/v1/audit", {}, { query: new URLSearchParams({ limit: String(AUDIT_ROWS) }) });
-      auditSeen = true;
-    } catch (err) {
-      auditSeen = err instanceof ApiError;
-      if (!(err instanceof ApiError)) throw err;
-      $("audit-section").hidden = err.status === 403;
-      setText("audit-error", err.status === 403 ? "" : err.message);
-      return;
-    }
-    $("audit-section").hidden = false;
-    setText("audit-error", "");
+    const answer = await readAdmin(auditView,
+      () => api("GET", "/v1/audit", {}, { query: new URLSearchParams({ limit: String(AUDIT_ROWS) }) }));
+    if (answer === null) return;
     const events = answer.events || [];
-    const text = JSON.stringify(events);
-    if (text === lastAudit) return;
-    lastAudit = text;
+    if (!changed(auditView, JSON.stringify(events))) return;
     const rows = events.map((e) => h("tr", {},
       h("td", { title: fmtAgo(e.time) }, fmtTime(e.time)),
       h("td", { class: "user" }, e.actor || "—"),
@@ -378,32 +395,17 @@
 
   /** Each share in fair-share order; the section is hidden from a caller who may not read it (403). */
   async function loadShares() {
-    sharesTick = (sharesTick + 1) % SHARES_EVERY;
-    if (sharesTick !== 1 && sharesSeen) return;
-    let answer;
-    try {
-      answer = await api("GET", "/v1/shares");
-      sharesSeen = true;
-    } catch (err) {
-      sharesSeen = err instanceof ApiError;
-      if (!(err instanceof ApiError)) throw err;
-      $("shares-section").hidden = err.status === 403;
-      setText("shares-error", err.status === 403 ? "" : err.message);
-      return;
-    }
-    $("shares-section").hidden = false;
-    setText("shares-error", "");
-    const shares = answer.shares || [];
+    const answer = await readAdmin(sharesView, () => api("GET", "/v1/shares"));
+    if (answer === null) return;
+    const listed = answer.shares || [];
     const threads = answer.connectedThreads ?? 0;
-    const text = JSON.stringify([answer.halfLifeSec, threads, shares]);
-    if (text === lastShares) return;
-    lastShares = text;
+    if (!changed(sharesView, JSON.stringify([answer.halfLifeSec, threads, listed]))) return;
     // With no worker connected a dominant share counts threads held, not a part of anything.
     setText("shares-capacity", threads ? `${threads} thread${threads === 1 ? "" : "s"} connected`
       : "No worker connected: dominant shares are not known.");
     const pct = (x) => (threads ? `${((x ?? 0) * 100).toFixed(1)}%` : "—");
     const who = (name) => name || "(no token)";
-    const rows = shares.map((s) => h("tr", {},
+    const rows = listed.map((s) => h("tr", {},
       h("td", { class: "user" }, who(s.name)),
       h("td", { class: "user" }, (s.owners || []).map(who).join(", ")),
       h("td", { class: "num" }, String(s.weight ?? 1)),
@@ -561,7 +563,7 @@
       return undefined;
     } finally {
       button.disabled = false;
-      auditSeen = false; // the action is on record now, allowed or not: show it at the next refresh
+      auditView.seen = false; // the action is on record now, allowed or not: show it at the next refresh
     }
   }
 
@@ -682,8 +684,8 @@
     $("login").hidden = true;
     $("forget-token").hidden = false;
     awaitingToken = false;
-    lastJobs = lastWorkers = lastAudit = lastShares = "";
-    auditSeen = sharesSeen = false;
+    lastJobs = lastWorkers = auditView.last = sharesView.last = "";
+    auditView.seen = sharesView.seen = false;
     refreshSoon();
   }
 
