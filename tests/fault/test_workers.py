@@ -20,19 +20,27 @@ from tests.support.processes import alive, children
 S = jobs_pb2.Job
 
 
+def _running_on(cp: ControlProc, job_id: str, workers: list[Any]) -> tuple[Any, Any]:
+    """The worker ``job_id`` runs on, and the other one."""
+    where = cp.get(job_id).worker_id
+    (this,) = [w for w in workers if w.worker_id == where]
+    (other,) = [w for w in workers if w is not this]
+    return this, other
+
+
 def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
     control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
 ) -> None:
-    # Given two workers and a job running on the first one
+    # Given two workers and a job running on one of them (both started first: a worker started while
+    # the job runs could take longer to come up than the job takes to end)
     log = tmp_path / "runs.log"
-    first = spawn_worker(control_plane, threads=1)
+    workers = [spawn_worker(control_plane, threads=1) for _ in range(2)]
     job = submit(control_plane, "record", {"path": str(log), "seconds": 1.0})
     wait_until(lambda: executions(log), what="job to start")
-    assert control_plane.get(job.id).worker_id == first.worker_id
-    second = spawn_worker(control_plane, threads=1)
+    first, second = _running_on(control_plane, job.id, workers)
     runners = children(first.proc.pid)
     assert runners, "the worker should have pre-started runner processes"
-    # When the first worker is killed with SIGKILL
+    # When that worker is killed with SIGKILL
     first.kill()
     killed_at = time.monotonic()
     # Then it leaves the registry within the heartbeat timeout plus one interval
@@ -51,17 +59,16 @@ def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
 def test_kill_9_of_a_gpu_worker_reruns_its_gpu_job_on_another_gpu_worker_and_frees_nothing_twice(
     control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
 ) -> None:
-    # Given two one-GPU workers and a GPU job running on the first
+    # Given two one-GPU workers, a GPU job running on one, and a second GPU job on the other's GPU
     log = tmp_path / "runs.log"
     gpu = {"CORRAL_WORKER_GPUS": "1"}
-    first = spawn_worker(control_plane, threads=2, env=gpu)
+    workers = [spawn_worker(control_plane, threads=2, env=gpu) for _ in range(2)]
     job = submit(control_plane, "record", {"path": str(log), "seconds": 1.0}, gpu_count=1)
     wait_until(lambda: executions(log), what="the GPU job to start")
-    second = spawn_worker(control_plane, threads=2, env=gpu)
-    # While it runs, a second GPU job waits for a GPU (the second worker's is free: it runs there)
+    first, second = _running_on(control_plane, job.id, workers)
     other = submit(control_plane, "record", {"path": str(log), "seconds": 2.0}, gpu_count=1)
     wait_until(lambda: control_plane.get(other.id).worker_id == second.worker_id, what="the second GPU job to start")
-    # When the first worker is killed with SIGKILL
+    # When the first job's worker is killed with SIGKILL
     first.kill()
     # Then the first job re-runs on the second worker only once its GPU is free again, and both succeed
     done = [wait_done(control_plane, j.id, timeout=30) for j in (job, other)]

@@ -104,14 +104,16 @@ def test_queued_jobs_start_by_priority_then_age(control_plane: ControlProc, spaw
     # Given the only worker busy
     spawn_worker(control_plane, threads=1)
     log = tmp_path / "order.log"
-    blocker = submit(control_plane, "record", {"path": str(log), "seconds": 1.0})
+    hold = tmp_path / "hold"  # the blocker runs until this exists, however slowly the jobs queue up
+    blocker = submit(control_plane, "chatty", {"lines": 0, "hold": str(hold)})
     wait_until(lambda: control_plane.get(blocker.id).state == S.RUNNING, what="blocker to run")
     # When jobs of mixed priority queue up behind it
     prios = [0, 50, 10, 50, 100, 0, 10]
     queued = [submit(control_plane, "record", {"path": str(log)}, priority=p) for p in prios]
+    hold.touch()
     wait_all_done(control_plane, [j.id for j in queued])
     # Then they ran by priority, oldest first within a priority
-    ran = [job_id for job_id, _ in executions(log)][1:]
+    ran = [job_id for job_id, _ in executions(log)]
     expected = [
         j.id
         for _, _, j in sorted(
