@@ -160,11 +160,13 @@ def test_scheduled_job_does_not_start_before_its_time(control_plane: ControlProc
 def test_cancel_a_queued_job_never_runs_it(control_plane: ControlProc, spawn_worker: Any, tmp_path: Path) -> None:
     spawn_worker(control_plane, threads=1)
     log = tmp_path / "runs.log"
-    blocker = submit(control_plane, "record", {"path": str(log), "seconds": 0.5})
+    hold = tmp_path / "hold"  # the blocker holds the only slot until the victim is cancelled
+    blocker = submit(control_plane, "chatty", {"lines": 0, "hold": str(hold)})
     victim = submit(control_plane, "record", {"path": str(log)})
     cancelled = control_plane.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=victim.id))
     assert cancelled.state == S.CANCELLED
     after = submit(control_plane, "record", {"path": str(log)})
+    hold.touch()
     wait_all_done(control_plane, [blocker.id, after.id])
     assert victim.id not in {j for j, _ in executions(log)}
     assert control_plane.get(victim.id).state == S.CANCELLED
