@@ -5,7 +5,16 @@ store), ``sqlite`` (SQLiteStore, the embedded default) and ``schema.sql``, ``pos
 (PostgresStore, shared by an active control plane and its standbys) and ``schema_postgres.sql``.
 """
 
-from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, Store
+from control.store.base import (
+    AccountEntry,
+    AuditEntry,
+    AuditPage,
+    IdempotencyEntry,
+    JobPage,
+    JobRows,
+    JobTypeEntry,
+    Store,
+)
 from control.store.sqlite import SQLiteStore
 from corral.dburl import is_postgres_url
 
@@ -15,6 +24,7 @@ __all__ = [
     "AuditPage",
     "IdempotencyEntry",
     "JobPage",
+    "JobRows",
     "JobTypeEntry",
     "SQLiteStore",
     "Store",

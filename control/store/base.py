@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from control.jobs import JobRecord, JobState
 
@@ -81,11 +81,22 @@ class JobPage:
     total: int
 
 
+JobRows = list[tuple[Any, ...]]
+"""New jobs' rows as a store writes them (:meth:`Store.job_rows`)."""
+
+
 class Store(Protocol):
     """Durable job state."""
 
     # writes: queued now, durable after commit()
-    def insert(self, jobs: Iterable[JobRecord]) -> None: ...
+    def job_rows(self, jobs: Iterable[JobRecord]) -> JobRows:
+        """The rows :meth:`insert` writes for ``jobs``, made ahead of it: a large batch makes them a
+        chunk per loop turn. The records must not change until they are inserted."""
+        ...
+
+    def insert(self, jobs: Iterable[JobRecord], rows: JobRows | None = None) -> None:
+        """Queue new jobs, with ``rows`` if :meth:`job_rows` made them already."""
+        ...
 
     def update(self, jobs: Iterable[JobRecord]) -> None: ...
 

@@ -42,7 +42,16 @@ import psycopg
 
 from control.jobs import TERMINAL, JobRecord, JobState
 from control.store import audit_rows
-from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
+from control.store.base import (
+    AccountEntry,
+    AuditEntry,
+    AuditPage,
+    IdempotencyEntry,
+    JobPage,
+    JobRows,
+    JobTypeEntry,
+    StandingBy,
+)
 from control.store.rows import COLUMNS, first_page, insert_row, read_by_ids, read_cancelled_chain, record, update_row
 from corral import logs
 from corral.dburl import describe
@@ -281,8 +290,11 @@ class PostgresStore:
             self._error = exc
 
     # ---- writes -------------------------------------------------------------------------------
-    def insert(self, jobs: Iterable[JobRecord]) -> None:
-        self._pending.append(("jobs_insert", [_without_nul(insert_row(j), _INSERT_TEXT) for j in jobs]))
+    def job_rows(self, jobs: Iterable[JobRecord]) -> JobRows:
+        return [_without_nul(insert_row(j), _INSERT_TEXT) for j in jobs]
+
+    def insert(self, jobs: Iterable[JobRecord], rows: JobRows | None = None) -> None:
+        self._pending.append(("jobs_insert", self.job_rows(jobs) if rows is None else rows))
 
     def update(self, jobs: Iterable[JobRecord]) -> None:
         self._pending.append(("jobs_update", [_without_nul(update_row(j), _UPDATE_TEXT) for j in jobs]))

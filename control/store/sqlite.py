@@ -31,7 +31,16 @@ from typing import Any, TypeVar
 
 from control.jobs import TERMINAL, JobRecord, JobState
 from control.store import audit_rows
-from control.store.base import AccountEntry, AuditEntry, AuditPage, IdempotencyEntry, JobPage, JobTypeEntry, StandingBy
+from control.store.base import (
+    AccountEntry,
+    AuditEntry,
+    AuditPage,
+    IdempotencyEntry,
+    JobPage,
+    JobRows,
+    JobTypeEntry,
+    StandingBy,
+)
 from control.store.lock import DatabaseLock
 from control.store.rows import COLUMNS, first_page, insert_row, read_by_ids, read_cancelled_chain, record, update_row
 from corral.errors import Unavailable
@@ -187,9 +196,12 @@ class SQLiteStore:
             conn.close()
 
     # ---- writes -------------------------------------------------------------------------------
-    def insert(self, jobs: Iterable[JobRecord]) -> None:
+    def job_rows(self, jobs: Iterable[JobRecord]) -> JobRows:
+        return [insert_row(j) for j in jobs]
+
+    def insert(self, jobs: Iterable[JobRecord], rows: JobRows | None = None) -> None:
         jobs = list(jobs)
-        self._pending.append(("jobs_insert", [insert_row(j) for j in jobs]))
+        self._pending.append(("jobs_insert", self.job_rows(jobs) if rows is None else rows))
         if labelled := [(key, value, j.seq) for j in jobs if j.labels for key, value in j.labels.items()]:
             self._pending.append(("labels_insert", labelled))
 

@@ -12,6 +12,7 @@ from control.clock import SystemClock
 from control.config import ControlConfig
 from control.scheduler import Scheduler
 from control.store import SQLiteStore
+from control.store.rows import insert_row
 from control.turns import CHUNK, in_turns
 from corral.v1 import jobs_pb2
 from tests.support.calls import struct
@@ -85,6 +86,10 @@ def test_a_large_batch_made_in_turns_keeps_its_order_whatever_is_submitted_meanw
         try:
             await asyncio.sleep(0)
             answer = await jobs.SubmitJobs(batch, context)
+            done = True
+            await other
+            # (the rows stored, made in turns beside the records, read back as the records are)
+            stored = await store.get_many([job.id for job in answer.jobs])
         finally:
             done = True
             await other
@@ -99,6 +104,10 @@ def test_a_large_batch_made_in_turns_keeps_its_order_whatever_is_submitted_meanw
         assert batch_seqs == list(range(batch_seqs[0], batch_seqs[0] + n))
         inside = [job_id for job_id in singles if batch_seqs[0] <= seq[job_id] <= batch_seqs[-1]]
         assert inside == [], f"{len(inside)} jobs submitted meanwhile landed inside the batch"
+
+        # And what is stored of each job is what the control plane holds
+        held = [scheduler.active[job.id] for job in answer.jobs]
+        assert sorted(insert_row(job) for job in stored) == sorted(insert_row(job) for job in held)
 
         # And the queue offers the batch in its order
         page = scheduler.queue("sleep", limit=n, offset=0)
