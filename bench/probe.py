@@ -1,12 +1,19 @@
-"""Another client's view while a benchmark does something large: its GetJob calls, one after another."""
+"""Another client's view while a benchmark does something large: its GetJob calls, one after another.
+
+That client is a process of its own. A thread of the benchmark's process would share its interpreter
+lock with the work it watches: building a 10,000-job request and reading the answer hold it for tens
+of ms, which would be counted as the control plane's delay.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 from typing import TypeVar
 
 from bench.cluster import Cluster
@@ -15,31 +22,41 @@ from corral import Client
 T = TypeVar("T")
 
 
-def _probe(address: str, job_id: str, stop: threading.Event, out: list[float]) -> None:
+def _probe(address: str, job_id: str, ready: Event, stop: Event, out: Connection) -> None:
+    """Each call's start (monotonic, shared by every process here) and seconds, sent once stopped."""
+    calls: list[tuple[float, float]] = []
     with Client(address) as client:
         client.get(job_id)  # the channel is up before the timing starts
+        ready.set()
         while not stop.is_set():
-            t0 = time.perf_counter()
+            t0 = time.monotonic()
             client.get(job_id)
-            out.append(time.perf_counter() - t0)
+            calls.append((t0, time.monotonic() - t0))
+    out.send(calls)
 
 
 @contextmanager
 def other_gets(address: str, job_id: str) -> Iterator[list[float]]:
-    """GetJob of ``job_id`` from another client, one call after another, for as long as the block
-    runs; the list yielded holds each call's seconds once the block ends (the calls of the first
-    0.2 s, while that client settles, are not counted)."""
+    """GetJob of ``job_id`` from another client process, one call after another, for as long as the
+    block runs; the list yielded holds, once the block ends, the seconds of each call that started
+    within it."""
     seconds: list[float] = []
-    stop = threading.Event()
-    prober = threading.Thread(target=_probe, args=(address, job_id, stop, seconds))
+    spawn = multiprocessing.get_context("spawn")  # not fork: this process has gRPC's threads
+    ready, stop = spawn.Event(), spawn.Event()
+    receive, send = spawn.Pipe(duplex=False)
+    prober = spawn.Process(target=_probe, args=(address, job_id, ready, stop, send), daemon=True)
     prober.start()
-    time.sleep(0.2)
-    seconds.clear()
     try:
+        if not ready.wait(60):
+            raise RuntimeError("the other client did not reach the control plane within 60 s")
+        start = time.monotonic()
         yield seconds
+        end = time.monotonic()
     finally:
         stop.set()
-        prober.join()
+        calls = receive.recv() if receive.poll(60) else []
+        prober.join(10)
+    seconds += [took for t0, took in calls if start <= t0 <= end]
 
 
 def summary(seconds: list[float]) -> dict[str, float]:
