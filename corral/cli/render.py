@@ -358,7 +358,7 @@ def shares_table(shares: Shares) -> Table:
         title = "fair share off (CORRAL_FAIR_SHARE): rank shown, not used"
     # With no worker connected there is no whole to take a part of: the parts would be thread counts.
     connected = bool(shares.connected_threads)
-    title += "; " + _connected(shares) if connected else "; no worker connected: dominant shares not known"
+    title += f"; {_connected(shares)}" if connected else "; no worker connected: dominant shares not known"
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
     columns = ("share", "owners", "weight", "running", "queued", "threads", "GPUs", "memory", "dominant", "lately",
                "rank", "thread-h", "GPU-h")  # fmt: skip
