@@ -63,7 +63,7 @@ def test_kill_9_of_a_gpu_worker_reruns_its_gpu_job_on_another_gpu_worker_and_fre
     log = tmp_path / "runs.log"
     gpu = {"CORRAL_WORKER_GPUS": "1"}
     workers = [spawn_worker(control_plane, threads=2, env=gpu) for _ in range(2)]
-    job = submit(control_plane, "record", {"path": str(log), "seconds": 1.0}, gpu_count=1)
+    job = submit(control_plane, "record", {"path": str(log), "seconds": 2.0}, gpu_count=1)  # still runs at the kill
     wait_until(lambda: executions(log), what="the GPU job to start")
     first, second = _running_on(control_plane, job.id, workers)
     other = submit(control_plane, "record", {"path": str(log), "seconds": 2.0}, gpu_count=1)
