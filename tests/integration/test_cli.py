@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import corral as corral_client
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
 from tests.support.cli import CORRAL, corral
 from tests.support.ports import dead_address
@@ -136,12 +137,9 @@ def test_up_stops_in_order_on_sighup_so_a_running_job_finishes_once(tmp_path: Pa
     assert submitted.returncode == 0, submitted.stderr
     job_id = json.loads(submitted.stdout)["id"]
 
-    def state() -> str:
-        shown = corral("get", job_id, "--json", "--control", address)
-        assert shown.returncode == 0, shown.stderr
-        return str(json.loads(shown.stdout)["state"])
-
-    wait_until(lambda: state() == "RUNNING", what="the job to start")
+    # (watched through the Python client: a CLI process per look takes a good part of the job's 1.5 s)
+    with corral_client.Client(address) as client:
+        wait_until(lambda: client.get(job_id).state is corral_client.JobState.RUNNING, what="the job to start")
 
     # When its terminal closes (SIGHUP)
     up.proc.send_signal(signal.SIGHUP)
