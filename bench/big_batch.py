@@ -1,11 +1,12 @@
 """A large batch: one SubmitJobs call of N noop jobs (no worker, so none starts), and what another
 client saw meanwhile: the p50, p99 and longest of GetJob calls it made one after another.
 
-The batch goes in with one commit, all of it or none. Its conversion, its checks and (for a batch
-without idempotency keys or dependencies) the making of its records take loop turns of 1,000 jobs
-(``control.turns``); the jobs are then queued in one go, and the transaction that writes them runs on
-the store's writer thread (``control.store.sqlite.OFFLOAD_ROWS``), so the longest call measures what
-still holds the event loop in one piece.
+The batch goes in with one commit, all of it or none. Its conversion, its checks, the making of its
+records and store rows (for a batch without idempotency keys or dependencies) and its answer take
+loop turns of 1,000 jobs (``control.turns``); the jobs are then queued in one go, and the transaction
+that writes them runs on the store's writer thread (``control.store.sqlite.OFFLOAD_ROWS``), so the
+longest call measures what still holds the event loop in one piece. The other client is a process of
+its own (``bench.probe``).
 """
 
 from __future__ import annotations
