@@ -17,6 +17,7 @@ from bench import (
     kernels,
     labels,
     latency,
+    quiet,
     rest,
     throughput,
     timeouts,
@@ -39,6 +40,7 @@ BENCHES = {
     "kernels": kernels.main,
     "timeouts": timeouts.main,
     "autoscale": autoscale.main,
+    "quiet": quiet.main,
 }
 
 

@@ -11,7 +11,10 @@ Three figures in each run, measured back to back:
 isolates Corral's own overhead; ``busy_pct`` = (the jobs' own run times, as their records give them)
 / 2 / makespan: how much of the two cores' time went to the loops, whatever the clock of the machine
 did meanwhile. The loops are short (tens of ms here), so one slow moment of this shared VM moves the
-first two by a lot; ``busy_pct`` moves least.
+first two by a lot; ``busy_pct`` moves least. ``hops_ms`` (median over the jobs) is how long a job
+was leased without running: from its lease to its result in the control plane, less its run in the
+runner. That is the Assign's way to the runner and the result's way back, each crossing two processes
+whose code has waited a whole loop meanwhile (see :mod:`bench.quiet` for what that costs here).
 
 The client waits the way a program waiting for a batch would: one ``WatchJobs`` stream that carries
 only the ends (``Client.wait_all``). ``--wait each`` opens a ``WatchJob`` stream per job instead, in
@@ -72,6 +75,7 @@ def run_once(jobs: int, n: int, wait: str = "all") -> dict[str, float]:
         t0 = time.perf_counter()
         submitted = c.jobs.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=[req] * jobs)).jobs
         busy = 0.0
+        hops: list[float] = []
         if wait == "each":
             ends = [list(c.jobs.WatchJob(jobs_pb2.WatchJobRequest(id=job.id)))[-1] for job in submitted]
         else:
@@ -82,6 +86,8 @@ def run_once(jobs: int, n: int, wait: str = "all") -> dict[str, float]:
         for end in ends:
             assert end.job.state == jobs_pb2.Job.SUCCEEDED
             busy += end.job.exec_seconds
+            held = end.job.finished_at.ToNanoseconds() - end.job.started_at.ToNanoseconds()
+            hops.append(held / 1e6 - end.job.exec_seconds * 1000)
     loops += [one_loop(n) for _ in range(5)]
     single = statistics.median(loops)
     ideal = jobs * single / 2
@@ -93,6 +99,7 @@ def run_once(jobs: int, n: int, wait: str = "all") -> dict[str, float]:
         "efficiency_pct": 100 * ideal / makespan,
         "vs_bare_pct": 100 * bare_s / makespan,
         "busy_pct": 100 * busy / 2 / makespan,
+        "hops_ms": statistics.median(hops),
     }
 
 

@@ -14,6 +14,7 @@ that is gRPC and the operating system's, not Corral's; on a small virtual machin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import statistics
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -80,8 +81,10 @@ class Floor(NamedTuple):
     machine for each call, before any work of its own."""
 
 
-def measure(calls: int = 300) -> Floor:
-    """The floor of ``calls`` round trips of each shape against a bare server, alternated."""
+@contextlib.contextmanager
+def bare_server() -> Iterator[tuple[subprocess.Popen[bytes], grpc.Channel]]:
+    """A bare server in a process of its own, and a blocking channel to it with the options the
+    benchmarks' own clients use (corral.Client's), so that what is timed through it is their floor."""
     with tempfile.TemporaryDirectory(prefix="corral-floor-") as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "--serve", str(port_file)])
@@ -91,45 +94,66 @@ def measure(calls: int = 300) -> Floor:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("the bare gRPC server did not start")
                 time.sleep(0.02)
-            # The options the benchmarks' own clients use (corral.Client's), so that the floor is theirs.
             with grpc.insecure_channel(f"127.0.0.1:{port_file.read_text()}", options=SYNC_CHANNEL_OPTIONS) as channel:
-                unary = channel.unary_unary(f"/{_SERVICE}/Unary", _ident, _ident)
-                stream = channel.unary_stream(f"/{_SERVICE}/Stream", _ident, _ident)
-                outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-                kept = channel.stream_stream(f"/{_SERVICE}/Echo", _ident, _ident)(iter(outbox.get, None))
-                two_calls, one_call, on_kept = [], [], []
-                cpu0 = 0.0
-                for i in range(calls + 20):  # the first 20 warm up
-                    if i == 20:
-                        cpu0 = cpu_seconds_of(server.pid)
-                    t0 = time.perf_counter()
-                    unary(_PAYLOAD, timeout=10)
-                    for _ in stream(_PAYLOAD, timeout=10):
-                        pass
-                    t1 = time.perf_counter()
-                    for _ in stream(_PAYLOAD, timeout=10):
-                        pass
-                    if i >= 20:
-                        two_calls.append((t1 - t0) * 1000)
-                        one_call.append((time.perf_counter() - t1) * 1000)
-                cpu = cpu_seconds_of(server.pid) - cpu0
-                for i in range(calls + 20):  # after the others: the server's CPU above is theirs alone
-                    t0 = time.perf_counter()
-                    outbox.put(_PAYLOAD)
-                    next(kept)
-                    if i >= 20:
-                        on_kept.append((time.perf_counter() - t0) * 1000)
-                outbox.put(None)
-                kept.cancel()
-            return Floor(
-                statistics.median(two_calls),
-                statistics.median(one_call),
-                statistics.median(on_kept),
-                cpu / (3 * calls) * 1e6,
-            )
+                yield server, channel
         finally:
             server.terminate()
             server.wait(10)
+
+
+class KeptStream:
+    """A bidirectional echo stream to :func:`bare_server` that stays open, fed from a queue as a
+    blocking client feeds its kept RunJobs stream (``corral.run_streams``)."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._call = channel.stream_stream(f"/{_SERVICE}/Echo", _ident, _ident)(iter(self._outbox.get, None))
+
+    def round_trip_ms(self) -> float:
+        """One message there and back."""
+        t0 = time.perf_counter()
+        self._outbox.put(_PAYLOAD)
+        next(self._call)
+        return (time.perf_counter() - t0) * 1000
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        self._call.cancel()
+
+
+def measure(calls: int = 300) -> Floor:
+    """The floor of ``calls`` round trips of each shape against a bare server, alternated."""
+    with bare_server() as (server, channel):
+        unary = channel.unary_unary(f"/{_SERVICE}/Unary", _ident, _ident)
+        stream = channel.unary_stream(f"/{_SERVICE}/Stream", _ident, _ident)
+        kept = KeptStream(channel)
+        two_calls, one_call, on_kept = [], [], []
+        cpu0 = 0.0
+        for i in range(calls + 20):  # the first 20 warm up
+            if i == 20:
+                cpu0 = cpu_seconds_of(server.pid)
+            t0 = time.perf_counter()
+            unary(_PAYLOAD, timeout=10)
+            for _ in stream(_PAYLOAD, timeout=10):
+                pass
+            t1 = time.perf_counter()
+            for _ in stream(_PAYLOAD, timeout=10):
+                pass
+            if i >= 20:
+                two_calls.append((t1 - t0) * 1000)
+                one_call.append((time.perf_counter() - t1) * 1000)
+        cpu = cpu_seconds_of(server.pid) - cpu0
+        for i in range(calls + 20):  # after the others: the server's CPU above is theirs alone
+            took = kept.round_trip_ms()
+            if i >= 20:
+                on_kept.append(took)
+        kept.close()
+    return Floor(
+        statistics.median(two_calls),
+        statistics.median(one_call),
+        statistics.median(on_kept),
+        cpu / (3 * calls) * 1e6,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
