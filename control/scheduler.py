@@ -210,21 +210,31 @@ class Scheduler:
         task.add_done_callback(self._tasks.discard)
 
     # ---- commits --------------------------------------------------------------------------------
-    def later(self, changed: Sequence[JobRecord], then: Callable[[], None] | None = None) -> None:
-        """Persist ``changed`` and, once committed, announce them and run ``then``."""
+    def later(self, changed: Sequence[JobRecord], then: Callable[[], None] | None = None, first: bool = False) -> None:
+        """Persist ``changed`` and, once committed, announce them and run ``then``.
+
+        ``first``: run ``then`` before the announcements, and before the rest of what waited for the
+        same commit. Assignments go out that way: a worker's slot stays idle until its assignment
+        arrives, while watchers woken first would have their answers written ahead of it (measured
+        with ``python -m bench cpu``, where every result releases the next job: see ``hops_ms``)."""
         if changed:
             self.store.update(changed)
         snapshot = list(changed)
 
         def done() -> None:
+            if first and then is not None:
+                then()
             for job in snapshot:
                 self.watchers.announce(job)
                 if job.state.terminal:
                     self._retire(job)
-            if then is not None:
+            if not first and then is not None:
                 then()
 
-        self._after_commit.append(done)
+        if first:
+            self._after_commit.insert(0, done)
+        else:
+            self._after_commit.append(done)
         if not self._flush_pending:
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -1010,7 +1020,7 @@ class Scheduler:
                             "request_id": job.request_id,
                         },
                     )
-            self.later(leased, send)
+            self.later(leased, send, first=True)
 
     def _most_threads(self, kind: JobKind) -> int:
         if isinstance(kind, str):
