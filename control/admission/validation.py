@@ -272,7 +272,11 @@ def validate(
     if sub.max_attempts is not None:
         _check_range(f"{prefix}max_attempts", sub.max_attempts, 1, MAX_ATTEMPTS)
     if sub.timeout_sec is not None:
-        if not math.isfinite(sub.timeout_sec) or sub.timeout_sec <= 0:
+        if not math.isfinite(sub.timeout_sec):
+            raise InvalidArgument(
+                f"{prefix}timeout_sec", f"must be a finite number of seconds, got {sub.timeout_sec:g}"
+            )
+        if sub.timeout_sec <= 0:
             raise InvalidArgument(f"{prefix}timeout_sec", f"must be > 0 seconds, got {sub.timeout_sec:g}")
         _check_range(f"{prefix}timeout_sec", sub.timeout_sec, 0, MAX_TIMEOUT_SEC)
     check_labels(sub.labels, f"{prefix}labels")

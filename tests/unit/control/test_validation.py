@@ -38,6 +38,12 @@ def test_each_rule_names_its_field(sub: Submission, field: str) -> None:
     assert check(sub).field == field
 
 
+def test_a_timeout_that_is_not_finite_is_told_so_not_that_it_is_not_positive() -> None:
+    assert check(Submission("noop", {}, timeout_sec=float("inf"))).rule == "must be a finite number of seconds, got inf"
+    assert check(Submission("noop", {}, timeout_sec=float("nan"))).rule == "must be a finite number of seconds, got nan"
+    assert check(Submission("noop", {}, timeout_sec=0)).rule == "must be > 0 seconds, got 0"
+
+
 def test_a_valid_submission_gets_its_payload_json() -> None:
     sub = Submission("reverse_string", {"text": "héllo 𝄞"})
     validate(sub, JobTypeCatalog(), LIMITS)
