@@ -213,28 +213,27 @@ class Scheduler:
     def later(self, changed: Sequence[JobRecord], then: Callable[[], None] | None = None, first: bool = False) -> None:
         """Persist ``changed`` and, once committed, announce them and run ``then``.
 
-        ``first``: run ``then`` before the announcements, and before the rest of what waited for the
-        same commit. Assignments go out that way: a worker's slot stays idle until its assignment
-        arrives, while watchers woken first would have their answers written ahead of it (measured
-        with ``python -m bench cpu``, where every result releases the next job: see ``hops_ms``)."""
+        ``first``: run ``then`` before everything else that waited for the same commit; the
+        announcements keep their order, this call's included. Assignments go out that way: a worker's
+        slot stays idle until its assignment arrives, and watchers woken first would have their answers
+        written ahead of it (measured with ``python -m bench cpu``, where every result releases the
+        next job: see ``hops_ms``)."""
         if changed:
             self.store.update(changed)
         snapshot = list(changed)
+        after = None if first else then
 
         def done() -> None:
-            if first and then is not None:
-                then()
             for job in snapshot:
                 self.watchers.announce(job)
                 if job.state.terminal:
                     self._retire(job)
-            if not first and then is not None:
-                then()
+            if after is not None:
+                after()
 
-        if first:
-            self._after_commit.insert(0, done)
-        else:
-            self._after_commit.append(done)
+        if first and then is not None:
+            self._after_commit.insert(0, then)
+        self._after_commit.append(done)
         if not self._flush_pending:
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush)
