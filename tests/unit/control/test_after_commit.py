@@ -45,7 +45,8 @@ def test_the_next_assignment_is_written_before_the_finished_jobs_watchers_are_an
 
         tasks = [asyncio.ensure_future(writer())]
         try:
-            # Given a one-slot worker running the first of two jobs, and a client watching that job
+            # Given a one-slot worker running the first of two jobs, a client watching that job and one
+            # watching both
             sessions.register(Hello("w1", threads=1, slots=1), link)
             first, second = await scheduler.submit([Submission("noop", {}, payload_json="{}")] * 2)
             await until(lambda: order == [f"assign {first.id}"])
