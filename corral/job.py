@@ -260,7 +260,11 @@ class Changed:
 
 
 def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """Convert a ``Struct`` to a dict, turning integral numbers (JSON numbers are doubles) back into ints."""
+    """Convert a ``Struct`` to a dict, turning integral numbers (JSON numbers are doubles) back into ints.
+
+    Keys come in sorted order at every level. A ``Struct`` is a map and keeps no order, and its own
+    iteration order changes from one message to the next, so sorting is what makes a payload or a
+    result print the same way every time (``corral get``, ``--json``)."""
     if not struct.fields:  # most payloads of short jobs, and every job's result until it ends
         return {}
     value = _integral(json_format.MessageToDict(struct))
@@ -343,7 +347,7 @@ def _integral(value: Any) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
+        return {k: _integral(value[k]) for k in sorted(value)}
     if isinstance(value, list):
         return [_integral(v) for v in value]
     return value

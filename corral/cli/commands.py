@@ -245,7 +245,10 @@ def queue(args: argparse.Namespace) -> int:
 
 
 def _page_footer(count: int, total: int, offset: int, noun: str) -> str:
-    """``1-50 of 120 jobs; next page: --offset 50``, dimmed: ``count`` shown from ``offset``, of ``total``."""
+    """``1-50 of 120 jobs; next page: --offset 50``, dimmed: ``count`` shown from ``offset``, of ``total``;
+    ``no jobs`` when none matched at all."""
+    if not total:
+        return f"[dim]no {noun}[/]"
     end = offset + count
     shown = f"{offset + 1}-{end}" if count else "none"
     more = f"; next page: --offset {end}" if count and end < total else ""

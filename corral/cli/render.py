@@ -306,7 +306,9 @@ def stats_table(stats: Stats) -> Table:
     table.add_row("dead letter", str(stats.dead_letter))
     table.add_row("workers", f"{stats.workers}  {_counts(stats.workers_by_state)}")
     table.add_row("jobs", _counts(stats.jobs_by_status) or "-")
-    table.add_row("success rate", f"{stats.success_rate:.1%}")
+    finished = stats.jobs_by_status.get("SUCCEEDED", 0) + stats.jobs_by_status.get("FAILED", 0)
+    # A rate over no finished job is no rate: "-", as the dashboard shows, not a 0% that reads as all failing.
+    table.add_row("success rate", f"{stats.success_rate:.1%}" if finished else "-")
     table.add_row("uptime", f"{stats.uptime_seconds:,.0f} s")
     return table
 

@@ -1,5 +1,5 @@
 """What `corral get` and `corral workers` print: the GPUs and memory a job holds, and those of each worker;
-and what `corral whoami` and `corral accounts` print."""
+what `corral stats`, `corral whoami` and `corral accounts` print."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console, RenderableType
 
 from corral.account import Account, Identity
-from corral.cli import render
-from corral.cluster import WorkerInfo
+from corral.cli import commands, render
+from corral.cluster import Stats, WorkerInfo
 from corral.job import Job
 from corral.v1 import admin_pb2, jobs_pb2
 
@@ -159,3 +159,36 @@ def test_utc_time_is_in_utc_to_the_second_whatever_the_zone_given() -> None:
     plus_two = datetime(2026, 11, 27, 13, 2, 3, 999999, tzinfo=timezone(timedelta(hours=2)))
     assert render.utc_time(plus_two) == "2026-11-27 11:02:03 UTC"
     assert render.utc_time(datetime(2026, 11, 27, 11, 2, 3, tzinfo=UTC)) == "2026-11-27 11:02:03 UTC"
+
+
+@pytest.mark.parametrize(
+    ("by_status", "rate", "shown"),
+    [
+        ({}, 0.0, "-"),
+        ({"PENDING": 3, "RUNNING": 1, "CANCELLED": 2}, 0.0, "-"),
+        ({"SUCCEEDED": 3, "FAILED": 1}, 0.75, "75.0%"),
+        ({"FAILED": 2}, 0.0, "0.0%"),
+    ],
+)
+def test_stats_shows_a_success_rate_only_once_a_job_has_succeeded_or_failed(
+    by_status: dict[str, int], rate: float, shown: str
+) -> None:
+    # Given the control plane's counters, with or without finished jobs (GetStats says 0 for none)
+    stats = Stats(queue_depth=0, scheduled=0, running=0, workers=1, jobs_by_status=by_status, success_rate=rate)
+    # Then `corral stats` shows a rate only over jobs that ended SUCCEEDED or FAILED: 0.0% means all failed
+    assert rows_of(render.stats_table(stats))["success rate"] == shown
+
+
+@pytest.mark.parametrize(
+    ("count", "total", "offset", "footer"),
+    [
+        (0, 0, 0, "no jobs"),
+        (0, 0, 40, "no jobs"),
+        (0, 5, 40, "none of 5 jobs"),
+        (5, 5, 0, "1-5 of 5 jobs"),
+        (50, 120, 0, "1-50 of 120 jobs; next page: --offset 50"),
+    ],
+)
+def test_a_page_s_footer_says_which_rows_it_shows_of_how_many(count: int, total: int, offset: int, footer: str) -> None:
+    # `corral list` and `corral queue` end each page with it; nothing matched at all is "no jobs", not "none of 0"
+    assert text_of(commands._page_footer(count, total, offset, "jobs")).strip() == footer

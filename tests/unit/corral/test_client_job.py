@@ -137,6 +137,19 @@ def test_struct_round_trip_and_errors() -> None:
         dict_to_struct({"s": {1, 2}})
 
 
+def test_a_struct_reads_back_with_its_keys_sorted_at_every_level() -> None:
+    # Given a payload whose keys are in no order, with an object in an object and in a list
+    payload = {"zeta": 1, "b": {"y": 2, "x": 1, "w": 0}, "a": [{"d": 1, "c": 2}], "m": "é"}
+    # When it goes through a Struct, whose map keeps no order of its own
+    back = struct_to_dict(dict_to_struct(payload))
+    # Then it is the same value, and every object's keys come sorted, so it prints the same every time
+    assert back == payload
+    assert list(back) == ["a", "b", "m", "zeta"]
+    assert list(back["b"]) == ["w", "x", "y"]
+    assert list(back["a"][0]) == ["c", "d"]
+    assert json.dumps(back) == json.dumps(payload, sort_keys=True)
+
+
 @pytest.mark.parametrize(
     ("payload", "field", "rule"),
     [
