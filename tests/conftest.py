@@ -272,6 +272,22 @@ def control_plane(make_control_plane: Callable[..., ControlProc]) -> ControlProc
     return make_control_plane()
 
 
+@pytest.fixture(scope="module")
+def refusing_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlProc]:
+    """One control plane without workers, shared by a module's tests of calls it refuses or only reads.
+
+    Starting one costs about 0.6 s, and a module can hold dozens of such cases. A test that uses it
+    must leave it as it found it, with nothing stored, and check that it did: a case that stored a job
+    then fails, and so do the cases after it.
+    """
+    cp = ControlProc(tmp_path_factory.mktemp("refusing-control"), dict(FAST_ENV))
+    try:
+        cp.start()
+        yield cp
+    finally:
+        cp.close()
+
+
 @dataclass
 class WorkerProc:
     """A worker agent subprocess."""

@@ -236,13 +236,14 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("job_type", "payload", "field"), BAD, ids=[f"{t}:{f}:{i}" for i, (t, _, f) in enumerate(BAD)])
 def test_bad_payloads_are_refused_at_submit_naming_the_field(
-    control_plane: ControlProc, job_type: str, payload: dict[str, Any], field: str
+    refusing_control_plane: ControlProc, job_type: str, payload: dict[str, Any], field: str
 ) -> None:
-    err = rpc_error(control_plane.jobs.SubmitJob, request(job_type, payload))
+    cp = refusing_control_plane  # shared by the cases: each leaves it with no job stored, and checks that
+    err = rpc_error(cp.jobs.SubmitJob, request(job_type, payload))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert _field(err) == field, err.details()  # type: ignore[attr-defined]
     assert (err.details() or "").startswith(field)  # type: ignore[attr-defined]
-    assert int(control_plane.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=1)).total) == 0
+    assert int(cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=1)).total) == 0
 
 
 def test_every_builtin_type_has_a_bad_payload_case() -> None:

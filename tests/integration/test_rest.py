@@ -309,9 +309,9 @@ def test_stats_workers_autoscaler_and_drain(served: ControlProc, rest: Rest) -> 
     ],
 )
 def test_bad_bodies_are_400_naming_the_problem_and_store_nothing(
-    control_plane: ControlProc, raw: bytes, field: str, words: str
+    refusing_control_plane: ControlProc, raw: bytes, field: str, words: str
 ) -> None:
-    rest = Rest(http_port(control_plane))
+    rest = Rest(http_port(refusing_control_plane))  # shared by the cases: each checks that no job is stored
     reply = rest.call("POST", "/v1/jobs", raw=raw)
     assert reply.status == 400, reply.body
     status = reply.json()
