@@ -7,14 +7,15 @@ worker or a watcher never hears of a change that a crash could undo. Many change
 
 Job-facing operations are here; the worker side (register, results, disconnects) is
 ``control.sessions``, lost workers / expired leases are ``control.reaper``, jobs that wait for
-others are ``control.dependencies``, and owners' shares of the workers are ``control.shares``.
+others are ``control.dependencies``, owners' shares of the workers are ``control.shares``, and the
+streams that follow a job's changes and what it prints (WatchJob, RunJob, WatchOutput) are
+``control.feeds``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import heapq
 import logging
 import os
@@ -22,7 +23,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from control import jobs
 from control.access import Access, not_found, parse_groups
@@ -43,6 +44,7 @@ from control.config import ControlConfig
 from control.dependencies import Dependencies
 from control.dispatch import POLICIES, SelectionPolicy, granted_threads, reserve_for
 from control.exec_limits import NO_GATES, ExecLimits, parse_exec_limits
+from control.feeds import JobFeeds
 from control.jobs import JobRecord, JobState, StartWhen
 from control.live_output import LiveOutput
 from control.metrics import Metrics
@@ -55,10 +57,9 @@ from control.selection import JobSelection
 from control.shares import OwnerQueues, OwnerUsage, ShareRow, ShareRules
 from control.store import IdempotencyEntry, JobPage, JobRows, Store
 from control.turns import CHUNK, in_turns, pause
-from control.watch import SHUTTING_DOWN, Watchers
+from control.watch import Watchers
 from corral import logs
-from corral.errors import FailedPrecondition, RateLimited, Unavailable
-from corral.printed import OutputChunk, PrintedCursor, split_cut_note
+from corral.errors import FailedPrecondition, RateLimited
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,8 @@ class Scheduler:
         self.watchers = Watchers()
         self.live_output = LiveOutput()
         """What running jobs print, for WatchOutput (control.live_output)."""
+        self.feeds = JobFeeds(self.watchers, self.live_output, self.get, self.get_many)
+        """The streams of each job's committed changes and of what it prints (control.feeds)."""
         self.active: dict[str, JobRecord] = {}
         self.recent = RecentJobs()
         """Jobs that finished lately (control.recent): read without a store query."""
@@ -622,117 +625,6 @@ class Scheduler:
         pending = [j for j in self.active.values() if j.state is JobState.PENDING]
         return queue_page(pending, self.order, self.drain, self.clock.now(), job_type, owners, limit, offset, labels)
 
-    async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
-        """The job now, then after each committed change, until a terminal state.
-
-        Raises:
-            NotFound: no such job.
-            Unavailable: the control plane is stopping (control.watch).
-        """
-        # watch_many([job_id]) would do the same; this path (WatchJob, RunJob, Client.run) is timed by
-        # bench latency, and one queue with no sets or dicts kept it 5-8% quicker (3 alternated runs).
-        q = self.watchers.subscribe(job_id)
-        try:
-            job = copy.copy(await self.get(job_id))  # a snapshot: the live record keeps changing
-            last = (job.state, job.attempts, job.updated_at)
-            yield job
-            while not job.state.terminal:
-                update = await q.get()
-                if update is None:  # stopping (control.watch)
-                    raise Unavailable(SHUTTING_DOWN)
-                job = update
-                key = (job.state, job.attempts, job.updated_at)
-                if key != last:
-                    last = key
-                    yield job
-        finally:
-            self.watchers.unsubscribe(job_id, q)
-
-    async def watch_many(
-        self, job_ids: Sequence[str], ends_only: bool = False, check: Callable[[JobRecord], object] | None = None
-    ) -> AsyncIterator[JobRecord]:
-        """Each job now (in the order of ``job_ids``), then after each committed change, until every one
-        is terminal; with ``ends_only``, only each job's terminal state. ``check`` is called with each job
-        before anything is yielded (access rules: it raises to refuse).
-
-        Raises:
-            NotFound: an id that names no job.
-            Unavailable: the control plane is stopping (control.watch).
-        """
-        q: asyncio.Queue[JobRecord | None] = asyncio.Queue()
-        listening: list[str] = []
-        try:
-            for job_id in job_ids:  # before the read: no change after it goes unheard
-                self.watchers.listen(job_id, q.put_nowait)
-                listening.append(job_id)
-            jobs = [copy.copy(job) for job in await self.get_many(job_ids)]
-            if check is not None:
-                for job in jobs:
-                    check(job)
-            last: dict[str, tuple[JobState, int, float]] = {}
-            for job in jobs:
-                last[job.id] = (job.state, job.attempts, job.updated_at)
-                if job.state.terminal or not ends_only:
-                    yield job
-            waiting = {job.id for job in jobs if not job.state.terminal}
-            while waiting:
-                update = await q.get()
-                if update is None:  # stopping (control.watch)
-                    raise Unavailable(SHUTTING_DOWN)
-                if update.id not in waiting:
-                    continue
-                key = (update.state, update.attempts, update.updated_at)
-                if key == last[update.id]:
-                    continue
-                last[update.id] = key
-                if update.state.terminal:
-                    waiting.discard(update.id)
-                elif ends_only:
-                    continue
-                yield update
-        finally:
-            for job_id in listening:
-                self.watchers.forget(job_id, q.put_nowait)
-
-    async def watch_output(self, job_id: str) -> AsyncIterator[OutputChunk]:
-        """What the job prints, until it ends: the end of what its running attempt printed so far (an
-        empty chunk when there is none yet), then each piece as it comes; when an attempt stops, what
-        its stored output holds beyond what was streamed. Each character once, in order
-        (corral.printed); a jump in offset is text left out.
-
-        Raises:
-            NotFound: no such job.
-            Unavailable: the control plane is stopping (control.watch).
-        """
-        # One queue for both: a piece an attempt printed comes before the change that ends the attempt.
-        q: asyncio.Queue[JobRecord | OutputChunk | None] = asyncio.Queue()
-        self.watchers.listen(job_id, q.put_nowait)
-        self.live_output.listen(job_id, q.put_nowait)
-        cursor = PrintedCursor()
-        try:
-            job = copy.copy(await self.get(job_id))
-            backlog = self.live_output.backlog(job_id) if job.state is JobState.RUNNING else None
-            chunks = [backlog] if backlog is not None else _stored_output(job)
-            if not chunks:  # the first message comes at once, so that the caller knows it was heard
-                yield OutputChunk(job.attempts, 0, "")
-            while True:
-                for chunk in chunks:
-                    if (fresh := cursor.take(chunk)) is not None:
-                        yield fresh.chunk
-                if job.state.terminal:
-                    return
-                item = await q.get()
-                if item is None:  # stopping (control.watch)
-                    raise Unavailable(SHUTTING_DOWN)
-                if isinstance(item, OutputChunk):
-                    chunks = [item]
-                else:
-                    job = item
-                    chunks = _stored_output(job)
-        finally:
-            self.watchers.forget(job_id, q.put_nowait)
-            self.live_output.forget(job_id, q.put_nowait)
-
     # ---- cancel / retry -------------------------------------------------------------------------
     async def cancel(self, job_id: str) -> JobRecord:
         job = self.active.get(job_id)
@@ -1113,15 +1005,6 @@ def _log_submitted(fresh: Sequence[JobRecord]) -> None:
         return
     for job in fresh:
         logger.info(logs.JOB_SUBMITTED, extra={"job_id": job.id, "type": job.type, "request_id": job.request_id})
-
-
-def _stored_output(job: JobRecord) -> list[OutputChunk]:
-    """The stored output of the job's latest attempt as a chunk, once that attempt stopped (none while
-    it runs: its live pieces come instead)."""
-    if not job.output or job.state is JobState.RUNNING or job.attempts < 1:
-        return []
-    offset, text = split_cut_note(job.output)
-    return [OutputChunk(job.attempts, offset, text)]
 
 
 def needs_of(job: JobRecord) -> Needs:

@@ -221,7 +221,7 @@ class JobServicer:
     async def WatchJob(
         self, request: jobs_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
-        async for job in self.s.watch(await self._visible(request.id)):
+        async for job in self.s.feeds.watch(await self._visible(request.id)):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors
@@ -236,14 +236,14 @@ class JobServicer:
             def check(job: JobRecord) -> object:
                 return self.s.access.check_visible(job, principal)
 
-        async for job in self.s.watch_many(ids, request.ends_only, check):
+        async for job in self.s.feeds.watch_many(ids, request.ends_only, check):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors
     async def WatchOutput(
         self, request: jobs_pb2.WatchOutputRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.OutputChunk]:
-        async for chunk in self.s.watch_output(await self._visible(request.id)):
+        async for chunk in self.s.feeds.watch_output(await self._visible(request.id)):
             yield jobs_pb2.OutputChunk(attempt=chunk.attempt, offset=chunk.offset, text=chunk.text)
 
     @grpc_errors
@@ -252,8 +252,8 @@ class JobServicer:
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
         (accepted,) = await self.s.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
-        # Scheduler.watch subscribes before it reads the job: no change after the commit goes unheard.
-        async for job in self.s.watch(accepted.id):
+        # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
+        async for job in self.s.feeds.watch(accepted.id):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors

@@ -2,7 +2,7 @@
 
 A reader task takes the caller's requests in order. Each accepted tag gets a task of its own that
 submits the job (everything a SubmitJob does applies) and forwards the job's events
-(``Scheduler.watch``) to the stream's one outbox, tagged; so jobs run at once and their events
+(``JobFeeds.watch``) to the stream's one outbox, tagged; so jobs run at once and their events
 interleave, while one tag's events keep their order. A submission that is refused is answered with
 one tagged error (the ``google.rpc.Status`` SubmitJob would have ended with), and the tag is free
 again: the stream goes on.
@@ -128,8 +128,8 @@ class RunJobsStream:
             except CorralError as exc:
                 self._refuse(tag, exc)
                 return
-            # Scheduler.watch subscribes before it reads the job: no change after the commit goes unheard.
-            async for job in self.s.watch(accepted.id):
+            # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
+            async for job in self.s.feeds.watch(accepted.id):
                 event = jobs_pb2.RunJobsEvent(tag=tag, event=jobs_pb2.JobEvent(job=convert.job(job)))
                 self._outbox.put_nowait((event, job.state.terminal))
         except Exception as exc:  # the job was accepted but cannot be followed: end the stream with why

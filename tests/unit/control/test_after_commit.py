@@ -33,14 +33,14 @@ def test_the_next_assignment_is_written_before_the_finished_jobs_watchers_are_an
                     order.append(f"assign {a.job_id}")
 
         async def watcher(job_id: str) -> None:  # a WatchJob client of the first job
-            async for job in scheduler.watch(job_id):
+            async for job in scheduler.feeds.watch(job_id):
                 if job.state.terminal:
                     order.append(f"ended {job_id}")
 
         seen: list[tuple[str, JobState]] = []
 
         async def both(job_ids: list[str]) -> None:  # a WatchJobs client of the two
-            async for job in scheduler.watch_many(job_ids):
+            async for job in scheduler.feeds.watch_many(job_ids):
                 seen.append((job.id, job.state))
 
         tasks = [asyncio.ensure_future(writer())]

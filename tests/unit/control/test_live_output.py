@@ -69,7 +69,7 @@ def test_only_the_lease_holder_adds_and_a_watch_sees_each_character_once(tmp_pat
             seen: list[OutputChunk] = []
 
             async def watch() -> None:
-                async for chunk in scheduler.watch_output(job.id):
+                async for chunk in scheduler.feeds.watch_output(job.id):
                     seen.append(chunk)
 
             watching = asyncio.ensure_future(watch())
@@ -91,10 +91,10 @@ def test_only_the_lease_holder_adds_and_a_watch_sees_each_character_once(tmp_pat
             ]
             assert scheduler.live_output.backlog(job.id) is None  # gone with the attempt
             # And a watch of the ended job gets the stored output at its place, then ends
-            after = [c async for c in scheduler.watch_output(job.id)]
+            after = [c async for c in scheduler.feeds.watch_output(job.id)]
             assert after == [OutputChunk(1, 2, "e\ntwo\nthree\n")]
             with pytest.raises(NotFound):
-                async for _ in scheduler.watch_output("nope"):
+                async for _ in scheduler.feeds.watch_output("nope"):
                     pass
         finally:
             store.close()
@@ -111,7 +111,7 @@ def test_a_watch_is_answered_at_once_and_ends_unavailable_when_the_control_plane
             seen: list[OutputChunk] = []
 
             async def watch() -> None:
-                async for chunk in scheduler.watch_output(job.id):
+                async for chunk in scheduler.feeds.watch_output(job.id):
                     seen.append(chunk)
 
             watching = asyncio.ensure_future(watch())
