@@ -69,7 +69,10 @@ def up(args: argparse.Namespace) -> int:
             for line in rest:
                 err.print(line, markup=False)
         finally:
-            out.print("Stopping: workers first (they drain), then the control plane...")
+            if supervisor.workers:
+                out.print("Stopping: workers first (they drain), then the control plane...")
+            else:  # it never served, or a stop came before any worker started
+                out.print("Stopping the control plane...")
             supervisor.stop()
     out.print("Stopped." if code == ExitCode.OK else "Stopped after a failure.")
     return code

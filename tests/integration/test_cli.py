@@ -207,6 +207,8 @@ def test_up_exits_1_with_the_reason_when_the_control_plane_cannot_start(tmp_path
     assert up.proc.wait(60) == 1
     err = up.err.read_text()
     assert re.search(r"corral: error: control plane \(pid \d+\) exited with code \d+ while starting", err), err
+    # And it says what it stops: no worker was started, so none drains
+    assert "Stopping the control plane..." in up.text() and "workers first" not in up.text(), up.text()
 
 
 @pytest.mark.parametrize(
