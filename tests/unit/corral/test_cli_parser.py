@@ -230,6 +230,7 @@ def test_up_gives_gpus_and_memory_to_the_cluster(
 
         def __init__(self, config: ClusterConfig, report: object = None) -> None:
             configs.append(config)
+            self.workers: list[object] = []  # none started: up() says it stops only the control plane
 
         def request_stop(self) -> None:
             pass
