@@ -262,9 +262,10 @@ class Changed:
 def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     """Convert a ``Struct`` to a dict, turning integral numbers (JSON numbers are doubles) back into ints.
 
-    Keys come in sorted order at every level. A ``Struct`` is a map and keeps no order, and its own
-    iteration order changes from one message to the next, so sorting is what makes a payload or a
-    result print the same way every time (``corral get``, ``--json``)."""
+    Keys come in sorted order at every level. A ``Struct`` is a map and keeps no order: it iterates
+    neither in the order the keys were given nor in the same order from one process to the next, so
+    sorting is what makes a payload or a result print the same way every time (``corral get``,
+    ``--json``)."""
     if not struct.fields:  # most payloads of short jobs, and every job's result until it ends
         return {}
     value = _integral(json_format.MessageToDict(struct))
