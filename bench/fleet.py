@@ -73,7 +73,7 @@ async def _cpu_per_job(workers: int, jobs: int, db: Path) -> float:
         for worker_id, stream in streams.items():
             sessions.register(Hello(worker_id, threads=1, slots=1), stream)
         for _ in range(0, jobs, 1000):
-            await scheduler.submit([Submission("noop", {}, payload_json="{}") for _ in range(1000)], batch=True)
+            await scheduler.intake.submit([Submission("noop", {}, payload_json="{}") for _ in range(1000)], batch=True)
         done, t0 = 0, time.process_time()
         while done < jobs - workers:  # the last ones have no job to follow them
             if not outbox:
@@ -96,7 +96,7 @@ async def _reconnect_and_sweep(workers: int, slots: int, db: Path) -> tuple[floa
     try:
         for start in range(0, workers * slots, 10000):
             count = min(10000, workers * slots - start)
-            await scheduler.submit([Submission("noop", {}, payload_json="{}") for _ in range(count)], batch=True)
+            await scheduler.intake.submit([Submission("noop", {}, payload_json="{}") for _ in range(count)], batch=True)
         for i, (worker_id, stream) in enumerate(streams.items()):
             sessions.register(Hello(worker_id, threads=slots, slots=slots, hostname="h", pid=i), stream)
         for _ in range(100):  # the dispatch pass runs on the next loop turns

@@ -6,6 +6,12 @@ than any connected worker has is granted the most any worker has (and records th
 are not scaled down: a job that asks for them goes only to a worker with that many GPUs and that much
 memory not held by its other jobs.
 
+A dispatch pass (:class:`Dispatcher`) takes ready jobs best first and leases each to the worker its
+policy picks, all in one transaction; the assignments go out once it is committed. A job that no
+worker running its type could take now (its worker selector, GPUs and memory included) is parked
+beside the queue, out of the way of the jobs behind it, until such a worker has room; a job that
+would fit a busy worker reserves the one it should wait for, so that smaller jobs do not starve it.
+
 Policies pick among the workers that can take the job:
 
 - :class:`RoundRobin` (the default) walks the workers in registration order from just after the
@@ -18,10 +24,31 @@ Policies pick among the workers that can take the job:
 from __future__ import annotations
 
 import bisect
+import heapq
+import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from control.registry import Needs, WorkerEntry, registration_order
+from control import jobs
+from control.exec_limits import NO_GATES
+from control.jobs import JobRecord, JobState
+from control.registry import Assignment, Needs, WorkerEntry, registration_order
+from corral import logs
+
+if TYPE_CHECKING:
+    from control.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+MAX_SCAN = 64
+"""Jobs the dispatcher may look past when the best ones fit no free worker (backfill depth)."""
+MAX_HOLD = 1024
+"""Jobs one dispatch pass may set aside (behind execution rate limits, or for want of a worker that runs
+their type) before it yields to the event loop."""
+JobKind = str | tuple[str, tuple[tuple[str, str], ...], Needs]
+"""What decides which workers can run a job: its type, or (type, worker selector, (GPUs, MiB)) when it
+has a selector or holds GPUs or memory."""
+NO_NEEDS: Needs = (0, 0)
 
 
 class SelectionPolicy(Protocol):
@@ -112,3 +139,184 @@ def reserve_for(workers: Sequence[WorkerEntry], threads: int, needs: Needs = (0,
         ):
             best = w
     return best
+
+
+class Dispatcher:
+    """The dispatch pass and the jobs it parks; see the module docstring. The scheduler runs a pass
+    (:meth:`run`) once per loop turn in which jobs became ready or workers freed slots."""
+
+    def __init__(self, scheduler: Scheduler, policy: SelectionPolicy) -> None:
+        self.s = scheduler
+        self.policy = policy
+        """Which of the workers that can take a job gets it (CORRAL_SELECTION)."""
+        self._parked: dict[JobKind, list[tuple[float, float, int, str]]] = {}
+        """PENDING jobs, by kind, that no worker running them could take (see :meth:`_park`)."""
+        self._unserved: set[JobKind] = set()
+        """Kinds with parked jobs and no connected worker that runs them (logged once each)."""
+
+    def run(self) -> None:
+        """Lease ready jobs, best first, to workers with free slots, in the open transaction; their
+        assignments go out once it is committed, ahead of the rest that waited for it."""
+        s = self.s
+        if not s.ready and not self._parked:
+            return
+        workers = s.registry.open()
+        free = sum(w.free_slots for w in workers)
+        if free <= 0:
+            return
+        if self._parked:
+            self._unpark(workers)
+        now = s.clock.now()
+        grace = s.config.lease_grace_sec
+        active = s.active
+        ready = s.ready
+        deferred: list[JobRecord] = []
+        reserved: set[str] = set()
+        batches: dict[str, list[Assignment]] = {}
+        leased: list[JobRecord] = []
+        candidates: list[WorkerEntry] = workers
+        # Per job type, this pass: the candidates that run it, and the most threads a connected one has.
+        typed: dict[JobKind, tuple[list[WorkerEntry], int]] = {}
+        limits = s.exec_limits
+        gates = NO_GATES
+        held = 0
+        while free > 0 and len(deferred) < MAX_SCAN:
+            job_id = ready.pop()
+            if job_id is None:
+                break
+            job = active[job_id]
+            if limits is not None:
+                gates = limits.gates_for(job.type, job.labels)
+                if gates:
+                    order = s.order.rank(job.priority, job.ready_at, job.seq)
+                    gate = limits.blocker(gates, order, now)
+                    if gate is not None:  # parked until its gate's next token: skip to the jobs behind
+                        limits.hold(gate, order, job.id, now)
+                        held += 1
+                        if held >= MAX_HOLD:  # a long run of limited jobs: let the loop breathe
+                            s.dispatch_soon()
+                            break
+                        continue
+            kind = kind_of(job)
+            needs = NO_NEEDS if isinstance(kind, str) else needs_of(job)
+            view = typed.get(kind)
+            if view is None:
+                runs = [w for w in candidates if serves(w, kind)]
+                view = typed[kind] = (runs, self._most_threads(kind))
+            runners, most_threads = view
+            threads = granted_threads(job.thread_demand, most_threads)
+            worker = self.policy.choose(runners, threads, needs)
+            if worker is None:
+                # None of them has a free slot (or the GPUs and memory it holds) now: out of the way of
+                # the jobs behind it, so that a queue of GPU jobs waiting for one GPU holds up nothing.
+                if not any(w.room_for(needs) for w in runners):
+                    self._park(job, bool(most_threads))
+                    held += 1
+                    if held >= MAX_HOLD:  # a long run of such jobs: let the loop breathe
+                        s.dispatch_soon()
+                        break
+                    continue
+                deferred.append(job)
+                hold = reserve_for(runners, threads, needs)
+                if hold is not None:
+                    reserved.add(hold.id)
+                    free -= hold.free_slots if hold.accepts_work else 0
+                    candidates = [w for w in workers if w.id not in reserved]
+                    typed.clear()
+                continue
+            if gates and limits is not None:
+                limits.take(gates, job.id, now)
+            attempt = jobs.lease(job, worker.id, threads, now, grace)
+            s.metrics.dispatch_latency.observe(job.queue_seconds)
+            s.moved(job, JobState.PENDING)
+            s.registry.hold(worker, (job.id, attempt), threads, needs)
+            worker.last_assigned_at = now
+            free -= 1
+            batches.setdefault(worker.id, []).append(
+                Assignment(job.id, attempt, job.type, job.payload_json, threads, job.timeout_sec, job.gpu_count)
+            )
+            leased.append(job)
+        for job in deferred:
+            s.enqueue(job)
+        if leased:
+            s.drain.started(now, len(leased))
+            registry = s.registry
+
+            def send() -> None:
+                for wid, batch in batches.items():
+                    w = registry.get(wid)
+                    if w is not None and w.link is not None:
+                        w.link.assign(batch)
+
+            if logger.isEnabledFor(logging.INFO):
+                for job in leased:
+                    logger.info(
+                        logs.JOB_DISPATCHED,
+                        extra={
+                            "job_id": job.id,
+                            "attempt": job.attempts,
+                            "worker_id": job.worker_id,
+                            "request_id": job.request_id,
+                        },
+                    )
+            s.later(leased, send, first=True)
+
+    def _most_threads(self, kind: JobKind) -> int:
+        if isinstance(kind, str):
+            return self.s.registry.most_threads(kind)
+        return self.s.registry.most_threads(*kind)
+
+    def _park(self, job: JobRecord, served: bool) -> None:
+        """Set aside a PENDING job that no worker running its type (matching its worker selector, with
+        the GPUs and memory it asks for) can take now; ``served``: some connected such worker exists (it
+        is busy or draining), else none."""
+        kind = kind_of(job)
+        rank = self.s.order.rank(job.priority, job.ready_at, job.seq)
+        heapq.heappush(self._parked.setdefault(kind, []), (*rank, job.id))
+        if not served and kind not in self._unserved:
+            self._unserved.add(kind)
+            wants: dict[str, object] = {}
+            if job.worker_selector:
+                wants["worker_selector"] = dict(job.worker_selector)
+            if job.gpu_count:
+                wants["gpu_count"] = job.gpu_count
+            if job.memory_mb:
+                wants["memory_mb"] = job.memory_mb
+            logger.warning(logs.JOB_TYPE_UNSERVED, extra={"type": job.type, **wants})
+
+    def _unpark(self, workers: list[WorkerEntry]) -> None:
+        """Back to the ready queue, best first: as many parked jobs of each kind as the workers that run
+        it have room for (free slots, and the GPUs and memory its jobs hold); the pass then places them in
+        their order among the rest."""
+        for kind, heap in list(self._parked.items()):
+            needs = NO_NEEDS if isinstance(kind, str) else kind[2]
+            room = sum(w.room_for(needs) for w in workers if serves(w, kind))
+            if room > 0:
+                self._unserved.discard(kind)
+            while room > 0 and heap:
+                job = self.s.active.get(heapq.heappop(heap)[3])
+                if job is not None and job.state is JobState.PENDING and self.s.requeue(job):
+                    room -= 1
+            if not heap:
+                del self._parked[kind]
+
+
+def needs_of(job: JobRecord) -> Needs:
+    """The GPUs and memory (MiB) ``job`` holds while it runs."""
+    return (job.gpu_count, job.memory_mb)
+
+
+def kind_of(job: JobRecord) -> JobKind:
+    """Its type alone (the common case, and the cheapest key) unless it has a worker selector or holds
+    GPUs or memory."""
+    if not job.worker_selector and not job.gpu_count and not job.memory_mb:
+        return job.type
+    return (job.type, job.worker_selector, (job.gpu_count, job.memory_mb))
+
+
+def serves(worker: WorkerEntry, kind: JobKind) -> bool:
+    """Whether ``worker`` could ever run jobs of ``kind`` (its type, labels, GPUs and memory in all)."""
+    if isinstance(kind, str):
+        return worker.runs(kind)
+    job_type, selector, (gpus, memory_mb) = kind
+    return worker.runs(job_type) and (not selector or worker.matches(selector)) and worker.has(gpus, memory_mb)

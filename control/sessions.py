@@ -12,9 +12,10 @@ import logging
 from dataclasses import dataclass, field
 
 from control import jobs
+from control.dispatch import needs_of
 from control.jobs import JobState
 from control.registry import AttemptKey, Needs, WorkerEntry, WorkerLink
-from control.scheduler import Scheduler, needs_of
+from control.scheduler import Scheduler
 from control.store import JobTypeEntry
 from corral import logs
 from corral.errors import AlreadyExists, NotFound, StaleAttempt

@@ -6,7 +6,7 @@ different request it is refused with AlreadyExists. After ``ttl`` the key is for
 again makes a new job.
 
 Concurrent duplicates: :meth:`IdempotencyKeys.resolve` and :meth:`IdempotencyKeys.reserve` run on
-the event loop with no ``await`` between them (see ``Scheduler.submit``), so of any number of
+the event loop with no ``await`` between them (see ``Intake.submit``), so of any number of
 concurrent submissions with one key exactly one makes the job; the others see its reservation and
 get that job. Inside one batch, a repeated key maps to the batch's first job with that key, and a
 batch that reuses a key for a different request is refused whole, before anything is reserved.

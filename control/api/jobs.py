@@ -52,7 +52,7 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobResponse:
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
-        (job,) = await self.s.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
+        (job,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         return jobs_pb2.SubmitJobResponse(job=convert.job(job))
 
     @grpc_errors
@@ -66,7 +66,7 @@ class JobServicer:
                     subs.append(convert.submission(r))
                 except InvalidArgument as exc:
                     raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
-        jobs = await self.s.submit(subs, batch=True, client=self._client(context), owner=PRINCIPAL.get() or "")
+        jobs = await self.s.intake.submit(subs, batch=True, client=self._client(context), owner=PRINCIPAL.get() or "")
         answer = jobs_pb2.SubmitJobsResponse()
         async for _, done in in_turns(jobs):  # copied into the answer a chunk per turn too: 10,000 took 10 ms
             answer.jobs.extend([convert.job(j) for j in done])
@@ -130,7 +130,7 @@ class JobServicer:
     @grpc_errors
     @audited("job.cancel", lambda request: request.id)
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.cancel(await self._visible(request.id)))
+        return convert.job(await self.s.actions.cancel(await self._visible(request.id)))
 
     @grpc_errors
     @audited("job.cancel", lambda request: _selection_text(request), each=lambda answer: answer.ids)
@@ -150,7 +150,7 @@ class JobServicer:
         )
         if matching is None:
             return jobs_pb2.CancelJobsResponse()
-        cancelled, remaining = await self.s.cancel_matching(*matching)
+        cancelled, remaining = await self.s.actions.cancel_matching(*matching)
         return jobs_pb2.CancelJobsResponse(ids=cancelled, remaining=remaining)
 
     @grpc_errors
@@ -161,7 +161,7 @@ class JobServicer:
         matching = await self._matching(request, MAX_RETRIED_PER_CALL, frozenset(), "re-drive every FAILED job")
         if matching is None:
             return jobs_pb2.RetryJobsResponse()
-        retried, remaining = await self.s.retry_matching(*matching)
+        retried, remaining = await self.s.actions.retry_matching(*matching)
         return jobs_pb2.RetryJobsResponse(ids=retried, remaining=remaining)
 
     async def _matching(
@@ -215,7 +215,7 @@ class JobServicer:
     @grpc_errors
     @audited("job.retry", lambda request: request.id)
     async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
-        return convert.job(await self.s.retry(await self._visible(request.id)))
+        return convert.job(await self.s.actions.retry(await self._visible(request.id)))
 
     @grpc_errors
     async def WatchJob(
@@ -251,7 +251,7 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
-        (accepted,) = await self.s.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
+        (accepted,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
         async for job in self.s.feeds.watch(accepted.id):
             yield jobs_pb2.JobEvent(job=convert.job(job))
@@ -267,7 +267,7 @@ class JobServicer:
         client, owner = self._client(context), PRINCIPAL.get() or ""
 
         async def submit(request: jobs_pb2.SubmitJobRequest) -> JobRecord:
-            (accepted,) = await self.s.submit([convert.submission(request)], client=client, owner=owner)
+            (accepted,) = await self.s.intake.submit([convert.submission(request)], client=client, owner=owner)
             return accepted
 
         async for event in RunJobsStream(self.s, submit).events(requests):

@@ -51,7 +51,7 @@ class Notices:
         if wanted:
             secret = self.s.config.notify_webhook_secret.encode()
             now = int(self.s.clock.now())
-            self.s.admit_internal([_submission(job, t, secret, now) for t in wanted], job.owner)
+            self.s.intake.admit_internal([_submission(job, t, secret, now) for t in wanted], job.owner)
 
 
 def signature(secret: bytes, timestamp: int, body: bytes) -> str:

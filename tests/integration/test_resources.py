@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from control.scheduler import MAX_SCAN
+from control.dispatch import MAX_SCAN
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_health_metrics import scrape

@@ -48,7 +48,7 @@ def test_the_next_assignment_is_written_before_the_finished_jobs_watchers_are_an
             # Given a one-slot worker running the first of two jobs, a client watching that job and one
             # watching both
             sessions.register(Hello("w1", threads=1, slots=1), link)
-            first, second = await scheduler.submit([Submission("noop", {}, payload_json="{}")] * 2)
+            first, second = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}")] * 2)
             await until(lambda: order == [f"assign {first.id}"])
             tasks.append(asyncio.ensure_future(watcher(first.id)))
             tasks.append(asyncio.ensure_future(both([first.id, second.id])))

@@ -25,7 +25,7 @@ WIDE = 2 * ENDED_CHUNK + 100
 
 async def _fan_out(scheduler: Scheduler, root_id: str, wide: int = WIDE) -> list[str]:
     subs = [Submission("noop", {}, payload_json="{}", depends_on=(root_id,)) for _ in range(wide)]
-    return [job.id for job in await scheduler.submit(subs, batch=True)]
+    return [job.id for job in await scheduler.intake.submit(subs, batch=True)]
 
 
 def _states(scheduler: Scheduler, ids: list[str]) -> dict[JobState, int]:
@@ -43,10 +43,12 @@ def test_the_jobs_waiting_for_a_cancelled_one_are_cancelled_a_chunk_per_turn(tmp
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({}), clock)
         try:
-            (root,) = await scheduler.submit([Submission("noop", {}, payload_json="{}", scheduled_at=clock.now() + 60)])
+            (root,) = await scheduler.intake.submit(
+                [Submission("noop", {}, payload_json="{}", scheduled_at=clock.now() + 60)]
+            )
             ids = await _fan_out(scheduler, root.id)
             # When the job they wait for is cancelled, one chunk of them is cancelled in that turn
-            await scheduler.cancel(root.id)
+            await scheduler.actions.cancel(root.id)
             assert _states(scheduler, ids) == {JobState.CANCELLED: ENDED_CHUNK, JobState.SCHEDULED: WIDE - ENDED_CHUNK}
             # then at most a chunk in each turn after, until none waits
             cancelled = [ENDED_CHUNK]
@@ -70,7 +72,7 @@ def test_those_not_reached_when_the_job_is_retried_wait_for_it_again(tmp_path: P
         try:
             # Given a job running on a worker, which WIDE others wait for
             sessions.register(Hello("w1", threads=1, slots=1), link)
-            (root,) = await scheduler.submit([Submission("noop", {}, payload_json="{}")])
+            (root,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}")])
             await until(lambda: bool(link.assigned), 5, "the root to be leased")
             wide = 20 * ENDED_CHUNK
             ids = await _fan_out(scheduler, root.id, wide)
@@ -80,7 +82,7 @@ def test_those_not_reached_when_the_job_is_retried_wait_for_it_again(tmp_path: P
             sessions.results("w1", [Report(root.id, a.attempt, Outcome.FAILED, "", "ERROR", "boom")], link)
             await until(lambda: root.id not in scheduler.active, 5, "the failure to be stored")
             assert _states(scheduler, ids).get(JobState.SCHEDULED, 0) > 0  # some not reached yet
-            retried = await scheduler.retry(root.id)
+            retried = await scheduler.actions.retry(root.id)
             assert retried.state is not JobState.FAILED
             # Then every one of them waits for it again: none stays cancelled
             assert _states(scheduler, ids) == {JobState.SCHEDULED: wide}

@@ -138,15 +138,15 @@ def test_a_control_plane_answers_replays_of_keys_it_no_longer_keeps_in_memory(
         try:
             # Given 50 keyed submissions, of which memory keeps the 10 newest keys
             first = [
-                (await scheduler.submit([Submission("noop", {"i": i}, idempotency_key=f"order-{i}")]))[0]
+                (await scheduler.intake.submit([Submission("noop", {"i": i}, idempotency_key=f"order-{i}")]))[0]
                 for i in range(50)
             ]
             assert len(scheduler.idempotency) == 10
             # When the oldest is sent again, the same and with another request
             clock.advance(60)
-            (again,) = await scheduler.submit([Submission("noop", {"i": 0}, idempotency_key="order-0")])
+            (again,) = await scheduler.intake.submit([Submission("noop", {"i": 0}, idempotency_key="order-0")])
             with pytest.raises(AlreadyExists, match="order-1"):
-                await scheduler.submit([Submission("noop", {"i": 99}, idempotency_key="order-1")])
+                await scheduler.intake.submit([Submission("noop", {"i": 99}, idempotency_key="order-1")])
             # Then the store answers: the original job, and a refusal
             assert again.id == first[0].id
             assert scheduler.state_counts()[JobState.PENDING] == 50
@@ -157,7 +157,7 @@ def test_a_control_plane_answers_replays_of_keys_it_no_longer_keeps_in_memory(
         try:
             restarted = Scheduler(store, ControlConfig.from_env({}), clock)
             assert len(restarted.idempotency) == 10
-            (replayed,) = await restarted.submit([Submission("noop", {"i": 3}, idempotency_key="order-3")])
+            (replayed,) = await restarted.intake.submit([Submission("noop", {"i": 3}, idempotency_key="order-3")])
             assert replayed.id == first[3].id
         finally:
             store.close()

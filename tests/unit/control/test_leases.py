@@ -32,7 +32,7 @@ def test_expired_leases_are_those_a_walk_of_every_running_job_finds(tmp_path: Pa
             # Given 40 jobs running with timeouts of 1..40 s, of which those with odd timeouts finish
             sessions.register(Hello("w1", threads=40, slots=40), link)
             subs = [Submission("noop", {}, payload_json="{}", timeout_sec=t) for t in range(1, 41)]
-            await scheduler.submit(subs)
+            await scheduler.intake.submit(subs)
             await _turns()
             assert len(link.assigned) == 40
             finished = [a for a in link.assigned if a.timeout_sec % 2]
@@ -65,7 +65,7 @@ def test_the_lease_queue_stays_small_while_many_short_jobs_come_and_go(tmp_path:
             # Given a worker with 4 slots that finishes each job at once, for many jobs
             sessions.register(Hello("w1", threads=4, slots=4), link)
             total = 3 * LEASE_SLACK
-            await scheduler.submit([Submission("noop", {}, payload_json="{}") for _ in range(total)], batch=True)
+            await scheduler.intake.submit([Submission("noop", {}, payload_json="{}") for _ in range(total)], batch=True)
             done = 0
             while done < total:
                 await _turns(2)
@@ -94,7 +94,7 @@ def test_a_submission_cancelled_during_its_commit_still_sends_what_the_commit_co
         try:
             # Given a free worker, and a submission whose commit is in flight on the writer thread
             sessions.register(Hello("w1", threads=1, slots=1), link)
-            call = asyncio.ensure_future(scheduler.submit([Submission("noop", {}, payload_json="{}")]))
+            call = asyncio.ensure_future(scheduler.intake.submit([Submission("noop", {}, payload_json="{}")]))
             await _turns(1)
             assert not call.done()
             # When its caller is cancelled before the commit ends

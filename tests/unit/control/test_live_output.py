@@ -59,7 +59,7 @@ def test_only_the_lease_holder_adds_and_a_watch_sees_each_character_once(tmp_pat
         try:
             # Given a job running on w1 (w2 is connected too)
             sessions.register(Hello("w1", threads=1, slots=1), link)
-            (job,) = await scheduler.submit([Submission("noop", {}, payload_json="{}")])
+            (job,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}")])
             await _turns()
             (a,) = link.assigned
             sessions.register(Hello("w2", threads=1, slots=1), other)
@@ -107,7 +107,7 @@ def test_a_watch_is_answered_at_once_and_ends_unavailable_when_the_control_plane
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
         try:
-            (job,) = await scheduler.submit([Submission("noop", {}, payload_json="{}")])  # no worker: PENDING
+            (job,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}")])  # no worker: PENDING
             seen: list[OutputChunk] = []
 
             async def watch() -> None:

@@ -94,7 +94,7 @@ def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) 
         clock, scheduler, sessions, reaper, link = p.clock, p.scheduler, p.sessions, p.reaper, p.link
         try:
             # Given a job running with a 60 s timeout (its lease ends 65 s after it started)
-            (job,) = await scheduler.submit([Submission("noop", {}, payload_json="{}", timeout_sec=60)])
+            (job,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}", timeout_sec=60)])
             for _ in range(100):  # loop turns, not time: the dispatch runs on the next ones
                 if link.assigned:
                     break

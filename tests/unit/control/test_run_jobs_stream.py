@@ -41,7 +41,7 @@ def test_a_stream_takes_no_more_requests_while_too_many_are_unanswered(
             await asyncio.Event().wait()  # the caller sends no more, and does not hang up
 
         async def submit(request: jobs_pb2.SubmitJobRequest) -> JobRecord:
-            (job,) = await scheduler.submit([convert.submission(request)])
+            (job,) = await scheduler.intake.submit([convert.submission(request)])
             return job
 
         answers: list[jobs_pb2.RunJobsEvent] = []
@@ -61,7 +61,7 @@ def test_a_stream_takes_no_more_requests_while_too_many_are_unanswered(
             assert pulled <= 4
 
             # When one of them ends, the next request is taken at once
-            await scheduler.cancel(answers[0].event.job.id)
+            await scheduler.actions.cancel(answers[0].event.job.id)
             await until(lambda: len(answers) == 5, 10, "the cancel, then the fourth job's first event")
             assert {a.tag for a in answers} == {"0", "1", "2", "3"}
             assert [a.event.job.state for a in answers if a.tag == "0"][-1] == jobs_pb2.Job.CANCELLED

@@ -22,7 +22,9 @@ def test_jobs_due_together_become_pending_a_chunk_per_loop_turn(tmp_path: Path) 
             # Given more jobs than a chunk, all scheduled for the same instant (no worker: none runs)
             n = PROMOTE_CHUNK * 2 + 7
             due = clock.now() + 60
-            await scheduler.submit([Submission("noop", {}, payload_json="{}", scheduled_at=due) for _ in range(n)])
+            await scheduler.intake.submit(
+                [Submission("noop", {}, payload_json="{}", scheduled_at=due) for _ in range(n)]
+            )
             assert scheduler.state_counts()[JobState.SCHEDULED] == n
             # When that instant comes, the timer promotes them
             clock.advance(61)

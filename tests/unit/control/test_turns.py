@@ -78,7 +78,7 @@ def test_a_large_batch_made_in_turns_keeps_its_order_whatever_is_submitted_meanw
 
         async def other_client() -> None:
             while not done and len(singles) < 1000:  # bounded: a batch that never ends must not fill the disk
-                (job,) = await scheduler.submit([convert.submission(jobs_pb2.SubmitJobRequest(type="noop"))])
+                (job,) = await scheduler.intake.submit([convert.submission(jobs_pb2.SubmitJobRequest(type="noop"))])
                 singles.append(job.id)
                 await asyncio.sleep(0)  # a submission that commits at once never gives the loop up by itself
 
