@@ -26,6 +26,7 @@ EXIT_STORE_FAILED = 3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags of ``argv`` (default ``sys.argv[1:]``); a flag not given is None, left to the environment."""
     p = argparse.ArgumentParser(prog="python -m control", description="Run the Corral control plane.")
     p.add_argument("--host", help="bind address (CORRAL_HOST, default 127.0.0.1)")
     p.add_argument("--grpc-port", type=int, help="gRPC port, 0 = any free port (CORRAL_GRPC_PORT, default 50051)")
@@ -98,6 +99,8 @@ async def serve(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m control`` with ``argv`` (default ``sys.argv[1:]``) and return its exit status: 0, or
+    1 when a part cannot start, 2 for a bad setting, 3 when the store can no longer be written."""
     args = parse_args(argv)
     environ = {**os.environ, **flag_environ(args, ControlConfig)}
 

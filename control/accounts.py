@@ -159,6 +159,7 @@ class Accounts:
         return self.mode == "open"
 
     def get(self, name: str) -> AccountEntry | None:
+        """The account ``name``, or None when there is none (from memory: no store read)."""
         return self._accounts.get(name)
 
     def all(self) -> list[AccountEntry]:
@@ -363,4 +364,5 @@ class Accounts:
             self._hashing -= 1
 
     def close(self) -> None:
+        """Stop the hashing threads without waiting: hashings not yet started are cancelled."""
         self._hasher.shutdown(wait=False, cancel_futures=True)

@@ -26,9 +26,11 @@ class SystemClock:
     """The real wall clock."""
 
     def now(self) -> float:
+        """Unix time in seconds from the system clock, which jumps when the system time is set (an NTP step)."""
         return time.time()
 
     def monotonic(self) -> float:
+        """Seconds from :func:`time.monotonic`: only differences mean anything; setting the system time leaves it."""
         return time.monotonic()
 
 
@@ -40,9 +42,11 @@ class FakeClock:
         self._steady = start
 
     def now(self) -> float:
+        """The fake Unix time in seconds: ``start``, plus every :meth:`advance` and :meth:`step` since."""
         return self._now
 
     def monotonic(self) -> float:
+        """The fake steady time in seconds: ``start``, plus every :meth:`advance` since (a :meth:`step` leaves it)."""
         return self._steady
 
     def advance(self, seconds: float) -> None:

@@ -55,7 +55,10 @@ class SelectionPolicy(Protocol):
     """Chooses a worker for a job needing ``threads`` threads and ``needs`` (GPUs, MiB), or None when
     none can take it."""
 
-    def choose(self, workers: Sequence[WorkerEntry], threads: int, needs: Needs = (0, 0)) -> WorkerEntry | None: ...
+    def choose(self, workers: Sequence[WorkerEntry], threads: int, needs: Needs = (0, 0)) -> WorkerEntry | None:
+        """One of ``workers`` that can take the job now (a free slot, ``threads`` free threads, and the
+        GPUs and memory of ``needs`` free), or None."""
+        ...
 
 
 class RoundRobin:
@@ -84,6 +87,7 @@ class LeastRecentlyUsed:
     """The eligible worker whose last assignment is oldest."""
 
     def choose(self, workers: Sequence[WorkerEntry], threads: int, needs: Needs = (0, 0)) -> WorkerEntry | None:
+        """The worker that can take the job and was assigned one longest ago (never: first)."""
         best: WorkerEntry | None = None
         for w in workers:
             if w.can_take(threads, needs) and (best is None or w.last_assigned_at < best.last_assigned_at):
@@ -95,6 +99,7 @@ class LeastLoaded:
     """The eligible worker with the smallest part of its threads in use; ties go to the earlier one."""
 
     def choose(self, workers: Sequence[WorkerEntry], threads: int, needs: Needs = (0, 0)) -> WorkerEntry | None:
+        """The worker that can take the job with the smallest part of its threads in use."""
         best: WorkerEntry | None = None
         best_load = 0.0
         for w in workers:

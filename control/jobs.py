@@ -58,6 +58,7 @@ class JobState(enum.IntEnum):
 
     @property
     def terminal(self) -> bool:
+        """Whether a job in this state has ended (:data:`TERMINAL`); only RetryJob moves it on from there."""
         return self in TERMINAL
 
 
@@ -227,6 +228,7 @@ class JobRecord:
 
     @property
     def payload(self) -> dict[str, Any]:
+        """``payload_json`` parsed anew at each call: a new dict, whose changes change nothing."""
         value: dict[str, Any] = json.loads(self.payload_json)
         return value
 

@@ -228,18 +228,28 @@ class SchedulerView(Protocol):
     """What :class:`StateCollector` reads (``control.scheduler.Scheduler`` has it)."""
 
     @property
-    def registry(self) -> WorkerRegistry: ...
+    def registry(self) -> WorkerRegistry:
+        """The workers: their states, GPUs and memory, heartbeat ages, and the capacity shares are measured against."""
+        ...
 
     @property
-    def clock(self) -> Clock: ...
+    def clock(self) -> Clock:
+        """The clock whose monotonic time heartbeat ages are measured on."""
+        ...
 
     @property
-    def usage(self) -> OwnerUsage: ...
+    def usage(self) -> OwnerUsage:
+        """What each owner's and each share's jobs hold and have used (control.shares)."""
+        ...
 
     @property
-    def watchers(self) -> Watchers: ...
+    def watchers(self) -> Watchers:
+        """The job watchers, whose ``listening`` is ``corral_watched_jobs``."""
+        ...
 
-    def state_counts(self) -> dict[JobState, int]: ...
+    def state_counts(self) -> dict[JobState, int]:
+        """How many jobs are in each state now; every state must be named (0 for none)."""
+        ...
 
 
 class StateCollector(Collector):
@@ -250,6 +260,7 @@ class StateCollector(Collector):
         self.ready = ready
 
     def collect(self) -> Iterator[Metric]:
+        """Every state metric (see the module docstring), read now: called by the registry at each scrape."""
         counts = self.s.state_counts()
         depth = GaugeMetricFamily("corral_queue_depth", "Jobs waiting: ready (PENDING) or scheduled.", labels=["queue"])
         depth.add_metric(["ready"], counts[JobState.PENDING])
@@ -345,6 +356,7 @@ class ExecLimitsCollector(Collector):
         self.limits = limits
 
     def collect(self) -> Iterator[Metric]:
+        """``corral_exec_rate_waiting_jobs{limit}``, read now: the jobs each rule holds back, by its target."""
         waiting = GaugeMetricFamily(
             "corral_exec_rate_waiting_jobs", "Jobs parked by an execution rate limit now.", labels=["limit"]
         )

@@ -55,11 +55,19 @@ class Ranked(Protocol):
     """What :meth:`QueueOrder.ranks` reads of a job."""
 
     @property
-    def priority(self) -> int: ...
+    def priority(self) -> int:
+        """Its priority: higher goes first."""
+        ...
+
     @property
-    def ready_at(self) -> float: ...
+    def ready_at(self) -> float:
+        """When it became ready (Unix seconds)."""
+        ...
+
     @property
-    def seq(self) -> int: ...
+    def seq(self) -> int:
+        """Its submission sequence: between equals, the one submitted first goes first."""
+        ...
 
 
 STRICT = QueueOrder()
@@ -112,6 +120,8 @@ class DelayedQueue:
         self._seq = 0
 
     def push(self, job_id: str, due: float) -> None:
+        """Have ``job_id`` come due at ``due`` (Unix seconds). An earlier entry of the job stays: the same job
+        may come out of :meth:`pop_due` more than once."""
         self._seq += 1
         heapq.heappush(self._heap, (due, self._seq, job_id))
 
@@ -145,6 +155,8 @@ class LeaseQueue:
         self._heap: list[tuple[float, str, int]] = []
 
     def push(self, ends_at: float, job_id: str, attempt: int) -> None:
+        """Note that attempt ``attempt`` of ``job_id`` holds a lease ending at ``ends_at`` (Unix seconds); an
+        entry for an earlier lease of the job stays until popped or :meth:`rebuild`."""
         heapq.heappush(self._heap, (ends_at, job_id, attempt))
 
     def pop_due(self, now: float) -> list[tuple[str, int]]:

@@ -41,6 +41,8 @@ class Reaper:
         self._skew: float | None = None  # system time minus monotonic time at the last sweep
 
     async def run(self) -> None:
+        """Sweep every :attr:`interval` seconds until cancelled, first forgiving a delay past PAUSE_SEC
+        (:meth:`forgive`); a sweep that fails is logged and the next one runs as planned."""
         loop = asyncio.get_running_loop()
         while True:
             planned = loop.time() + self.interval
@@ -54,6 +56,9 @@ class Reaper:
                 logger.exception("reaper_failed")
 
     def sweep(self) -> None:
+        """Remove the workers silent past the heartbeat timeout (each attempt they held fails with WORKER_LOST);
+        then, leases moved by any step of the system clock, fail those that expired (LEASE_EXPIRED; the
+        worker is told to cancel). The jobs are persisted and announced once committed (:meth:`Scheduler.later`)."""
         s = self.s
         now = s.clock.now()
         steady = s.clock.monotonic()

@@ -47,15 +47,27 @@ Needs = tuple[int, int]
 class WorkerLink(Protocol):
     """The control plane's side of one worker's stream (implemented by the gRPC layer)."""
 
-    def assign(self, assignments: list[Assignment]) -> None: ...
+    def assign(self, assignments: list[Assignment]) -> None:
+        """Send the worker attempts to start, once their leases are committed (messages may be coalesced)."""
+        ...
 
-    def cancel(self, job_id: str, attempt: int) -> None: ...
+    def cancel(self, job_id: str, attempt: int) -> None:
+        """Tell the worker to stop attempt ``attempt`` of ``job_id`` now and report it CANCELLED."""
+        ...
 
-    def ack(self, attempts: list[AttemptKey]) -> None: ...
+    def ack(self, attempts: list[AttemptKey]) -> None:
+        """Tell the worker these results are committed, so it may forget them (not urgent: it may wait a little)."""
+        ...
 
-    def drain(self, deadline_sec: float) -> None: ...
+    def drain(self, deadline_sec: float) -> None:
+        """Ask the worker to take nothing new, finish what it runs and leave; what still runs ``deadline_sec``
+        seconds from now it kills and hands back."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """End the stream: a newer one of the same worker replaced it, the worker was reaped, or the control
+        plane is stopping."""
+        ...
 
 
 class WorkerState(enum.IntEnum):
@@ -101,30 +113,38 @@ class WorkerEntry:
 
     @property
     def connected(self) -> bool:
+        """Whether its stream is open now. One that is not keeps its attempts until it reconnects or is reaped."""
         return self.link is not None
 
     @property
     def free_slots(self) -> int:
+        """Slots its attempts do not take; below 0 while it holds more than it has (an entry rebuilt from the
+        store at start-up has none until its worker reconnects, and a worker may come back with fewer)."""
         return self.slots - len(self.running)
 
     @property
     def free_threads(self) -> int:
+        """Threads not granted to its attempts; below 0 while they hold more than it has (see :attr:`free_slots`)."""
         return self.threads - sum(self.running.values())
 
     @property
     def held_gpus(self) -> int:
+        """GPUs its attempts hold."""
         return sum(gpus for gpus, _ in self.holding.values())
 
     @property
     def held_memory_mb(self) -> int:
+        """Memory (MiB) its attempts hold."""
         return sum(memory_mb for _, memory_mb in self.holding.values())
 
     @property
     def free_gpus(self) -> int:
+        """GPUs it gives to jobs that its attempts do not hold; below 0 while they hold more."""
         return self.gpus - self.held_gpus
 
     @property
     def free_memory_mb(self) -> int:
+        """Memory (MiB) it gives to jobs that its attempts do not hold; below 0 while they hold more."""
         return self.memory_mb - self.held_memory_mb
 
     def has(self, gpus: int, memory_mb: int) -> bool:
@@ -133,6 +153,8 @@ class WorkerEntry:
 
     @property
     def state(self) -> WorkerState:
+        """UNAVAILABLE when disconnected, else DRAINING, else BUSY with no slot free, else AVAILABLE (by slots
+        alone: a worker with a slot free but no thread free is AVAILABLE)."""
         if not self.connected:
             return WorkerState.UNAVAILABLE
         if self.draining:
@@ -141,6 +163,8 @@ class WorkerEntry:
 
     @property
     def accepts_work(self) -> bool:
+        """Whether it may be offered a job now: connected, not draining, a slot free (threads, GPUs and memory
+        aside: see :meth:`can_take`)."""
         return self.link is not None and not self.draining and self.free_slots > 0
 
     def heard(self, clock: Clock) -> None:
@@ -206,18 +230,26 @@ class WorkerRegistry:
         return worker_id in self._workers
 
     def get(self, worker_id: str) -> WorkerEntry | None:
+        """The worker registered as ``worker_id``, connected or not, or None when there is none (it left after
+        draining, or was reaped)."""
         return self._workers.get(worker_id)
 
     def all(self) -> list[WorkerEntry]:
+        """Every worker, connected or not, in registration order; a new list, so the caller may remove workers
+        while walking it."""
         return list(self._workers.values())
 
     def add(self, entry: WorkerEntry) -> None:
+        """Register ``entry`` under its id and take in its capacity (:meth:`changed`). A new id goes last in
+        registration order; adding again the entry :meth:`get` returned keeps its place."""
         if entry.id not in self._workers:
             entry.order = next(_ORDER)
         self._workers[entry.id] = entry
         self.changed(entry)
 
     def remove(self, worker_id: str) -> WorkerEntry | None:
+        """Forget the worker ``worker_id``; returns its entry, or None when there was none. Closing its link and
+        failing the attempts it held are left to the caller."""
         entry = self._workers.pop(worker_id, None)
         self._open.pop(worker_id, None)
         self._most_threads.clear()
@@ -225,6 +257,7 @@ class WorkerRegistry:
         return entry
 
     def connected(self) -> list[WorkerEntry]:
+        """The workers whose stream is open now, draining or not, in registration order."""
         return [w for w in self._workers.values() if w.connected]
 
     def open(self) -> list[WorkerEntry]:
@@ -290,6 +323,7 @@ class WorkerRegistry:
         self._recheck(worker)
 
     def has_capacity(self) -> bool:
+        """Whether any worker can be offered a job now (:meth:`open` is not empty)."""
         return bool(self._open)
 
 

@@ -401,6 +401,12 @@ class Scheduler:
 
     # ---- reads ----------------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobRecord:
+        """The job ``job_id``: the live record if it is unfinished or finished lately, else read from
+        the store.
+
+        Raises:
+            NotFound: no such job.
+        """
         job = self.active.get(job_id)
         if job is None:
             job = self.recent.get(job_id)
@@ -442,6 +448,7 @@ class Scheduler:
         *,
         error_code: str = "",
     ) -> JobPage:
+        """A page of stored jobs, newest first, with the total that match (see ``Store.list_jobs``)."""
         return await self.store.list_jobs(states, job_type, limit, offset, owners, labels, error_code=error_code)
 
     def queue(
@@ -538,4 +545,5 @@ class Scheduler:
 
     # ---- stats ----------------------------------------------------------------------------------
     def state_counts(self) -> dict[JobState, int]:
+        """How many jobs are in each state now, every state named (0 for none), purged jobs not counted."""
         return {s: self.counts.get(s, 0) for s in JobState}

@@ -44,6 +44,7 @@ class Watchers:
         return q
 
     def unsubscribe(self, job_id: str, q: asyncio.Queue[JobRecord | None]) -> None:
+        """Undo :meth:`subscribe` (nothing to undo when ``q`` no longer listens)."""
         self.forget(job_id, q.put_nowait)
 
     def listen(self, job_id: str, put: Callable[[JobRecord | None], None]) -> None:
@@ -70,6 +71,8 @@ class Watchers:
             del self._subs[job_id]
 
     def announce(self, job: JobRecord) -> None:
+        """Give each listener of ``job`` a snapshot of it taken now; call once its change is committed. One
+        shallow copy, shared by every listener: they must not change it."""
         subs = self._subs.get(job.id)
         if subs:
             snap = copy.copy(job)

@@ -195,6 +195,7 @@ class FollowMany(Follow):
         return [self._seen[job_id] for job_id in self.ids]
 
     def timed_out(self) -> DeadlineExceeded:
+        """The error for a watch that ran out of time: how many jobs had not ended, and the first of them."""
         limit = "" if self._timeout is None else f" after {self._timeout:g} s"
         left = list(self._open)
         first = f" (the first: {left[0]!r})" if left else ""

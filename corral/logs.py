@@ -110,6 +110,7 @@ class RequestIdFilter(logging.Filter):
     :data:`current_principal` when a caller is known."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Stamp ``record`` with the call's request id and principal (see the class); always True."""
         if REQUEST_ID not in record.__dict__:
             rid = current_request.get()
             if rid is not None:
@@ -133,6 +134,7 @@ class JsonFormatter(logging.Formatter):
         return f"{self._stamp}.{int(record.msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
+        """One line of JSON (non-ASCII kept as it is; a value JSON cannot hold written as its ``str``)."""
         out: dict[str, Any] = {
             "ts": self._ts(record),
             "level": record.levelname.lower(),
@@ -149,6 +151,7 @@ class LogfmtFormatter(logging.Formatter):
     """``key=value`` pairs, for people reading a terminal; values with spaces, quotes or ``=`` are quoted."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """One line: the level, the event, then the extra fields and any traceback (no time, no logger name)."""
         parts = [f"level={record.levelname.lower()}", f"event={_logfmt_value(record.getMessage())}"]
         for key, value in _extras(record):
             parts.append(f"{key}={_logfmt_value(str(value))}")

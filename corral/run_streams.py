@@ -158,6 +158,7 @@ class RunStream(_OneRunAtATime):
         raise Unavailable(ENDED_EARLY)
 
     def close(self) -> None:
+        """End the call: stop gRPC's thread that reads its requests, then cancel it (a run on it breaks)."""
         self._requests.put(None)  # ends gRPC's thread that reads the requests
         self._call.cancel()
 
@@ -194,4 +195,5 @@ class AsyncRunStream(_OneRunAtATime):
                     return
 
     def close(self) -> None:
+        """Cancel the call (a run on it breaks)."""
         self._call.cancel()

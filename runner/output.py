@@ -192,6 +192,7 @@ class PrintStream(io.TextIOBase):
         return len(s)
 
     def writable(self) -> bool:
+        """Always True: a job may write (and only write) to it."""
         return True
 
     def fileno(self) -> int:
@@ -199,8 +200,10 @@ class PrintStream(io.TextIOBase):
         return self._fd
 
     def isatty(self) -> bool:
+        """Always False: the text is kept, not shown, so libraries that check write no colour codes or redraws."""
         return False
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
+        """``utf-8``: what the kept text is sent as (see :meth:`PrintTail.data`)."""
         return "utf-8"

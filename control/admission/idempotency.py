@@ -175,7 +175,10 @@ class IdempotencyKeys:
 class KeyStore(Protocol):
     """The part of :class:`control.store.Store` the sweeper uses."""
 
-    async def delete_expired_idempotency(self, now: float, limit: int) -> int: ...
+    async def delete_expired_idempotency(self, now: float, limit: int) -> int:
+        """Delete at most ``limit`` keys expired by ``now`` and return how many (``limit``: more may be left),
+        as :meth:`control.store.Store.delete_expired_idempotency` does."""
+        ...
 
 
 class IdempotencySweeper:

@@ -127,6 +127,7 @@ class JobTypeCatalog:
         return name in self._validators
 
     def names(self) -> list[str]:
+        """Every known type's name, sorted: the built-ins and those workers advertised."""
         return sorted(self._validators)
 
     def validate(self, name: str, payload: dict[str, Any], field_prefix: str) -> None:

@@ -77,6 +77,8 @@ class AccountServicer:
     async def Register(
         self, request: accounts_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.Account:
+        """Create an account; answers it once stored. With CORRAL_ACCOUNTS=open anyone may, else only those who manage
+        accounts; ALREADY_EXISTS for a name an account or a client token has."""
         accounts = self._on()
         if not accounts.open:
             self._check_manages(PRINCIPAL.get(), "register accounts (CORRAL_ACCOUNTS=admin)")
@@ -87,6 +89,8 @@ class AccountServicer:
     async def Login(
         self, request: accounts_pb2.LoginRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.LoginResponse:
+        """A signed login token for a name and password, with when it expires and the account. A wrong name and a wrong
+        password get the same UNAUTHENTICATED; repeated failures for one name, RESOURCE_EXHAUSTED."""
         grant = await self._on().login(request.name, request.password)
         out = accounts_pb2.LoginResponse(token=grant.token, account=self._account(grant.account))
         convert.set_time(out.expire_time, grant.expires_at)
@@ -96,6 +100,8 @@ class AccountServicer:
     async def WhoAmI(
         self, request: accounts_pb2.WhoAmIRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.WhoAmIResponse:
+        """The caller's principal and whether it manages accounts (everyone does without auth); for a login, also its
+        account and when the login expires."""
         caller = PRINCIPAL.get() or ""
         out = accounts_pb2.WhoAmIResponse(name=caller, admin=self._manages(caller) or not caller)
         entry = self.accounts.get(caller) if self.accounts is not None and caller else None
@@ -109,6 +115,8 @@ class AccountServicer:
     async def ListAccounts(
         self, request: accounts_pb2.ListAccountsRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.ListAccountsResponse:
+        """Every account, by name, for those who manage accounts (UNAUTHENTICATED without credentials, PERMISSION_DENIED
+        for anyone else)."""
         accounts = self._on()
         self._check_manages(PRINCIPAL.get(), "list accounts")
         return accounts_pb2.ListAccountsResponse(accounts=[self._account(a) for a in accounts.all()])
@@ -118,6 +126,8 @@ class AccountServicer:
     async def SetPassword(
         self, request: accounts_pb2.SetPasswordRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.Account:
+        """Give an account a new password, which ends its earlier logins. An account logged in as itself needs
+        ``current_password`` (PERMISSION_DENIED when wrong); anyone else must manage accounts."""
         accounts = self._on()
         caller = PRINCIPAL.get()
         if caller == request.name and LOGIN_EXPIRES.get() is not None:
@@ -134,6 +144,7 @@ class AccountServicer:
     async def EndAllLogins(
         self, request: accounts_pb2.EndAllLoginsRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.EndAllLoginsResponse:
+        """End every login of every account (a new signing key; passwords stay); for those who manage accounts."""
         accounts = self._on()
         self._check_manages(PRINCIPAL.get(), "end every login")
         await accounts.end_all_logins()
@@ -144,6 +155,7 @@ class AccountServicer:
     async def DeleteAccount(
         self, request: accounts_pb2.DeleteAccountRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.DeleteAccountResponse:
+        """Delete an account (its logins end; its jobs stay): by itself, logged in, or by one who manages accounts."""
         accounts = self._on()
         caller = PRINCIPAL.get()
         if not (caller == request.name and LOGIN_EXPIRES.get() is not None):

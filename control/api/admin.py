@@ -41,6 +41,8 @@ class AdminServicer:
     async def ListWorkers(
         self, request: admin_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListWorkersResponse:
+        """Every registered worker, connected or not. Like every call here, PERMISSION_DENIED to a caller that is not an
+        admin while clients are kept apart (control.access)."""
         self.sessions.s.access.check_admin(PRINCIPAL.get())
         workers = self.sessions.s.registry.all()
         return admin_pb2.ListWorkersResponse(workers=[convert.worker(w) for w in workers])
@@ -50,6 +52,8 @@ class AdminServicer:
     async def DrainWorker(
         self, request: admin_pb2.DrainWorkerRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.Worker:
+        """Stop giving the worker jobs and, if it is connected, send it a Drain with the configured deadline; answers it
+        as it is now. NOT_FOUND for an unknown id; audited as ``worker.drain``."""
         self.sessions.s.access.check_admin(PRINCIPAL.get())
         return convert.worker(self.sessions.drain(convert.target_id(request.id), self.drain_deadline_sec))
 
@@ -57,6 +61,7 @@ class AdminServicer:
     async def GetAutoscaler(
         self, request: admin_pb2.GetAutoscalerRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.AutoscalerStatus:
+        """The autoscaler's state; without one, mode ``off`` with the connected workers as both current and desired."""
         self.sessions.s.access.check_admin(PRINCIPAL.get())
         if self.autoscaler is not None:
             return convert.autoscaler(self.autoscaler.status())
@@ -67,6 +72,8 @@ class AdminServicer:
     async def ListAuditEvents(
         self, request: admin_pb2.ListAuditEventsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListAuditEventsResponse:
+        """A page of the audit log, newest first, with the total that match: exact ``actor``, ``action``, ``target`` and
+        ``outcome`` filters, ``limit`` 1..1000 (0: 100). An empty page when the log is off."""
         self.sessions.s.access.check_admin(PRINCIPAL.get())
         limit = request.limit or 100
         if not 1 <= limit <= MAX_AUDIT_PAGE:
@@ -87,6 +94,8 @@ class AdminServicer:
     async def ListShares(
         self, request: admin_pb2.ListSharesRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListSharesResponse:
+        """Each share's holdings, queue, rank and usage, lowest rank first, with the fair-share settings and the
+        connected capacity the shares are parts of."""
         s = self.sessions.s
         s.access.check_admin(PRINCIPAL.get())
         rows, capacity = await s.share_rows()

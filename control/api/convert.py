@@ -86,6 +86,7 @@ def _set_struct(target: struct_pb2.Struct, text: str) -> None:
 
 
 def set_time(target: Any, t: float | None) -> None:
+    """Set the Timestamp ``target`` to ``t`` (Unix seconds); None leaves it unset."""
     if t is not None:
         target.FromNanoseconds(int(t * 1e9))
 
@@ -200,6 +201,7 @@ def queued_job(q: QueuedJob) -> jobs_pb2.Job:
 
 
 def worker(w: WorkerEntry) -> admin_pb2.Worker:
+    """The proto of a registry entry: its running jobs' ids sorted, ``last_seen`` as ``last_heartbeat_at``."""
     out = admin_pb2.Worker(
         id=w.id,
         state=int(w.state),  # type: ignore[arg-type]
@@ -224,6 +226,9 @@ def worker(w: WorkerEntry) -> admin_pb2.Worker:
 
 
 def hello(reg: workers_pb2.Register) -> Hello:
+    """A Register as the domain :class:`Hello`, once its fields are checked (InvalidArgument naming
+    ``register.<field>``). A running attempt without a ``running_threads`` entry holds 1 thread; a job type without a
+    name is left out."""
     if not reg.worker_id:
         raise InvalidArgument("register.worker_id", "is required")
     # Stored with every job it runs and shown everywhere: the worker's own rule's length, and no NUL
@@ -258,6 +263,8 @@ def hello(reg: workers_pb2.Register) -> Hello:
 
 
 def reports(msg: workers_pb2.Results) -> list[Report]:
+    """A worker's Results as domain reports: an unknown outcome counts as FAILED, and output longer than
+    MAX_OUTPUT_BYTES characters keeps only its end."""
     return [
         Report(
             job_id=r.attempt.job_id,
@@ -276,6 +283,7 @@ def reports(msg: workers_pb2.Results) -> list[Report]:
 
 
 def add_assignments(target: workers_pb2.Assign, batch: list[Assignment]) -> None:
+    """Append ``batch`` to an Assign message (``gpus`` set only for a job that holds some)."""
     add = target.assignments.add
     for a in batch:
         added = add(
@@ -298,6 +306,7 @@ def add_attempt_refs(target: Any, keys: list[tuple[str, int]]) -> None:
 
 
 def attempt_refs(keys: list[tuple[str, int]]) -> list[workers_pb2.AttemptRef]:
+    """AttemptRef messages for ``(job_id, attempt)`` keys."""
     return [workers_pb2.AttemptRef(job_id=j, attempt=a) for j, a in keys]
 
 
@@ -335,6 +344,8 @@ def autoscaler(st: AutoscalerState) -> admin_pb2.AutoscalerStatus:
 
 
 def account(a: AccountEntry, group: str, admin: bool) -> accounts_pb2.Account:
+    """The proto of an account, with the ``group`` and ``admin`` given (control.access knows them); never its password
+    hash or session."""
     out = accounts_pb2.Account(name=a.name, group=group, admin=admin)
     set_time(out.created_at, a.created_at)
     set_time(out.password_changed_at, a.password_changed_at)
@@ -342,6 +353,7 @@ def account(a: AccountEntry, group: str, admin: bool) -> accounts_pb2.Account:
 
 
 def share(row: ShareRow) -> admin_pb2.Share:
+    """The proto of one share of the cluster, as ListShares lists it (control.shares)."""
     return admin_pb2.Share(
         name=row.name,
         owners=row.owners,
@@ -360,6 +372,7 @@ def share(row: ShareRow) -> admin_pb2.Share:
 
 
 def audit_event(e: AuditEntry) -> admin_pb2.AuditEvent:
+    """The proto of an audit log entry, its Unix ``time`` as a Timestamp."""
     out = admin_pb2.AuditEvent(
         seq=e.seq, actor=e.actor, action=e.action, target=e.target, outcome=e.outcome, request_id=e.request_id
     )

@@ -78,9 +78,11 @@ class Health:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def add_to(self, server: grpc.aio.Server) -> None:
+        """Serve grpc.health.v1.Health on ``server``."""
         health_pb2_grpc.add_HealthServicer_to_server(self.servicer, server)
 
     async def start(self) -> None:
+        """Set liveness (``""``) SERVING, and readiness NOT_SERVING until :meth:`update` says otherwise."""
         await self.servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.servicer.set(READINESS, health_pb2.HealthCheckResponse.NOT_SERVING)
 

@@ -123,6 +123,7 @@ class RequestIds(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        """The call's handler, wrapped to carry its request id (log lines, trailers); None for a method not served."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
@@ -221,6 +222,9 @@ class Authenticate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        """The call's handler once its credentials pass for its service's role, with :data:`PRINCIPAL` set; else a
+        handler that refuses the call. Open services and unknown methods pass unchanged; with ``worker_cert``, a worker
+        call first needs a verified client certificate."""
         role = self._role(handler_call_details.method)
         handler = await continuation(handler_call_details)
         if handler is None or role is Role.OPEN:

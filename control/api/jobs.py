@@ -51,6 +51,8 @@ class JobServicer:
     async def SubmitJob(
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobResponse:
+        """Admit, store and queue one job owned by the caller; answers it once committed. The ``idempotency-key``
+        metadata stands in for an empty ``idempotency_key``; a replayed key answers the job it made."""
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
         (job,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         return jobs_pb2.SubmitJobResponse(job=convert.job(job))
@@ -59,6 +61,8 @@ class JobServicer:
     async def SubmitJobs(
         self, request: jobs_pb2.SubmitJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobsResponse:
+        """Submit a batch in one transaction, all of it or none; answers the jobs in request order. An error in one job
+        names its place (``jobs[3].payload``); the ``idempotency-key`` metadata is not read here."""
         subs = []
         async for start, chunk in in_turns(request.jobs):
             for i, r in enumerate(chunk, start):
@@ -85,6 +89,7 @@ class JobServicer:
 
     @grpc_errors
     async def GetJob(self, request: jobs_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+        """The job ``id`` names; NOT_FOUND for a missing job and for one the caller may not see."""
         job = await self.s.get(convert.target_id(request.id))
         return convert.job(self.s.access.check_visible(job, PRINCIPAL.get()))
 
@@ -92,6 +97,9 @@ class JobServicer:
     async def ListJobs(
         self, request: jobs_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.ListJobsResponse:
+        """A page of the jobs that match, with their total: newest first, or with order QUEUE the PENDING jobs in queue
+        order with their places. ``limit`` 1..1000 (0: 50). An ``owner`` whose jobs the caller may not see gets an empty
+        page, not an error."""
         limit = request.limit or 50
         if not 1 <= limit <= MAX_LIST:
             raise InvalidArgument("limit", f"must be between 1 and {MAX_LIST}, got {limit}")
@@ -130,6 +138,8 @@ class JobServicer:
     @grpc_errors
     @audited("job.cancel", lambda request: request.id)
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+        """Cancel an unfinished job; answers it once the cancel is committed. FAILED_PRECONDITION when it has ended;
+        audited as ``job.cancel``."""
         return convert.job(await self.s.actions.cancel(await self._visible(request.id)))
 
     @grpc_errors
@@ -137,6 +147,9 @@ class JobServicer:
     async def CancelJobs(
         self, request: jobs_pb2.CancelJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.CancelJobsResponse:
+        """Cancel the unfinished jobs a selection matches, oldest first, up to ``limit`` (1..10,000; 0: 10,000); answers
+        their ids and how many more matched, each audited as ``job.cancel``. A ``status`` of an ended state is
+        INVALID_ARGUMENT, and so is a request that narrows nothing without ``all``."""
         states = set()
         for value in request.status:
             if value not in JobState._value2member_map_:
@@ -158,6 +171,9 @@ class JobServicer:
     async def RetryJobs(
         self, request: jobs_pb2.RetryJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.RetryJobsResponse:
+        """Re-drive the FAILED jobs a selection matches (``error_code`` among its filters), oldest first, up to
+        ``limit`` (1..1,000; 0: 1,000), each committed on its own; answers their ids and how many more matched, each
+        audited as ``job.retry``."""
         matching = await self._matching(request, MAX_RETRIED_PER_CALL, frozenset(), "re-drive every FAILED job")
         if matching is None:
             return jobs_pb2.RetryJobsResponse()
@@ -215,12 +231,16 @@ class JobServicer:
     @grpc_errors
     @audited("job.retry", lambda request: request.id)
     async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Job:
+        """Re-drive a FAILED job under a fresh attempt count, with what its failure cancelled down the chain; answers it
+        once committed. FAILED_PRECONDITION unless it is FAILED; audited as ``job.retry``."""
         return convert.job(await self.s.actions.retry(await self._visible(request.id)))
 
     @grpc_errors
     async def WatchJob(
         self, request: jobs_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
+        """Stream the job now and after each committed change, until it ends (UNAVAILABLE when the control plane stops:
+        the job goes on)."""
         async for job in self.s.feeds.watch(await self._visible(request.id)):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
@@ -228,6 +248,9 @@ class JobServicer:
     async def WatchJobs(
         self, request: jobs_pb2.WatchJobsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
+        """Stream many jobs (``ids``: 1 to 10,000, each once): each now, then after every change, until all have ended;
+        with ``ends_only``, each one's terminal state only. An id that names no job, or one the caller may not see, is
+        NOT_FOUND before any event."""
         ids = watched_ids(request.ids)
         check = None
         if self.s.access.isolated:
@@ -243,6 +266,8 @@ class JobServicer:
     async def WatchOutput(
         self, request: jobs_pb2.WatchOutputRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.OutputChunk]:
+        """Stream what the job prints, through its retries, until it ends: the end of what it printed so far (an empty
+        chunk when nothing yet), then each new piece; an ended job gets its stored output."""
         async for chunk in self.s.feeds.watch_output(await self._visible(request.id)):
             yield jobs_pb2.OutputChunk(attempt=chunk.attempt, offset=chunk.offset, text=chunk.text)
 
@@ -250,6 +275,8 @@ class JobServicer:
     async def RunJob(
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
+        """Submit one job as :meth:`SubmitJob` does and stream it as :meth:`WatchJob` does, from the job as committed
+        (for a replayed key, the job the key made); ending the stream early leaves the job to run."""
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
         (accepted,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
@@ -260,6 +287,8 @@ class JobServicer:
     async def RunJobs(
         self, requests: AsyncIterator[jobs_pb2.RunJobsRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.RunJobsEvent]:
+        """Submit a job per request and send each job's events under its request's tag (:class:`RunJobsStream`). An
+        ``idempotency-key`` in the call's metadata is INVALID_ARGUMENT: it would name every job of the stream."""
         if _metadata(context, "idempotency-key"):  # one key cannot name each of a stream's jobs
             raise InvalidArgument(
                 "idempotency-key", "names one job: on a RunJobs stream, give each job its own job.idempotency_key"
@@ -275,6 +304,8 @@ class JobServicer:
 
     @grpc_errors
     async def GetStats(self, request: jobs_pb2.GetStatsRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Stats:
+        """Whole-cluster counts of jobs and workers by state, the success rate, the uptime and what each execution rate
+        limit holds back; the same for every caller, whatever the visibility (control.access)."""
         counts = self.s.state_counts()
         by_worker_state = {s.name: 0 for s in WorkerState}
         for w in self.s.registry.all():

@@ -43,15 +43,18 @@ class GrpcLink:
         self.closed = False
 
     def assign(self, assignments: list[Assignment]) -> None:
+        """Queue assignments; they go out at once, in one message with any acks queued."""
         self._assign.extend(assignments)
         self._wake.set()
 
     def ack(self, attempts: list[AttemptKey]) -> None:
+        """Queue acknowledgements; they wait up to ACK_DELAY_SEC for another message to ride with."""
         self._acks.extend(attempts)
         if self._ack_timer is None:
             self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_SEC, self._wake.set)
 
     def cancel(self, job_id: str, attempt: int) -> None:
+        """Queue a Cancel of attempt ``attempt`` of ``job_id``, sent as a message of its own."""
         msg = workers_pb2.ControlMessage()
         msg.cancel.attempt.job_id = job_id
         msg.cancel.attempt.attempt = attempt
@@ -59,12 +62,14 @@ class GrpcLink:
         self._wake.set()
 
     def drain(self, deadline_sec: float) -> None:
+        """Queue a Drain asking the worker to finish within ``deadline_sec`` and leave."""
         msg = workers_pb2.ControlMessage()
         msg.drain.deadline_sec = deadline_sec
         self._other.append(msg)
         self._wake.set()
 
     def close(self) -> None:
+        """Stop the ack timer and end :meth:`outgoing` at its next wake-up, dropping what is queued then."""
         self.closed = True
         self._cancel_ack_timer()
         self._wake.set()
@@ -106,6 +111,9 @@ class WorkerServicer:
     async def Connect(
         self, request_iterator: AsyncIterator[workers_pb2.WorkerMessage], context: grpc.aio.ServicerContext
     ) -> None:
+        """One worker's stream: Register first (INVALID_ARGUMENT otherwise; ALREADY_EXISTS for an id another connected
+        process holds), answered with Registered; then the link's messages go out while a reader task applies results,
+        output, heartbeats and draining, until either side ends the stream."""
         try:
             first = await anext(request_iterator)
             if first.WhichOneof("msg") != "register":

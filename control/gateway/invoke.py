@@ -29,7 +29,10 @@ Metadata = tuple[tuple[str, str], ...]
 class Invoker(Protocol):
     """Calls one RPC of a route; failures are :class:`RpcFailure`."""
 
-    async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message: ...
+    async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message:
+        """The response of the unary RPC of ``route`` to ``request``, called with ``metadata`` (the request
+        id, and the idempotency key and authorization when given)."""
+        ...
 
     def stream(
         self, route: Route, request: Message | AsyncIterator[Message], metadata: Metadata
@@ -37,7 +40,9 @@ class Invoker(Protocol):
         """A server stream; ``request``: the request, or for a client-streaming route its messages."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release what the invoker holds (a channel); the gateway calls it as it stops."""
+        ...
 
 
 class _Context:
@@ -79,16 +84,19 @@ class InProcess:
         return getattr(self.servicers[route.service.full_name], route.method.name)
 
     async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message:
+        """Await the servicer's method; its ``context.abort`` raises :class:`RpcFailure`."""
         response: Message = await self._method(route)(request, _Context(metadata))
         return response
 
     async def stream(
         self, route: Route, request: Message | AsyncIterator[Message], metadata: Metadata
     ) -> AsyncIterator[Message]:
+        """The servicer's messages as it yields them; its ``context.abort`` raises :class:`RpcFailure`."""
         async for item in self._method(route)(request, _Context(metadata)):
             yield item
 
     async def close(self) -> None:
+        """Nothing to release: the servicers belong to the gRPC server."""
         return None
 
 
@@ -121,6 +129,7 @@ class Loopback:
         return fn
 
     async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message:
+        """Call the method over the channel, interceptors included; a non-OK status raises :class:`RpcFailure`."""
         try:
             response: Message = await self._callable(route)(request, metadata=metadata)
         except grpc.aio.AioRpcError as err:
@@ -130,6 +139,8 @@ class Loopback:
     async def stream(
         self, route: Route, request: Message | AsyncIterator[Message], metadata: Metadata
     ) -> AsyncIterator[Message]:
+        """The call's messages as they arrive; a non-OK status raises :class:`RpcFailure`. The call is
+        cancelled however the iteration ends (a client that went away ends it)."""
         call = self._callable(route)(request, metadata=metadata)
         try:
             async for item in call:
@@ -140,6 +151,7 @@ class Loopback:
             call.cancel()
 
     async def close(self) -> None:
+        """Close the channel: calls still in progress on it are cancelled."""
         await self.channel.close()
 
 

@@ -38,6 +38,11 @@ class PathTemplate:
 
     @classmethod
     def parse(cls, text: str) -> PathTemplate:
+        """The template ``text`` (``/v1/workers/{id}:drain``) parsed.
+
+        Raises:
+            TemplateError: ``text`` is outside the grammar of the module docstring.
+        """
         if not text.startswith("/"):
             raise TemplateError(f"{text!r}: a path template starts with '/'")
         body, verb = text, ""
@@ -93,6 +98,7 @@ class Route:
 
     @property
     def streaming(self) -> bool:
+        """Whether the answer is a stream of messages (sent as newline-delimited JSON)."""
         return bool(self.method.server_streaming)
 
     @property

@@ -100,6 +100,11 @@ class Gateway:
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Serve on ``host:port``; ``port`` is then the bound one (the one chosen when 0 was asked for).
+
+        Raises:
+            OSError: the address cannot be bound; the message names it.
+        """
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)

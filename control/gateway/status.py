@@ -57,6 +57,7 @@ class RpcFailure(Exception):
 
     @property
     def http_status(self) -> int:
+        """The answer's HTTP status: the server's table, else grpc-gateway's for a runtime code, else 500."""
         name = self.code.name
         return HTTP_STATUS.get(name) or _RUNTIME_HTTP_STATUS.get(name, 500)
 
@@ -69,6 +70,7 @@ class RpcFailure(Exception):
         }
 
     def headers(self) -> dict[str, str]:
+        """Headers the answer carries besides the body: ``Retry-After`` for a rate-limited call, else none."""
         return {"Retry-After": self.retry_after} if self.retry_after else {}
 
 

@@ -15,6 +15,7 @@ FILTERS = ("actor", "action", "target", "outcome")
 
 
 def row(entry: AuditEntry) -> tuple[float, str, str, str, str, str]:
+    """The values an INSERT of ``entry`` writes, in :data:`COLUMNS` order (``seq`` is left to the store)."""
     return (entry.time, entry.actor, entry.action, entry.target, entry.outcome, entry.request_id)
 
 

@@ -98,9 +98,15 @@ class Store(Protocol):
         """Queue new jobs, with ``rows`` if :meth:`job_rows` made them already."""
         ...
 
-    def update(self, jobs: Iterable[JobRecord]) -> None: ...
+    def update(self, jobs: Iterable[JobRecord]) -> None:
+        """Queue the new state of stored ``jobs``, each by its ``seq``: the columns a job's life changes
+        (state, attempts, times, worker, lease, result, error, output), not those fixed at submission.
+        Compare-and-set: a job stored with newer ``attempts``, or not stored (purged), is left as it is."""
+        ...
 
-    def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None: ...
+    def put_idempotency(self, entries: Iterable[IdempotencyEntry]) -> None:
+        """Queue ``entries``, each in place of any stored entry of its key."""
+        ...
 
     async def delete_expired_idempotency(self, now: float, limit: int) -> int:
         """Delete at most ``limit`` idempotency keys that expired by ``now`` (earliest first), after
@@ -112,13 +118,17 @@ class Store(Protocol):
         (by submission) in that state, after the writes queued before the call; returns their ids."""
         ...
 
-    def put_job_type(self, entry: JobTypeEntry, now: float) -> None: ...
+    def put_job_type(self, entry: JobTypeEntry, now: float) -> None:
+        """Queue ``entry`` in place of any stored type of its name; ``now`` is kept as its update time."""
+        ...
 
     def put_account(self, entry: AccountEntry) -> None:
         """Create or replace the account ``entry.name``."""
         ...
 
-    def delete_account(self, name: str) -> None: ...
+    def delete_account(self, name: str) -> None:
+        """Queue the deletion of the account ``name`` (none: nothing happens); the jobs it owns stay."""
+        ...
 
     def put_audit(self, entry: AuditEntry) -> None:
         """Append ``entry`` to the audit log (the store numbers it)."""
@@ -139,7 +149,15 @@ class Store(Protocol):
         after calling ``standing_by`` once with the name of the one that leads)."""
         ...
 
-    async def commit(self) -> None: ...
+    async def commit(self) -> None:
+        """Return once every write queued before the call is durable: all queued since the last commit go
+        in one transaction, after the transactions before it.
+
+        Raises:
+            Unavailable: the store cannot be written (a write failed, or a shared store's lock was lost);
+                from then on nothing more is written and every commit raises it.
+        """
+        ...
 
     def commit_now(self) -> bool:
         """Commit queued writes without waiting, when this store can (no fsync to wait for): True
@@ -147,7 +165,10 @@ class Store(Protocol):
         ...
 
     # reads
-    async def get(self, job_id: str) -> JobRecord | None: ...
+    async def get(self, job_id: str) -> JobRecord | None:
+        """The stored job ``job_id``, or None when no job has that id (never stored, or purged). Reads
+        see committed writes only, not those still queued."""
+        ...
 
     async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
         """The stored jobs among ``job_ids``, in no particular order; ids that name no job are left out."""
@@ -181,13 +202,17 @@ class Store(Protocol):
         """Every job not finished yet, in submission order, one at a time (a backlog can be millions)."""
         ...
 
-    def count_by_state(self) -> dict[JobState, int]: ...
+    def count_by_state(self) -> dict[JobState, int]:
+        """Stored jobs per state; a state without any is left out. Synchronous, for start-up."""
+        ...
 
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
         """The states of those of ``job_ids`` that are stored (a synchronous read, for start-up)."""
         ...
 
-    def max_seq(self) -> int: ...
+    def max_seq(self) -> int:
+        """The highest ``seq`` stored, 0 when there is no job: the next job's is one more (control.intake)."""
+        ...
 
     def load_idempotency(self, now: float, limit: int | None = None) -> list[IdempotencyEntry]:
         """Keys live at ``now``, the ``limit`` newest (all with None), soonest to expire first."""
@@ -198,9 +223,13 @@ class Store(Protocol):
         loop between a key's lookup and its reservation (a primary-key read)."""
         ...
 
-    def load_job_types(self) -> list[JobTypeEntry]: ...
+    def load_job_types(self) -> list[JobTypeEntry]:
+        """Every job type workers have advertised, in no particular order. Synchronous, for start-up."""
+        ...
 
-    def load_accounts(self) -> list[AccountEntry]: ...
+    def load_accounts(self) -> list[AccountEntry]:
+        """Every account, in no particular order. Synchronous, for start-up (after :meth:`lead`)."""
+        ...
 
     def replace_login_key(self, key: bytes) -> None:
         """Make ``key`` the key that signs logins (durable after commit)."""
@@ -221,11 +250,17 @@ class Store(Protocol):
         ...
 
     @property
-    def healthy(self) -> bool: ...
+    def healthy(self) -> bool:
+        """Whether the store can still be written: False for good once it cannot (see :attr:`failure`),
+        and the control plane then stops."""
+        ...
 
     @property
     def failure(self) -> str:
         """Why the store cannot be written ("" while it can)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Write what is still queued (a failure is logged, not raised), then close the connections and
+        let the database go to another control plane. Idempotent."""
+        ...
