@@ -39,6 +39,13 @@ def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
     return ""
 
 
+def _refuse_call_key(context: grpc.aio.ServicerContext, instead: str) -> None:
+    """Refuse an ``idempotency-key`` in the metadata of a call that submits many jobs: one key cannot name
+    each of them, and a key left unread would let a retried call make every job twice."""
+    if _metadata(context, "idempotency-key"):
+        raise InvalidArgument("idempotency-key", f"names one job: {instead}")
+
+
 class JobServicer:
     """corral.v1.JobService."""
 
@@ -62,7 +69,9 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobsRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobsResponse:
         """Submit a batch in one transaction, all of it or none; answers the jobs in request order. An error in one job
-        names its place (``jobs[3].payload``); the ``idempotency-key`` metadata is not read here."""
+        names its place (``jobs[3].payload``). An ``idempotency-key`` in the call's metadata is INVALID_ARGUMENT: it
+        would name every job of the batch."""
+        _refuse_call_key(context, "in a SubmitJobs batch, give each job its own jobs[i].idempotency_key")
         subs = []
         async for start, chunk in in_turns(request.jobs):
             for i, r in enumerate(chunk, start):
@@ -289,10 +298,7 @@ class JobServicer:
     ) -> AsyncIterator[jobs_pb2.RunJobsEvent]:
         """Submit a job per request and send each job's events under its request's tag (:class:`RunJobsStream`). An
         ``idempotency-key`` in the call's metadata is INVALID_ARGUMENT: it would name every job of the stream."""
-        if _metadata(context, "idempotency-key"):  # one key cannot name each of a stream's jobs
-            raise InvalidArgument(
-                "idempotency-key", "names one job: on a RunJobs stream, give each job its own job.idempotency_key"
-            )
+        _refuse_call_key(context, "on a RunJobs stream, give each job its own job.idempotency_key")
         client, owner = self._client(context), PRINCIPAL.get() or ""
 
         async def submit(request: jobs_pb2.SubmitJobRequest) -> JobRecord:

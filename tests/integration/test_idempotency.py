@@ -88,6 +88,27 @@ def test_duplicates_across_submit_job_and_batches_make_one_job(control_plane: Co
     assert total(control_plane) == 11
 
 
+def test_a_batch_with_a_key_for_the_whole_call_is_refused_naming_where_keys_go(control_plane: ControlProc) -> None:
+    # The call's key was ignored, so a batch sent again after a lost answer made every job twice.
+    batch = jobs_pb2.SubmitJobsRequest(jobs=[request("noop"), request("noop")])
+    err = rpc_error(control_plane.jobs.SubmitJobs, batch, metadata=(("idempotency-key", "k-batch"),), timeout=10)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "idempotency-key" in err.details() and "jobs[i].idempotency_key" in err.details()
+
+    # REST: the header on :batchSubmit is a 400 naming it, as grpc-gateway would pass it on as metadata
+    rest = Rest(control_plane.http_port)
+    for header in ("X-Idempotency-Key", "Idempotency-Key"):
+        reply = rest.post("/v1/jobs:batchSubmit", {"jobs": [{"type": "noop"}]}, headers={header: "k-batch"})
+        assert reply.status == 400 and reply.violation() == "idempotency-key", reply.body
+    assert total(control_plane) == 0
+
+    # Keys in the jobs themselves still work
+    keyed = jobs_pb2.SubmitJobsRequest(jobs=[request("noop", idempotency_key="k-1")])
+    first = control_plane.jobs.SubmitJobs(keyed, timeout=10).jobs[0]
+    assert control_plane.jobs.SubmitJobs(keyed, timeout=10).jobs[0].id == first.id
+    assert total(control_plane) == 1
+
+
 def test_50_concurrent_identical_rest_submits_make_one_job_and_50_identical_answers(
     control_plane: ControlProc,
 ) -> None:
