@@ -553,7 +553,12 @@ class SubmitJobsRequest(_message.Message):
 
     JOBS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubmitJobRequest]: ...
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubmitJobRequest]:
+        """Stored all together or not at all. Each job's idempotency key goes in its own
+        idempotency_key: one in the call's metadata (or the Idempotency-Key header) would name every
+        job of the batch, and is refused.
+        """
+
     def __init__(
         self,
         *,
