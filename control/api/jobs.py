@@ -125,20 +125,23 @@ class JobServicer:
         if labels:
             check_labels(labels, "labels")
         check_text("error_code", request.error_code, MAX_ERROR_CODE)
-        owners = self.s.access.listed_owners(PRINCIPAL.get(), request.owner)
-        if owners is None:  # another's jobs, which this caller may not see
-            return jobs_pb2.ListJobsResponse(total=0)
-        if request.order == jobs_pb2.ListJobsRequest.QUEUE:
+        queue_order = request.order == jobs_pb2.ListJobsRequest.QUEUE
+        if queue_order:
             if any(state is not JobState.PENDING for state in states):
                 raise InvalidArgument(
                     "status", "the queue (order QUEUE) holds PENDING jobs only: leave status empty or PENDING"
                 )
             if request.error_code:
                 raise InvalidArgument("error_code", "the queue (order QUEUE) is not filtered by error: leave it empty")
+        elif request.order != jobs_pb2.ListJobsRequest.NEWEST_FIRST:
+            raise InvalidArgument("order", f"unknown order {request.order}")
+        # Checked once the request is known to be well formed, so that a bad one is refused whoever it names.
+        owners = self.s.access.listed_owners(PRINCIPAL.get(), request.owner)
+        if owners is None:  # another's jobs, which this caller may not see
+            return jobs_pb2.ListJobsResponse(total=0)
+        if queue_order:
             queue = self.s.queue(request.type, limit, request.offset, owners, labels)
             return jobs_pb2.ListJobsResponse(jobs=[convert.queued_job(q) for q in queue.jobs], total=queue.total)
-        if request.order != jobs_pb2.ListJobsRequest.NEWEST_FIRST:
-            raise InvalidArgument("order", f"unknown order {request.order}")
         page = await self.s.list_jobs(
             states, request.type, limit, request.offset, owners, labels, error_code=request.error_code
         )

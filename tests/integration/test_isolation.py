@@ -161,6 +161,11 @@ def test_rest_follows_the_same_rules(tenants: Tenants) -> None:
         )
     listed = rest.get("/v1/jobs?owner=alice", headers=bob).json()
     assert listed.get("jobs", []) == [] and int(listed.get("total", 0)) == 0
+    # A malformed listing is refused the same whoever it names (it was an empty page for another's jobs)
+    for query in ("order=QUEUE&status=SUCCEEDED", "order=QUEUE&errorCode=TIMEOUT"):
+        for owner in ("alice", "bob"):
+            reply = rest.get(f"/v1/jobs?{query}&owner={owner}", headers=bob)
+            assert reply.status == 400 and reply.violation() in ("status", "error_code"), (query, owner, reply.body)
     assert rest.get("/v1/workers", headers=bob).status == 403
 
 
