@@ -201,14 +201,17 @@ def queued_job(q: QueuedJob) -> jobs_pb2.Job:
 
 
 def worker(w: WorkerEntry) -> admin_pb2.Worker:
-    """The proto of a registry entry: its running jobs' ids sorted, ``last_seen`` as ``last_heartbeat_at``."""
+    """The proto of a registry entry: its running jobs' ids sorted, ``last_seen`` as ``last_heartbeat_at``.
+
+    What is free is never shown below 0: a worker that holds more than it has (an entry rebuilt from the
+    store before its worker reconnects, or a worker back with less) has nothing free, whatever it owes."""
     out = admin_pb2.Worker(
         id=w.id,
         state=int(w.state),  # type: ignore[arg-type]
         threads=w.threads,
         slots=w.slots,
-        free_threads=w.free_threads,
-        free_slots=w.free_slots,
+        free_threads=max(0, w.free_threads),
+        free_slots=max(0, w.free_slots),
         running_jobs=sorted(job_id for job_id, _ in w.running),
         labels=w.labels,
         hostname=w.hostname,
@@ -216,9 +219,9 @@ def worker(w: WorkerEntry) -> admin_pb2.Worker:
         jobs_completed=w.jobs_completed,
         jobs_failed=w.jobs_failed,
         gpus=w.gpus,
-        free_gpus=w.free_gpus,
+        free_gpus=max(0, w.free_gpus),
         memory_mb=w.memory_mb,
-        free_memory_mb=w.free_memory_mb,
+        free_memory_mb=max(0, w.free_memory_mb),
     )
     set_time(out.registered_at, w.registered_at)
     set_time(out.last_heartbeat_at, w.last_seen)

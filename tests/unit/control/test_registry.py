@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from control.api import convert
 from control.registry import WorkerEntry, WorkerRegistry
 from tests.support.links import RecordingLink
 
@@ -130,3 +131,17 @@ def test_most_threads_counts_only_workers_with_the_gpus_and_memory_asked_for() -
     assert registry.most_threads("noop", (), (1, 0)) == 8
     assert registry.most_threads("noop", (), (0, 20000)) == 32
     assert registry.most_threads("noop", (), (3, 0)) == 0
+
+
+def test_a_worker_that_holds_more_than_it_has_shows_nothing_free_not_a_negative_count() -> None:
+    # Given the entry a restarted control plane rebuilds from the store before its worker reconnects:
+    # no threads, slots, GPUs or memory of its own, and a running job that holds some
+    registry = WorkerRegistry()
+    ghost = WorkerEntry("w-gone", threads=0, slots=0, registered_at=0, last_seen=0)
+    registry.add(ghost)
+    registry.hold(ghost, ("job-1", 1), 4, (1, 512))
+    assert ghost.free_threads == -4  # what it owes, for the dispatcher
+    # Then ListWorkers (and so `corral workers` and the dashboard) shows none free
+    shown = convert.worker(ghost)
+    assert (shown.free_threads, shown.free_slots, shown.free_gpus, shown.free_memory_mb) == (0, 0, 0, 0)
+    assert list(shown.running_jobs) == ["job-1"]
