@@ -208,12 +208,12 @@ class Authenticate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._auth = auth
         self._roles: dict[str, Role] = {}
 
-    def _role(self, method: str) -> Role:
+    def _role(self, method: str, served: bool) -> Role:
         role = self._roles.get(method)
         if role is None:
             slash = method.rfind("/")
             role = role_of(method[1:slash], method[slash + 1 :])
-            if len(self._roles) < 1024:  # the methods served; unknown names from callers are not kept
+            if served:  # only the methods served: names a caller makes up are not kept
                 self._roles[method] = role
         return role
 
@@ -225,8 +225,8 @@ class Authenticate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         """The call's handler once its credentials pass for its service's role, with :data:`PRINCIPAL` set; else a
         handler that refuses the call. Open services and unknown methods pass unchanged; with ``worker_cert``, a worker
         call first needs a verified client certificate."""
-        role = self._role(handler_call_details.method)
         handler = await continuation(handler_call_details)
+        role = self._role(handler_call_details.method, handler is not None)
         if handler is None or role is Role.OPEN:
             return handler
         authorization = _metadata_value(handler_call_details.invocation_metadata, AUTHORIZATION)

@@ -344,6 +344,40 @@ def test_the_principal_set_by_the_interceptor_is_what_handlers_see() -> None:
     asyncio.run(main())
 
 
+def test_made_up_method_names_are_unimplemented_and_leave_nothing_behind() -> None:
+    """Each name a caller made up was kept in the interceptor's table of roles, up to 1,024 of them; past
+    that, the methods served were worked out again on every call."""
+    alice = token()
+    interceptor = Authenticate(Authenticator({alice: "alice"}, token()))
+
+    async def unary(request: bytes, context: Any) -> bytes:
+        return str(PRINCIPAL.get()).encode()
+
+    async def main() -> None:
+        server = grpc.aio.server(interceptors=[interceptor])
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "corral.v1.JobService", {"Who": grpc.unary_unary_rpc_method_handler(unary)}
+                ),
+            )
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                for n in range(50):
+                    with pytest.raises(grpc.aio.AioRpcError) as caught:
+                        await channel.unary_unary(f"/corral.v1.JobService/Nope{n}")(b"", metadata=bearer(alice))
+                    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+                assert await channel.unary_unary("/corral.v1.JobService/Who")(b"", metadata=bearer(alice)) == b"alice"
+        finally:
+            await server.stop(None)
+
+    asyncio.run(main())
+    assert list(interceptor._roles) == ["/corral.v1.JobService/Who"]
+
+
 class StatsRecorder:
     """A JobService stand-in whose GetStats records the principal it sees."""
 
