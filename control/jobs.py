@@ -181,16 +181,16 @@ class JobRecord:
         self.memory_mb = memory_mb
         """Memory (MiB) it holds while it runs: only a worker with that much not held takes it."""
         self.owner = owner
+        """Who submitted it: the client token's name ("" when no token is asked for); never changes."""
         self.depends_on = depends_on
-        """Jobs that must SUCCEED before this one starts (empty: none)."""
+        """Jobs that must SUCCEED (or, with ``start_when`` ALL_ENDED, end) before this one starts (empty: none)."""
         self.waiting_on: frozenset[str] = frozenset()
-        """Those of ``depends_on`` not SUCCEEDED yet (in memory; worked out again at start-up)."""
+        """Those of ``depends_on`` this one still waits for (in memory; worked out again at start-up)."""
         self.worker_selector = worker_selector
         """``(label, value)`` pairs, sorted, that a worker's labels must all include (empty: any worker).
         A tuple: hashable (the dispatcher keys on it) and free when empty (the common case)."""
-        """Who submitted it: the client token's name ("" when no token is asked for); never changes."""
         self.request_id = request_id
-        """The id of the request that created the job, for its log lines (in memory only: None after a restart)."""
+        """The id of the request that created the job, for its log lines (stored with it; None when none)."""
         self.seq = seq
         self.name = name
         self.type = type

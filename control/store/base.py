@@ -139,8 +139,8 @@ class Store(Protocol):
         ...
 
     async def purge_audit(self, before: float, limit: int) -> int:
-        """Delete at most ``limit`` of the oldest events recorded before ``before``, after the writes
-        queued before the call; returns how many."""
+        """Delete at most ``limit`` of the events recorded at or before ``before``, first recorded first,
+        after the writes queued before the call; returns how many."""
         ...
 
     async def lead(self, standing_by: StandingBy | None = None) -> None:
