@@ -18,6 +18,13 @@ from corral.v1 import jobs_pb2
 from tests.support.calls import struct
 
 
+class NoMetadata:
+    """The servicer context of a call without metadata (the servicer only reads it: no per-client rate limit)."""
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
 def test_in_turns_hands_out_every_item_once_in_order_with_its_index() -> None:
     async def collect() -> list[tuple[int, list[int]]]:
         return [(start, list(part)) async for start, part in in_turns(list(range(7)), chunk=3)]
@@ -47,7 +54,7 @@ def test_a_large_submit_batch_lets_other_work_run_while_it_is_converted_checked_
         await asyncio.sleep(0)
         try:
             before = turns
-            context: Any = None  # no per-client rate limit: the servicer does not look at the caller
+            context: Any = NoMetadata()
             answer = await jobs.SubmitJobs(request, context)
             during = turns - before
         finally:
@@ -68,7 +75,7 @@ def test_a_large_batch_made_in_turns_keeps_its_order_whatever_is_submitted_meanw
         store = SQLiteStore(str(tmp_path / "c.db"))
         scheduler = Scheduler(store, ControlConfig.from_env({}), SystemClock())
         jobs = JobServicer(scheduler)
-        context: Any = None
+        context: Any = NoMetadata()
         n = CHUNK * 2
         batch = jobs_pb2.SubmitJobsRequest(
             jobs=[jobs_pb2.SubmitJobRequest(type="sleep", payload=struct({"seconds": i})) for i in range(n)]
