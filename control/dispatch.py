@@ -242,7 +242,9 @@ class Dispatcher:
             )
             leased.append(job)
         for job in deferred:
-            s.enqueue(job)
+            # Back in their places, asking for no other pass: what lets them start (a result, a worker that
+            # comes or frees threads) asks for one. Asking here ran a pass every loop turn while they waited.
+            s.requeue(job)
         if leased:
             s.drain.started(now, len(leased))
             registry = s.registry

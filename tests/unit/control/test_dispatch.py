@@ -1,8 +1,18 @@
 """Selection policies and thread-aware placement."""
 
+import asyncio
+from pathlib import Path
+
+from control.admission import Submission
+from control.clock import SystemClock
+from control.config import ControlConfig
 from control.dispatch import LeastLoaded, LeastRecentlyUsed, RoundRobin, granted_threads, reserve_for
 from control.registry import WorkerEntry
+from control.scheduler import Scheduler
+from control.sessions import Hello, Outcome, Report, WorkerSessions
+from control.store import SQLiteStore
 from tests.support.links import RecordingLink
+from tests.support.waiting import until
 
 
 def worker(wid: str, threads: int = 1, slots: int = 1) -> WorkerEntry:
@@ -88,3 +98,43 @@ def test_a_job_waiting_for_a_gpu_reserves_only_a_worker_whose_gpus_are_free() ->
     for i in range(4):
         registry.hold(gpu, (f"plain{i}", 1), 1)
     assert reserve_for([gpu], 1, (1, 0)) is gpu
+
+
+def test_a_job_waiting_for_threads_costs_no_dispatch_pass_until_something_frees_them(tmp_path: Path) -> None:
+    """A deferred job used to ask for another pass, which deferred it again: a pass every loop turn, all
+    the time it waited (61,424 passes in half a second, one core at 100%)."""
+
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, ControlConfig.from_env({}), SystemClock())
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
+        passes = 0
+        run = scheduler.dispatcher.run
+
+        def counted() -> None:
+            nonlocal passes
+            passes += 1
+            run()
+
+        scheduler.dispatcher.run = counted  # type: ignore[method-assign]
+        try:
+            # Given a 4-thread worker running a 3-thread job, and a 4-thread job that must wait for it
+            sessions.register(Hello("w1", threads=4, slots=4), link)
+            (small,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}", thread_demand=3)])
+            (big,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}", thread_demand=4)])
+            assert [a.job_id for a in link.assigned] == [small.id]
+            for _ in range(50):  # the submissions' own commits and passes settle
+                await asyncio.sleep(0)
+            # When the loop turns a thousand times more with nothing changing
+            before = passes
+            for _ in range(1000):
+                await asyncio.sleep(0)
+            # Then no pass ran meanwhile
+            assert passes == before, passes - before
+            # And the result that frees the threads starts the waiting job
+            sessions.results("w1", [Report(small.id, 1, Outcome.SUCCEEDED, "{}")], link)
+            await until(lambda: [a.job_id for a in link.assigned] == [small.id, big.id])
+        finally:
+            store.close()
+
+    asyncio.run(main())
