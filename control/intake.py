@@ -108,9 +108,11 @@ class Intake:
             if keys:
                 self.s.store.put_idempotency(keys)
         self.s.dispatch_now()  # lease what can start now in the submission's own transaction
-        await self.s.commit()
         if keys:
-            self.s.idempotency.committed(k.key for k in keys)
+            # By the commit itself: a caller gone meanwhile would leave its keys pending for their whole
+            # TTL, and the cache of keys could no longer be trimmed past them.
+            self.s.on_commit(lambda: self.s.idempotency.committed(k.key for k in keys))
+        await self.s.commit()
         _log_submitted(fresh)
         return [o if isinstance(o, JobRecord) else await self.s.get(o) for o in out]
 

@@ -159,15 +159,21 @@ class JobActions:
                 self.s.exec_limits.discard(job.id)  # it may be parked by an execution limit
             was.append((job, before, attempt, worker_id))
         self.s.store.update(chosen)
+
+        def stop_and_tell() -> None:
+            for job, before, attempt, worker_id in was:
+                logger.info(logs.JOB_CANCELLED, extra={"job_id": job.id, "was": before.name})
+                if before is JobState.RUNNING:
+                    worker = self.s.registry.get(worker_id)
+                    if worker is not None and worker.link is not None:
+                        worker.link.cancel(job.id, attempt)
+                self.s.watchers.announce(job)
+                self.s.retire(job)
+
+        # Not after the await: a caller gone meanwhile would leave a cancelled job's process running,
+        # its watchers waiting and its record live.
+        self.s.on_commit(stop_and_tell)
         await self.s.commit()
-        for job, before, attempt, worker_id in was:
-            logger.info(logs.JOB_CANCELLED, extra={"job_id": job.id, "was": before.name})
-            if before is JobState.RUNNING:
-                worker = self.s.registry.get(worker_id)
-                if worker is not None and worker.link is not None:
-                    worker.link.cancel(job.id, attempt)
-            self.s.watchers.announce(job)
-            self.s.retire(job)
 
     async def retry(self, job_id: str) -> JobRecord:
         """Re-drive the FAILED job ``job_id``, and what its failure cancelled down the chain; returns
@@ -202,13 +208,18 @@ class JobActions:
             self.s.enqueue(job)
             revived = self.s.dependencies.revive(job, chain, now)
             self.s.store.update([job, *revived])
+
+            def tell() -> None:
+                self.s.metrics.job_redriven(job.type)
+                logger.info(
+                    logs.JOB_RETRIED,
+                    extra={"job_id": job.id, "attempts": job.attempts, "revived": [r.id for r in revived]},
+                )
+                for changed in (job, *revived):
+                    self.s.watchers.announce(changed)
+
+            self.s.on_commit(tell)  # as for a cancel: told even if the caller has gone
             await self.s.commit()
-        self.s.metrics.job_redriven(job.type)
-        logger.info(
-            logs.JOB_RETRIED, extra={"job_id": job.id, "attempts": job.attempts, "revived": [r.id for r in revived]}
-        )
-        for changed in (job, *revived):
-            self.s.watchers.announce(changed)
         return job
 
 

@@ -228,6 +228,12 @@ class Scheduler:
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the writes queued so far are committed, by whichever commit covers them:
+        even when the caller that awaits that commit has gone by then (a client's deadline, a closed
+        stream), what must follow the change (a worker told to stop, watchers told) still does."""
+        self._after_commit.append(callback)
+
     async def commit(self) -> None:
         """Commit what is queued now, then at once run the after-commit work that the commit covers:
         the announcements and assignments of this loop turn go out now, not a turn later."""
