@@ -87,16 +87,22 @@ class Reaper:
                     changed.append(job)
             s.on_change()
         self._follow_clock_steps(now, steady)
+        stop: list[tuple[str, str, int]] = []
         for job in s.expired_leases(now):
             attempt = job.attempts
             logger.warning(logs.LEASE_EXPIRED, extra={"job_id": job.id, "attempt": attempt, "worker_id": job.worker_id})
-            holder = s.registry.get(job.worker_id)
+            stop.append((job.worker_id, job.id, attempt))
             s.fail(job, attempt, jobs.LEASE_EXPIRED, f"lease expired on worker {job.worker_id}")
             changed.append(job)
-            if holder is not None and holder.link is not None:
-                holder.link.cancel(job.id, attempt)
+
+        def tell_holders() -> None:  # once committed: a crash before then would leave the attempt alive
+            for worker_id, job_id, attempt in stop:
+                holder = s.registry.get(worker_id)
+                if holder is not None and holder.link is not None:
+                    holder.link.cancel(job_id, attempt)
+
         if changed:
-            s.later(changed)
+            s.later(changed, tell_holders if stop else None)
 
     def forgive(self, seconds: float) -> None:
         """The control plane stood still for ``seconds`` and heard no one: count none of it as a

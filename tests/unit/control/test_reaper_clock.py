@@ -21,6 +21,7 @@ from control.registry import Assignment, AttemptKey
 from control.scheduler import Scheduler
 from control.sessions import Hello, WorkerSessions
 from control.store import SQLiteStore
+from tests.support.waiting import until
 
 
 class Link:
@@ -117,7 +118,10 @@ def test_a_step_of_the_system_time_moves_running_leases_with_it(tmp_path: Path) 
             clock.advance(1)
             sessions.heard_from("w1")
             reaper.sweep()
-            assert job.state is not JobState.RUNNING and link.cancelled == [job.id]
+            assert job.state is not JobState.RUNNING
+            # and its worker is told to stop it once the failure is committed, not before
+            assert link.cancelled == []
+            await until(lambda: link.cancelled == [job.id])
         finally:
             p.store.close()
 
