@@ -96,6 +96,7 @@ class ControlPlane:
         self.failed = asyncio.Event()
         """Set when the store could not be written: the process should stop (see _refresh_readiness)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._reaping: asyncio.Task[None] | None = None
         self._stopped = False
         self._standby: StandbyFront | None = None
         """What a standby serves while it waits to lead (see control.standby)."""
@@ -194,9 +195,10 @@ class ControlPlane:
         except OSError as exc:
             raise StartFailed(f"{exc} (CORRAL_HTTP_PORT, --http-port)") from exc
         self.http_port = self.gateway.port
+        self._reaping = asyncio.ensure_future(reaper.run())
         self._tasks = [
             asyncio.ensure_future(scheduler.run_timer()),
-            asyncio.ensure_future(reaper.run()),
+            self._reaping,
             asyncio.ensure_future(IdempotencySweeper(scheduler.idempotency, self.store, self.clock).run()),
             asyncio.ensure_future(
                 RetentionSweeper(
@@ -322,6 +324,10 @@ class ControlPlane:
             if self.gateway is not None:
                 await self.gateway.stop()
             if self.scheduler is not None:
+                # The reaper stops first: the workers cannot be heard from once their streams close, and a
+                # grace longer than the heartbeat timeout would have it fail every running job as lost.
+                if self._reaping is not None:
+                    self._reaping.cancel()
                 for w in self.scheduler.registry.all():
                     if w.link is not None:
                         w.link.close()
