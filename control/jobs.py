@@ -30,8 +30,9 @@ exponential backoff (``control.backoff``); otherwise it is FAILED. An attempt th
 unfinished (drain deadline) is not charged: the job is ready again at once.
 
 The functions here only change the in-memory record and check the rules; the caller persists the
-record (the store applies it as a compare-and-set on ``(id, attempts)``) before acknowledging or
-announcing the change.
+record before acknowledging or announcing the change. The compare-and-set on ``(id, attempt)`` is made
+here, on the live record, where every change is checked; the store only refuses to write an older
+attempt over a newer one.
 """
 
 from __future__ import annotations
