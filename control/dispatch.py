@@ -295,17 +295,28 @@ class Dispatcher:
         """Back to the ready queue, best first: as many parked jobs of each kind as the workers that run
         it have room for (free slots, and the GPUs and memory its jobs hold); the pass then places them in
         their order among the rest."""
+        active = self.s.active
         for kind, heap in list(self._parked.items()):
+            # Jobs that left while parked (cancelled) go now, whether or not their kind has room: a kind no
+            # worker serves would keep them, and its entry in every pass, for as long as the process runs.
+            while heap and not _still_pending(active.get(heap[0][3])):
+                heapq.heappop(heap)
             needs = NO_NEEDS if isinstance(kind, str) else kind[2]
-            room = sum(w.room_for(needs) for w in workers if serves(w, kind))
+            room = sum(w.room_for(needs) for w in workers if serves(w, kind)) if heap else 0
             if room > 0:
                 self._unserved.discard(kind)
             while room > 0 and heap:
-                job = self.s.active.get(heapq.heappop(heap)[3])
-                if job is not None and job.state is JobState.PENDING and self.s.requeue(job):
+                job = active.get(heapq.heappop(heap)[3])
+                if _still_pending(job) and self.s.requeue(job):  # type: ignore[arg-type]
                     room -= 1
             if not heap:
                 del self._parked[kind]
+                self._unserved.discard(kind)
+
+
+def _still_pending(job: JobRecord | None) -> bool:
+    """Whether a parked entry's job still waits (it may have been cancelled, or be queued again already)."""
+    return job is not None and job.state is JobState.PENDING
 
 
 def needs_of(job: JobRecord) -> Needs:

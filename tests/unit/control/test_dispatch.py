@@ -138,3 +138,30 @@ def test_a_job_waiting_for_threads_costs_no_dispatch_pass_until_something_frees_
             store.close()
 
     asyncio.run(main())
+
+
+def test_cancelled_jobs_of_kinds_no_worker_serves_leave_nothing_parked(tmp_path: Path) -> None:
+    """Parked jobs were dropped only when a worker had room for their kind: jobs no worker could ever run
+    (a selector no worker matches), once cancelled, stayed parked, and each pass walked their kinds."""
+
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, ControlConfig.from_env({}), SystemClock())
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
+        try:
+            # Given jobs for 50 hosts no worker is on, each parked by a pass, then cancelled
+            sessions.register(Hello("w1", threads=4, slots=4), link)
+            for i in range(50):
+                sub = Submission("noop", {}, payload_json="{}", worker_selector={"host": f"h{i}"})
+                (job,) = await scheduler.intake.submit([sub])
+                await until(lambda: bool(scheduler.dispatcher._parked))
+                await scheduler.actions.cancel(job.id)
+            # When the next pass runs (a job the worker takes)
+            (noop,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}")])
+            await until(lambda: [a.job_id for a in link.assigned] == [noop.id])
+            # Then nothing is left parked
+            assert scheduler.dispatcher._parked == {}
+        finally:
+            store.close()
+
+    asyncio.run(main())
