@@ -41,7 +41,7 @@ scheduler (``moved``, ``later``) like any other.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -216,9 +216,12 @@ class Dependencies:
         known = self.s.active.get(dep_id) or self.s.recent.get(dep_id) or stored.get(dep_id)
         return known is not None and known.state not in _BROKEN
 
-    async def find(self, subs: Sequence[Submission], batch: bool, caller: str) -> dict[str, JobRecord]:
+    async def find(
+        self, subs: Sequence[Submission], batch: bool, caller: str, skip: Container[int] = ()
+    ) -> dict[str, JobRecord]:
         """Check that every job ``subs`` depend on exists and that ``caller`` may see it; returns the
-        records of those not live (read from the store), for :meth:`waiting_for`.
+        records of those not live (read from the store), for :meth:`waiting_for`. ``skip``: the places
+        of submissions not checked (idempotent replays: no new job).
 
         Raises:
             InvalidArgument: ``depends_on[i]`` names no job the caller can see.
@@ -226,6 +229,8 @@ class Dependencies:
         s = self.s
         found: dict[str, JobRecord] = {}
         for n, sub in enumerate(subs):
+            if n in skip:
+                continue
             for i, dep_id in enumerate(sub.depends_on):
                 dep = s.active.get(dep_id) or s.recent.get(dep_id) or found.get(dep_id)
                 if dep is None:
@@ -242,10 +247,11 @@ class Dependencies:
         return found
 
     def waiting_for(
-        self, subs: Sequence[Submission], batch: bool, found: dict[str, JobRecord]
+        self, subs: Sequence[Submission], batch: bool, found: dict[str, JobRecord], skip: Container[int] = ()
     ) -> dict[int, frozenset[str]]:
-        """For each submission with dependencies, those not SUCCEEDED now. No await may come between
-        this and the jobs' creation: a dependency that ended meanwhile would be missed.
+        """For each submission with dependencies (but those at the places ``skip`` holds), those not
+        SUCCEEDED now. No await may come between this and the jobs' creation: a dependency that ended
+        meanwhile would be missed.
 
         Raises:
             FailedPrecondition: a dependency is FAILED or CANCELLED: the job could never start.
@@ -254,6 +260,8 @@ class Dependencies:
         s = self.s
         waiting: dict[int, frozenset[str]] = {}
         for n, sub in enumerate(subs):
+            if n in skip:
+                continue
             left = set()
             rule = StartWhen(sub.start_when)
             for i, dep_id in enumerate(sub.depends_on):

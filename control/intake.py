@@ -23,7 +23,7 @@ from control.jobs import JobRecord, JobState, StartWhen
 from control.store import IdempotencyEntry, JobRows
 from control.turns import CHUNK, in_turns
 from corral import logs
-from corral.errors import RateLimited
+from corral.errors import RateLimited, Unavailable
 
 if TYPE_CHECKING:
     from control.scheduler import Scheduler
@@ -55,10 +55,21 @@ class Intake:
         else:
             for sub in subs:
                 validate(sub, self.s.catalog, self.s.limits)
-        waiting: dict[int, frozenset[str]] = {}
-        if any(sub.depends_on for sub in subs):
-            found = await self.s.dependencies.find(subs, batch, owner)
-            waiting = self.s.dependencies.waiting_for(subs, batch, found)  # no await from here until the jobs exist
+        key_of = self.s.access.idempotency_key
+        keyed = {
+            i: (key_of(sub.idempotency_key, owner), sub.request_hash())
+            for i, sub in enumerate(subs)
+            if sub.idempotency_key
+        }
+        key_field = "jobs[{}].idempotency_key" if batch else "idempotency_key"
+        depends = any(sub.depends_on for sub in subs)
+        found: dict[str, JobRecord] = {}
+        replays: set[int] = set()
+        if depends:
+            # A replay answers the job its key made, whatever has become since of the jobs it depends on
+            # (one that FAILED would refuse the request as new): only new jobs' dependencies are checked.
+            replays = set(self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field)) if keyed else set()
+            found = await self.s.dependencies.find(subs, batch, owner, skip=replays)
         now = self.s.clock.now()
         out: list[JobRecord | str] = []
         fresh: list[JobRecord] = []
@@ -66,13 +77,12 @@ class Intake:
         keys: list[IdempotencyEntry] = []
         # Resolve every key before reserving any (a refused batch leaves nothing behind), and reserve
         # before the first await: a concurrent duplicate then finds this call's job (see admission).
-        key_of = self.s.access.idempotency_key
-        keyed = {
-            i: (key_of(sub.idempotency_key, owner), sub.request_hash())
-            for i, sub in enumerate(subs)
-            if sub.idempotency_key
-        }
-        earlier = self.s.idempotency.resolve(keyed, now, "jobs[{}].idempotency_key" if batch else "idempotency_key")
+        earlier = self.s.idempotency.resolve(keyed, now, key_field)
+        waiting: dict[int, frozenset[str]] = {}
+        if depends:
+            if not replays <= earlier.keys():  # a key that expired during the read above: its job is new now
+                raise Unavailable("an idempotency key expired while this call ran; send it again")
+            waiting = self.s.dependencies.waiting_for(subs, batch, found, skip=earlier)  # no await until created
         links = {}
         if batch and any(sub.depends_on_index for sub in subs):
             links = self.s.dependencies.batch_links(subs, earlier)

@@ -9,6 +9,8 @@ import asyncio
 import itertools
 from pathlib import Path
 
+import pytest
+
 from control.admission import Submission
 from control.clock import FakeClock
 from control.config import ControlConfig
@@ -17,6 +19,7 @@ from control.jobs import JobState
 from control.scheduler import Scheduler
 from control.sessions import Hello, Outcome, Report, WorkerSessions
 from control.store import SQLiteStore
+from corral.errors import FailedPrecondition
 from tests.support.links import RecordingLink
 from tests.support.waiting import until
 
@@ -89,6 +92,40 @@ def test_those_not_reached_when_the_job_is_retried_wait_for_it_again(tmp_path: P
             assert sorted(scheduler.dependencies.waiters[root.id]) == sorted(ids)
             assert all(scheduler.active[i].waiting_on == frozenset({root.id}) for i in ids)
             assert set(store.states(ids).values()) == {JobState.SCHEDULED}
+        finally:
+            store.close()
+
+    asyncio.run(main())
+
+
+def test_a_replayed_key_answers_its_job_after_a_dependency_failed(tmp_path: Path) -> None:
+    """The dependencies were checked before the key was looked up, so a client sending again a request
+    whose answer it lost was refused (the job it depends on had FAILED since) instead of getting its job."""
+
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        config = ControlConfig.from_env({"CORRAL_DEFAULT_MAX_ATTEMPTS": "1"})
+        scheduler = Scheduler(store, config, FakeClock())
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
+        try:
+            # Given a job that waits for another, submitted with a key
+            sessions.register(Hello("w1", threads=1, slots=1), link)
+            (root,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}")])
+            await until(lambda: bool(link.assigned), 5, "the root to be leased")
+            keyed = Submission("noop", {}, payload_json="{}", depends_on=(root.id,), idempotency_key="step-2")
+            (waiting,) = await scheduler.intake.submit([keyed])
+            # When the job it waits for fails for good, which cancels it
+            (a,) = link.assigned
+            sessions.results("w1", [Report(root.id, a.attempt, Outcome.FAILED, "", "ERROR", "boom")], link)
+            await until(lambda: waiting.state is JobState.CANCELLED, 5, "the waiting job to be cancelled")
+            # Then the same request with the same key answers that job, alone or in a batch
+            (again,) = await scheduler.intake.submit([keyed])
+            assert (again.id, again.state) == (waiting.id, JobState.CANCELLED)
+            batch = await scheduler.intake.submit([keyed, Submission("noop", {}, payload_json="{}")], batch=True)
+            assert batch[0].id == waiting.id
+            # And a new job that depends on the failed one is still refused
+            with pytest.raises(FailedPrecondition, match="could never start"):
+                await scheduler.intake.submit([Submission("noop", {}, payload_json="{}", depends_on=(root.id,))])
         finally:
             store.close()
 
