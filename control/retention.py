@@ -3,7 +3,8 @@
 ``CORRAL_JOB_RETENTION_SEC`` (7 days) applies to SUCCEEDED and CANCELLED jobs,
 ``CORRAL_FAILED_RETENTION_SEC`` (14 days) to FAILED ones, the dead-letter queue; 0 keeps them. Both are
 at least ``IDEMPOTENCY_TTL_SEC`` (the configuration refuses less), so a replayed submission always
-finds the job its key made.
+finds the job its key made. A job CANCELLED because a job it depended on failed (DEPENDENCY_FAILED) is
+kept as long as FAILED ones are: RetryJob of that job brings it back, for as long as that job is kept.
 
 :class:`RetentionSweeper` deletes in steps of at most :data:`PURGE_BATCH` jobs (one short store
 transaction each, yielding to the event loop between them), every :func:`sweep_interval` seconds. A
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 from control.admission.idempotency import sweep_interval
 from control.clock import Clock
@@ -29,7 +31,7 @@ __all__ = ["PURGE_BATCH", "RetentionSweeper"]
 logger = logging.getLogger(__name__)
 
 PURGE_BATCH = 1000
-"""Most jobs of one state one purge step deletes."""
+"""Jobs of one state one purge step looks at (and deletes at most)."""
 
 
 class RetentionSweeper:
@@ -57,6 +59,9 @@ class RetentionSweeper:
             if seconds > 0
         }
         """How long each terminal state is kept (states kept for ever are absent)."""
+        self.chain_keep = failed_sec if failed_sec > 0 else math.inf
+        """How long a job CANCELLED with DEPENDENCY_FAILED is kept: as long as the FAILED job that may bring
+        it back (for ever when those are)."""
         self.interval = sweep_interval(min(self.keep.values())) if self.keep else 0.0
         """Seconds between sweeps: a job outlives its retention by at most about this long."""
 
@@ -64,11 +69,17 @@ class RetentionSweeper:
         """Delete every job past its retention now, ``batch`` at a time; returns how many."""
         total = 0
         for state, keep in self.keep.items():
+            after = 0
             while True:
-                purged = await self.scheduler.purge(state, self.clock.now() - keep, self.batch)
-                total += purged
-                if purged < self.batch:
+                now = self.clock.now()
+                chained = now - self.chain_keep if state is JobState.CANCELLED else None
+                step = await self.scheduler.purge(
+                    state, now - keep, self.batch, after, dependency_failed_before=chained
+                )
+                total += len(step.ids)
+                if step.next_seq is None:
                     break
+                after = step.next_seq
                 await pause()  # let submissions and results in between two steps
         if total:
             logger.info(logs.JOBS_PURGED, extra={"jobs": total})

@@ -55,7 +55,7 @@ from control.queue_view import DrainRate, QueuePage, queue_page
 from control.recent import RecentJobs
 from control.registry import Capacity, WorkerEntry, WorkerRegistry
 from control.shares import OwnerQueues, OwnerUsage, ShareRow, ShareRules
-from control.store import JobPage, Store
+from control.store import JobPage, PurgeStep, Store
 from control.turns import in_turns, pause
 from control.watch import Watchers
 from corral import logs
@@ -472,17 +472,27 @@ class Scheduler:
         pending = [j for j in self.active.values() if j.state is JobState.PENDING]
         return queue_page(pending, self.order, self.drain, self.clock.now(), job_type, owners, limit, offset, labels)
 
-    async def purge(self, state: JobState, before: float, limit: int) -> int:
-        """Delete up to ``limit`` jobs in the terminal ``state`` that finished by ``before`` (see
-        :mod:`control.retention`); returns how many."""
+    async def purge(
+        self,
+        state: JobState,
+        before: float,
+        limit: int,
+        after_seq: int = 0,
+        *,
+        dependency_failed_before: float | None = None,
+    ) -> PurgeStep:
+        """One step of a purge of the jobs in the terminal ``state`` past their retention (see
+        :meth:`Store.purge_finished` and :mod:`control.retention`)."""
         async with self.rewrites:
-            ids = await self.store.purge_finished(state, before, limit)
-        for job_id in ids:
+            step = await self.store.purge_finished(
+                state, before, limit, after_seq, dependency_failed_before=dependency_failed_before
+            )
+        for job_id in step.ids:
             self.recent.discard(job_id)
-        if ids:
-            self.counts[state] -= len(ids)
-            self.metrics.jobs_purged.labels(state.name).inc(len(ids))
-        return len(ids)
+        if step.ids:
+            self.counts[state] -= len(step.ids)
+            self.metrics.jobs_purged.labels(state.name).inc(len(step.ids))
+        return step
 
     # ---- shares ---------------------------------------------------------------------------------
     async def share_rows(self) -> tuple[list[ShareRow], Capacity]:

@@ -13,6 +13,7 @@ from control.store.base import (
     JobPage,
     JobRows,
     JobTypeEntry,
+    PurgeStep,
     Store,
 )
 from control.store.sqlite import SQLiteStore
@@ -26,6 +27,7 @@ __all__ = [
     "JobPage",
     "JobRows",
     "JobTypeEntry",
+    "PurgeStep",
     "SQLiteStore",
     "Store",
     "open_store",

@@ -81,6 +81,17 @@ class JobPage:
     total: int
 
 
+@dataclass(frozen=True, slots=True)
+class PurgeStep:
+    """What one step of a purge of finished jobs did (:meth:`Store.purge_finished`)."""
+
+    ids: list[str]
+    """The jobs it deleted."""
+    next_seq: int | None
+    """Where the next step starts (the last ``seq`` this one looked at), or None: no job it could delete
+    is left past it."""
+
+
 JobRows = list[tuple[Any, ...]]
 """New jobs' rows as a store writes them (:meth:`Store.job_rows`)."""
 
@@ -113,9 +124,25 @@ class Store(Protocol):
         the writes queued before the call; returns how many were deleted."""
         ...
 
-    async def purge_finished(self, state: JobState, before: float, limit: int) -> list[str]:
-        """Delete jobs in the terminal ``state`` that finished by ``before``, among the ``limit`` oldest
-        (by submission) in that state, after the writes queued before the call; returns their ids."""
+    async def purge_finished(
+        self,
+        state: JobState,
+        before: float,
+        limit: int,
+        after_seq: int = 0,
+        *,
+        dependency_failed_before: float | None = None,
+    ) -> PurgeStep:
+        """Delete the jobs in the terminal ``state`` that finished by ``before``, among the ``limit``
+        after ``after_seq`` in submission order, in a transaction of its own after the writes queued
+        before the call. A CANCELLED job whose error is DEPENDENCY_FAILED goes only once it finished by
+        ``dependency_failed_before`` (when given): RetryJob of the job whose failure cancelled it brings
+        it back, for as long as that one is kept.
+
+        A purge walks the state step by step from ``after_seq`` 0, each step where the last ended, until
+        ``next_seq`` is None: when a step reaches jobs submitted after both cut-offs (none of them can
+        have finished by then). So a job that finished late (re-driven, long, scheduled far ahead) holds
+        back none of those after it."""
         ...
 
     def put_job_type(self, entry: JobTypeEntry, now: float) -> None:

@@ -50,9 +50,20 @@ from control.store.base import (
     JobPage,
     JobRows,
     JobTypeEntry,
+    PurgeStep,
     StandingBy,
 )
-from control.store.rows import COLUMNS, first_page, insert_row, read_by_ids, read_cancelled_chain, record, update_row
+from control.store.rows import (
+    COLUMNS,
+    first_page,
+    insert_row,
+    purge_doomed,
+    purge_window,
+    read_by_ids,
+    read_cancelled_chain,
+    record,
+    update_row,
+)
 from corral import logs
 from corral.dburl import describe
 from corral.errors import Unavailable
@@ -409,27 +420,31 @@ class PostgresStore:
 
         return await self._after_queued(step)
 
-    async def purge_finished(self, state: JobState, before: float, limit: int) -> list[str]:
-        """Delete finished jobs past their retention among the ``limit`` oldest of ``state`` (as
-        :class:`control.store.sqlite.SQLiteStore` does), after the queued writes."""
+    async def purge_finished(
+        self,
+        state: JobState,
+        before: float,
+        limit: int,
+        after_seq: int = 0,
+        *,
+        dependency_failed_before: float | None = None,
+    ) -> PurgeStep:
+        """As :class:`control.store.sqlite.SQLiteStore` does, after the queued writes."""
 
-        def step() -> list[str]:
+        def step() -> PurgeStep:
             if self._error is not None:
-                return []
+                return PurgeStep([], None)
             conn = self._wconn
             try:
                 with conn.transaction():
-                    rows = conn.execute(
-                        "SELECT seq, id, finished_at FROM jobs WHERE state = %s ORDER BY seq LIMIT %s",
-                        (int(state), limit),
-                    ).fetchall()
-                    doomed = [(seq, id_) for seq, id_, finished in rows if finished is not None and finished <= before]
+                    rows = conn.execute(purge_window("%s"), (int(state), after_seq, limit)).fetchall()
+                    doomed, next_seq = purge_doomed(rows, before, dependency_failed_before, limit)
                     if doomed:
-                        conn.execute("DELETE FROM jobs WHERE seq = ANY(%s)", ([seq for seq, _ in doomed],))
+                        conn.execute("DELETE FROM jobs WHERE seq = ANY(%s)", ([seq for seq, _, _ in doomed],))
             except psycopg.Error as exc:
                 self._fail(exc)
-                return []
-            return [id_ for _, id_ in doomed]
+                return PurgeStep([], None)
+            return PurgeStep([id_ for _, id_, _ in doomed], next_seq)
 
         return await self._after_queued(step)
 

@@ -140,3 +140,28 @@ def read_by_ids(conn: Any, placeholder: str, ids: Sequence[str]) -> list[JobReco
         marks = ",".join([placeholder] * len(part))
         out.extend(record(row) for row in conn.execute(f"SELECT {COLUMNS} FROM jobs WHERE id IN ({marks})", part))
     return out
+
+
+def purge_window(placeholder: str) -> str:
+    """The query of one purge step: (state, after seq, limit) -> the rows :func:`purge_doomed` takes."""
+    p = placeholder
+    return (
+        f"SELECT seq, id, finished_at, created_at, error_code, labels FROM jobs "
+        f"WHERE state = {p} AND seq > {p} ORDER BY seq LIMIT {p}"
+    )
+
+
+def purge_doomed(
+    rows: Sequence[Sequence[Any]], before: float, dependency_failed_before: float | None, limit: int
+) -> tuple[list[tuple[int, str, str]], int | None]:
+    """Of a purge step's rows (:func:`purge_window`), the ``(seq, id, labels)`` of those past their
+    retention, and where the next step starts (None: the rows ran out, or reached jobs submitted after
+    both cut-offs, which cannot have finished by then); see :meth:`Store.purge_finished`."""
+    doomed: list[tuple[int, str, str]] = []
+    for seq, job_id, finished, _, code, labels in rows:
+        cutoff = before if dependency_failed_before is None or code != DEPENDENCY_FAILED else dependency_failed_before
+        if finished is not None and finished <= cutoff:
+            doomed.append((seq, job_id, labels))
+    latest = before if dependency_failed_before is None else max(before, dependency_failed_before)
+    more = len(rows) == limit and rows[-1][3] <= latest
+    return doomed, (int(rows[-1][0]) if more else None)

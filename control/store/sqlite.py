@@ -39,10 +39,21 @@ from control.store.base import (
     JobPage,
     JobRows,
     JobTypeEntry,
+    PurgeStep,
     StandingBy,
 )
 from control.store.lock import DatabaseLock
-from control.store.rows import COLUMNS, first_page, insert_row, read_by_ids, read_cancelled_chain, record, update_row
+from control.store.rows import (
+    COLUMNS,
+    first_page,
+    insert_row,
+    purge_doomed,
+    purge_window,
+    read_by_ids,
+    read_cancelled_chain,
+    record,
+    update_row,
+)
 from corral.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -216,14 +227,17 @@ class SQLiteStore:
         queued writes."""
         return await self._after_queued(lambda: self._expire_keys(now, limit))
 
-    async def purge_finished(self, state: JobState, before: float, limit: int) -> list[str]:
-        """Delete finished jobs past their retention, in a transaction of its own after the queued
-        writes.
-
-        The window is the ``limit`` oldest jobs of ``state`` by submission (the index on state and
-        seq), so a sweep reads a bounded range however many jobs are kept; jobs finish roughly in
-        submission order, and one that ran long holds back those behind it only until it expires too."""
-        return await self._after_queued(lambda: self._purge(state, before, limit))
+    async def purge_finished(
+        self,
+        state: JobState,
+        before: float,
+        limit: int,
+        after_seq: int = 0,
+        *,
+        dependency_failed_before: float | None = None,
+    ) -> PurgeStep:
+        """One step reads ``limit`` jobs of the state by the index on (state, seq)."""
+        return await self._after_queued(lambda: self._purge(state, before, limit, after_seq, dependency_failed_before))
 
     async def _after_queued(self, step: Callable[[], _T]) -> _T:
         """Write what is queued, then run ``step`` (its own transaction): here, or on the writer
@@ -279,19 +293,16 @@ class SQLiteStore:
         with self._in_flight_lock:
             self._in_flight -= 1
 
-    def _purge(self, state: JobState, before: float, limit: int) -> list[str]:
+    def _purge(
+        self, state: JobState, before: float, limit: int, after_seq: int, dependency_failed_before: float | None
+    ) -> PurgeStep:
         if self._error is not None:
-            return []
+            return PurgeStep([], None)
         conn = self._wconn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            rows = conn.execute(
-                "SELECT seq, id, finished_at, labels FROM jobs WHERE state = ? ORDER BY seq LIMIT ?",
-                (int(state), limit),
-            ).fetchall()
-            doomed = [
-                (seq, id_, labels) for seq, id_, finished, labels in rows if finished is not None and finished <= before
-            ]
+            rows = conn.execute(purge_window("?"), (int(state), after_seq, limit)).fetchall()
+            doomed, next_seq = purge_doomed(rows, before, dependency_failed_before, limit)
             conn.executemany("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq, _, _ in doomed])
             conn.executemany(
                 "DELETE FROM job_labels WHERE key = ? AND value = ? AND seq = ?",
@@ -307,8 +318,8 @@ class SQLiteStore:
             logger.exception("job_purge_failed")
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            return []
-        return [id_ for _, id_, _ in doomed]
+            return PurgeStep([], None)
+        return PurgeStep([id_ for _, id_, _ in doomed], next_seq)
 
     def _expire_keys(self, now: float, limit: int) -> int:
         if self._error is not None:

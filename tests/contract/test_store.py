@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from control import jobs
-from control.jobs import JobRecord, JobState, StartWhen
+from control.jobs import DEPENDENCY_FAILED, JobRecord, JobState, StartWhen
 from control.notify import NotifyTarget
 from control.store import (
     AccountEntry,
@@ -23,6 +23,7 @@ from control.store import (
     IdempotencyEntry,
     JobPage,
     JobTypeEntry,
+    PurgeStep,
     SQLiteStore,
     Store,
     open_store,
@@ -305,8 +306,8 @@ def test_purge_deletes_finished_jobs_of_one_state_past_a_time(store: Store) -> N
     store.insert(jobs_)
     # When SUCCEEDED jobs finished by 250 are purged (the insert still queued: it is written first)
     gone = run(store.purge_finished(JobState.SUCCEEDED, 250.0, 1000))
-    # Then exactly those go
-    assert sorted(gone) == ["job-1", "job-3"]
+    # Then exactly those go, and no job of the state is left past them
+    assert sorted(gone.ids) == ["job-1", "job-3"] and gone.next_seq is None
     left = run(store.list_jobs([], "", 50, 0))
     assert sorted(j.id for j in left.jobs) == ["job-2", "job-4", "job-5", "job-6", "job-7", "job-8"]
     assert store.count_by_state() == {
@@ -315,10 +316,44 @@ def test_purge_deletes_finished_jobs_of_one_state_past_a_time(store: Store) -> N
         JobState.PENDING: 1,
         JobState.RUNNING: 1,
     }
-    # and a purge looks only at the oldest `limit` jobs of the state, so a sweep reads a bounded range
-    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == ["job-2", "job-4"]
-    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == ["job-6"]
-    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == []
+    # and a step looks only at `limit` jobs of the state, so it reads a bounded range; the next goes on
+    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == PurgeStep(["job-2", "job-4"], 4)
+    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2, 4)) == PurgeStep(["job-6"], None)
+    assert run(store.purge_finished(JobState.FAILED, 1000.0, 2)) == PurgeStep([], None)
+
+
+def test_a_purge_walks_past_jobs_that_finished_late_and_stops_at_jobs_too_new(store: Store) -> None:
+    """A step used to be the oldest `limit` jobs of the state: jobs submitted long ago that finished
+    late (re-driven from the dead-letter queue, scheduled far ahead) filled it, and nothing behind them
+    was purged until they expired too."""
+    # Given, in submission order: 3 jobs that finished late, 3 past their retention, 3 submitted since
+    jobs_ = []
+    for seq, finished in enumerate([900.0] * 3 + [100.0] * 3 + [950.0] * 3, start=1):
+        job = record(seq, state=JobState.SUCCEEDED)
+        job.created_at = float(seq) if seq <= 6 else 800.0 + seq
+        job.finished_at = finished
+        jobs_.append(job)
+    store.insert(jobs_)
+    # When a purge with the cut-off at 500 walks the state 3 jobs a step
+    steps = [run(store.purge_finished(JobState.SUCCEEDED, 500.0, 3))]
+    while steps[-1].next_seq is not None:
+        steps.append(run(store.purge_finished(JobState.SUCCEEDED, 500.0, 3, steps[-1].next_seq)))
+    # Then it deletes the three past their retention, behind the late ones, and stops at the new ones
+    assert steps == [PurgeStep([], 3), PurgeStep(["job-4", "job-5", "job-6"], 6), PurgeStep([], None)]
+
+
+def test_jobs_cancelled_by_a_failed_dependency_are_kept_to_their_own_cut_off(store: Store) -> None:
+    # Given cancelled jobs that finished at 100, one of them cancelled because a job it waited for failed
+    plain, chained = record(1, state=JobState.CANCELLED), record(2, state=JobState.CANCELLED)
+    for job in (plain, chained):
+        job.finished_at = 100.0
+    plain.error_code, chained.error_code = "CANCELLED", DEPENDENCY_FAILED
+    store.insert([plain, chained])
+    # When cancelled jobs finished by 500 are purged, those cancelled by a dependency only by 50
+    step = run(store.purge_finished(JobState.CANCELLED, 500.0, 10, dependency_failed_before=50.0))
+    # Then only the plain one goes; the other goes once its own cut-off passes
+    assert step.ids == ["job-1"]
+    assert run(store.purge_finished(JobState.CANCELLED, 500.0, 10, dependency_failed_before=150.0)).ids == ["job-2"]
 
 
 def test_active_counts_keys_and_types_survive_reopen(location: str) -> None:
@@ -478,7 +513,7 @@ def test_the_label_index_is_built_for_an_older_database_and_follows_inserts_and_
     s.insert([record(5)])
     run(s.commit())
     assert listed({"team": "ü"}) == ["job-1", "job-2", "job-4", "job-5"]
-    assert sorted(run(s.purge_finished(JobState.SUCCEEDED, 200.0, 10))) == ["job-1", "job-2", "job-3", "job-4"]
+    assert sorted(run(s.purge_finished(JobState.SUCCEEDED, 200.0, 10)).ids) == ["job-1", "job-2", "job-3", "job-4"]
     assert index_rows() == [("team", "ü", 5)]
     assert listed({"team": "ü"}) == ["job-5"]
     s.close()

@@ -70,3 +70,33 @@ def test_finished_jobs_leave_the_store_after_their_retention(make_control_plane:
     cp.stop()
     cp.start()
     assert _stats(cp).get("SUCCEEDED", 0) == 0 and _stats(cp)["FAILED"] == 1
+
+
+def test_jobs_cancelled_by_a_failed_dependency_stay_while_it_does_and_come_back_with_its_retry(
+    make_control_plane: Any, spawn_worker: Any
+) -> None:
+    # Given cancelled jobs kept 2 s and failed ones kept for ever, and a job that waits for one that fails
+    cp = make_control_plane(
+        IDEMPOTENCY_TTL_SEC=RETENTION, CORRAL_JOB_RETENTION_SEC=RETENTION, CORRAL_FAILED_RETENTION_SEC=0
+    )
+    spawn_worker(cp, threads=1)
+    soon = timestamp_pb2.Timestamp()
+    soon.FromNanoseconds(time.time_ns() + 1_000_000_000)  # time to submit what waits for it
+    root = submit(cp, "failing", {"message": "no"}, max_attempts=1, scheduled_at=soon)
+    waiting = submit(cp, "noop", depends_on=[root.id])
+    assert wait_done(cp, root.id).state == S.FAILED
+    cancelled = wait_done(cp, waiting.id)
+    assert (cancelled.state, cancelled.error.code) == (S.CANCELLED, "DEPENDENCY_FAILED")
+
+    # When a job cancelled after it is purged: a sweep ran past the retention of both
+    later = timestamp_pb2.Timestamp()
+    later.FromSeconds(int(time.time()) + 3600)
+    plain = submit(cp, "noop", scheduled_at=later)
+    cp.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=plain.id), timeout=10)
+    wait_until(lambda: _gone(cp, plain.id), timeout=30, what="the plain cancelled job purged")
+
+    # Then the job cancelled by the failure is still there (it went with the plain ones, so a retry of the
+    # failed job could no longer bring it back), and the retry brings it back
+    assert cp.get(waiting.id).state == S.CANCELLED
+    cp.jobs.RetryJob(jobs_pb2.RetryJobRequest(id=root.id), timeout=10)
+    assert cp.get(waiting.id).state == S.SCHEDULED
