@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -90,6 +90,13 @@ def short_id(job_id: str, length: int = 8) -> str:
     return job_id[:length]
 
 
+def _row(table: Table, *cells: RenderableType) -> None:
+    """Add a row whose text cells show as they are: a job's name, error, output or label that holds
+    [brackets] is data, never Rich markup (``[/x]`` raised an error and ``[bold]`` restyled the rest, so
+    one job could break ``corral list`` for everyone)."""
+    table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells))
+
+
 def millis(seconds: float) -> str:
     """Seconds as whole milliseconds, or '-' when zero (not measured)."""
     return f"{seconds * 1000:,.0f}" if seconds else "-"
@@ -141,7 +148,7 @@ def job_table(job: Job) -> Table:
         ("output", _last_lines(job.output, 10) or "-"),
     ]
     for name, value in rows:
-        table.add_row(name, value)
+        _row(table, name, value)
     return table
 
 
@@ -217,7 +224,7 @@ def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:
             _time(job.created_at),
             millis(job.total_seconds),
         ]
-        table.add_row(*cells, *([job.owner or "-"] if owners else []))
+        _row(table, *cells, *([job.owner or "-"] if owners else []))
     return table
 
 
@@ -233,7 +240,7 @@ def batch_table(jobs: Sequence[Job]) -> Table:
     for index, job in enumerate(jobs):
         in_batch = [str(place[d]) for d in job.depends_on if d in place]
         others = [short_id(d) for d in job.depends_on if d not in place]
-        table.add_row(str(index), job.id, job.type, state_text(job.state), ", ".join(in_batch + others) or "-")
+        _row(table, str(index), job.id, job.type, state_text(job.state), ", ".join(in_batch + others) or "-")
     return table
 
 
@@ -259,7 +266,7 @@ def queue_table(jobs: Iterable[Job], now: datetime) -> Table:
             duration(waited),
             "unknown" if starts is None else f"~{duration(starts)}",
         ]
-        table.add_row(*cells, *([job.owner or "-"] if owners else []))
+        _row(table, *cells, *([job.owner or "-"] if owners else []))
     return table
 
 
@@ -300,16 +307,16 @@ def stats_table(stats: Stats) -> Table:
     table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
     table.add_column("name", style="bold")
     table.add_column("value")
-    table.add_row("queue depth", str(stats.queue_depth))
-    table.add_row("scheduled", str(stats.scheduled))
-    table.add_row("running", str(stats.running))
-    table.add_row("dead letter", str(stats.dead_letter))
-    table.add_row("workers", f"{stats.workers}  {_counts(stats.workers_by_state)}")
-    table.add_row("jobs", _counts(stats.jobs_by_status) or "-")
+    _row(table, "queue depth", str(stats.queue_depth))
+    _row(table, "scheduled", str(stats.scheduled))
+    _row(table, "running", str(stats.running))
+    _row(table, "dead letter", str(stats.dead_letter))
+    _row(table, "workers", f"{stats.workers}  {_counts(stats.workers_by_state)}")
+    _row(table, "jobs", _counts(stats.jobs_by_status) or "-")
     finished = stats.jobs_by_status.get("SUCCEEDED", 0) + stats.jobs_by_status.get("FAILED", 0)
     # A rate over no finished job is no rate: "-", as the dashboard shows, not a 0% that reads as all failing.
-    table.add_row("success rate", f"{stats.success_rate:.1%}" if finished else "-")
-    table.add_row("uptime", f"{stats.uptime_seconds:,.0f} s")
+    _row(table, "success rate", f"{stats.success_rate:.1%}" if finished else "-")
+    _row(table, "uptime", f"{stats.uptime_seconds:,.0f} s")
     return table
 
 
@@ -332,7 +339,8 @@ def workers_table(workers: Iterable[WorkerInfo]) -> Table:
     for column in columns:
         table.add_column(column, no_wrap=column in ("id", "memory free/total"))
     for w in workers:
-        table.add_row(
+        _row(
+            table,
             w.id,
             Text(w.state.name, style=WORKER_STYLES.get(w.state, "")),
             f"{w.free_threads}/{w.threads}",
@@ -369,7 +377,8 @@ def shares_table(shares: Shares) -> Table:
             column, no_wrap=column == "share", justify="left" if column in ("share", "owners") else "right"
         )
     for row in shares.shares:
-        table.add_row(
+        _row(
+            table,
             row.name or NO_TOKEN,
             ", ".join(o or NO_TOKEN for o in row.owners) or "-",
             f"{row.weight:g}",
@@ -403,7 +412,8 @@ def accounts_table(accounts: Iterable[Account]) -> Table:
     for column in ("name", "group", "admin", "created", "password changed"):
         table.add_column(column, no_wrap=column == "name")
     for account in accounts:
-        table.add_row(
+        _row(
+            table,
             account.name,
             account.group or "-",
             Text("yes", style="bold") if account.admin else "no",
@@ -429,10 +439,10 @@ def identity_table(identity: Identity, now: datetime) -> Table:
     else:
         left = (identity.expires_at - now).total_seconds()
         expires = f"{utc_time(identity.expires_at)} ({f'in {duration(left)}' if left > 0 else 'expired'})"
-    table.add_row("name", identity.name or "-")
-    table.add_row("admin", "yes" if identity.admin else "no")
-    table.add_row("account", account)
-    table.add_row("expires", expires)
+    _row(table, "name", identity.name or "-")
+    _row(table, "admin", "yes" if identity.admin else "no")
+    _row(table, "account", account)
+    _row(table, "expires", expires)
     return table
 
 
@@ -456,5 +466,5 @@ def audit_table(events: Iterable[AuditEvent]) -> Table:
         table.add_column(column, no_wrap=column in ("time", "action", "outcome"))
     for e in events:
         outcome = Text(e.outcome, style="green" if e.outcome == "OK" else "red")
-        table.add_row(_time(e.time), e.actor or "-", e.action, e.target or "-", outcome, e.request_id or "-")
+        _row(table, _time(e.time), e.actor or "-", e.action, e.target or "-", outcome, e.request_id or "-")
     return table

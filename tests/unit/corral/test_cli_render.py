@@ -192,3 +192,27 @@ def test_stats_shows_a_success_rate_only_once_a_job_has_succeeded_or_failed(
 def test_a_page_s_footer_says_which_rows_it_shows_of_how_many(count: int, total: int, offset: int, footer: str) -> None:
     # `corral list` and `corral queue` end each page with it; nothing matched at all is "no jobs", not "none of 0"
     assert text_of(commands._page_footer(count, total, offset, "jobs")).strip() == footer
+
+
+def test_text_from_jobs_shows_as_it_is_never_as_markup() -> None:
+    """A job's name, error, output or labels went through Rich markup: ``[/x]`` made `corral list` and
+    `corral get` fail with a traceback for everyone, and ``[bold]`` restyled the rest of the cell."""
+    job = Job.from_proto(
+        jobs_pb2.Job(
+            id="j1",
+            name="[/x] weird",
+            type="failing",
+            state=jobs_pb2.Job.FAILED,
+            error=jobs_pb2.JobError(code="ERROR", message="bad [/x] thing [bold]"),
+            labels={"team": "[red]ops"},
+            output="[/] printed",
+            owner="[b]alice",
+        )
+    )
+    listed = text_of(render.jobs_table([job]))
+    assert "[/x] weird" in listed and "[b]alice" in listed
+    shown = rows_of(render.job_table(job))
+    assert shown["name"] == "[/x] weird"
+    assert shown["error"] == "ERROR: bad [/x] thing [bold]"
+    assert shown["labels"] == "team=[red]ops"
+    assert shown["output"] == "[/] printed"
