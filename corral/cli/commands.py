@@ -274,7 +274,8 @@ def cancel(args: argparse.Namespace) -> int:
 
 def retry(args: argparse.Namespace) -> int:
     """``corral retry ID``: re-drive a FAILED job. With several ids or a filter: every FAILED job that
-    matches, 1,000 to a RetryJobs call (``--limit``: at most that many in all)."""
+    matches, 1,000 to a RetryJobs call (``--limit``: at most that many in all; a filter makes one call,
+    so 1,000 at most a run)."""
     filters = {
         "type": args.type,
         "owner": args.owner,

@@ -179,7 +179,7 @@ def _client_parent(*, token: bool = True, defaults: bool = True) -> argparse.Arg
     return parent
 
 
-def _add_many_flags(p: argparse.ArgumentParser, what: str) -> None:
+def _add_many_flags(p: argparse.ArgumentParser, what: str, limit_help: str) -> None:
     """The ids and filters of a command that changes one job or every one that matches (``cancel``,
     ``retry``)."""
     p.add_argument("ids", metavar="ID", nargs="*", help="job id(s)")
@@ -187,12 +187,7 @@ def _add_many_flags(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
     _add_label_filter(p)
     p.add_argument("--all", action="store_true", help=f"every {what} (needed when nothing else narrows it)")
-    p.add_argument(
-        "--limit",
-        type=values.positive_int,
-        default=0,
-        help="at most this many in all (default: every one that matches)",
-    )
+    p.add_argument("--limit", type=values.positive_int, default=0, help=limit_help)
 
 
 def _add_error_code_filter(p: argparse.ArgumentParser) -> None:
@@ -323,7 +318,7 @@ def _add_client_commands(
         "--all is needed when nothing narrows it.",
     )
     _add_status_filter(p, "only jobs in this state: SCHEDULED, PENDING or RUNNING (repeatable)")
-    _add_many_flags(p, "unfinished job")
+    _add_many_flags(p, "unfinished job", "at most this many in all (default: every one that matches)")
     p.set_defaults(handler=commands.cancel)
 
     help_text = "re-drive a FAILED job, or every one that matches the filters (the dead-letter queue)"
@@ -336,7 +331,12 @@ def _add_client_commands(
         "`corral retry --error-code WORKER_LOST` after the outage that failed them. "
         "--all is needed when nothing narrows it.",
     )
-    _add_many_flags(p, "FAILED job")
+    _add_many_flags(
+        p,
+        "FAILED job",
+        "at most this many, oldest first (default: every one named; for a filter, 1,000 at most a run, as one"
+        " call re-drives them: run it again for the rest)",
+    )
     _add_error_code_filter(p)
     p.set_defaults(handler=commands.retry)
 
