@@ -190,6 +190,11 @@ class Supervisor:
     def __init__(self, config: ClusterConfig, report: Report | None = None) -> None:
         self.config = config
         self.report: Report = report or (lambda line: print(line, file=sys.stderr))
+        if config.log_dir is not None:  # first: a directory that cannot be made leaves nothing behind
+            try:
+                config.log_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SupervisorError(f"log_dir: cannot make {config.log_dir}: {exc.strerror or exc}") from None
         self._run_dir = Path(tempfile.mkdtemp(prefix="corral-up-"))
         self._port_file = self._run_dir / "control.port"
         self._stop_requested = threading.Event()

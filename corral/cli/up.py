@@ -47,9 +47,9 @@ def up(args: argparse.Namespace) -> int:
             token=args.token or "",
             worker_token=args.worker_token or "",
         )
+        supervisor = Supervisor(config, report=lambda line: err.print(f"[yellow]corral up:[/] {line}"))
     except SupervisorError as exc:
         return fail(str(exc), ExitCode.USAGE)
-    supervisor = Supervisor(config, report=lambda line: err.print(f"[yellow]corral up:[/] {line}"))
     code = ExitCode.OK
     with stop_signals(supervisor.request_stop):
         try:

@@ -350,3 +350,17 @@ def test_a_child_is_started_without_running_python_in_a_forked_copy_of_the_super
     wait_for(lambda: any(e.startswith("worker-started") for e in fakes.events()), what="the worker")
     assert sup.control.running() and sup.workers[0].child.running()
     assert forks == []
+
+
+def test_a_log_dir_that_cannot_be_made_is_a_clear_error_that_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`corral up --log-dir` under a file printed a traceback and left its run directory in /tmp."""
+    runs = tmp_path / "tmp"
+    runs.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(runs))
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    with pytest.raises(SupervisorError, match=r"^log_dir: cannot make .*a-file/logs: Not a directory$"):
+        Supervisor(ClusterConfig(grpc_port=0, http_port=0, log_dir=a_file / "logs"))
+    assert list(runs.iterdir()) == []
