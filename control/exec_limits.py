@@ -274,3 +274,7 @@ class ExecLimits:
     def held(self) -> int:
         """Jobs held back by a limit and not started yet (parked, or released and not yet placed)."""
         return len(self._held)
+
+    def parked(self) -> int:
+        """Jobs a gate holds now (waiting for a token); those it released wait like any ready job."""
+        return len(self._parked)

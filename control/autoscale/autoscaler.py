@@ -9,10 +9,12 @@ Modes (AUTOSCALE_MODE):
 * ``docker``: each look first refreshes the worker containers (:mod:`.fleet`: adopt, remove the
   exited, replace the crashed), then acts: up starts containers (``scale_up``), down drains the
   chosen workers and removes their containers once they left (``scale_down``). The bounds count
-  this group's containers, running or starting; other workers only add free capacity.
+  this group's containers, running or starting; other workers only add free capacity. Containers
+  drained and not removed yet still count toward MAX_WORKERS (they finish their jobs first).
 
 The backlog is the PENDING jobs less those a new worker could not run either: jobs that ask for GPUs
-(the containers it starts get none) and jobs an execution rate limit holds back.
+(the containers it starts get none) and jobs parked in the gate of an execution rate limit (waiting
+for its next token; once the gate released them they wait for a worker, and are backlog again).
 
 Every look's decision is counted by action and reason; actions are logged at info, and a change of
 the reason for doing nothing at debug. When Docker is unreachable or WORKER_IMAGE is missing the look
@@ -193,7 +195,7 @@ class Autoscaler:
                 self._error(exc.kind, exc.message)
                 return None
         else:
-            decision = self._decide(self._observe(self._accepting_workers(), 0))
+            decision = self._decide(self._observe(self._accepting_workers(), 0, self._idle_workers()))
             if decision.action is not Action.NONE:
                 self._acted(decision, logs.SCALE_RECOMMENDATION)
         if not self._failed_this_look and self.state.last_error:
@@ -211,7 +213,9 @@ class Autoscaler:
                 "that they reach the control plane (CORRAL_AUTOSCALE_CONTROL_ADDRESS, CORRAL_WORKER_NETWORK) "
                 "and their logs (docker logs NAME)",
             )
-        decision = self._decide(self._observe(len(fleet.live()), len(fleet.starting())))
+        decision = self._decide(
+            self._observe(len(fleet.live()), len(fleet.starting()), fleet.idle(), len(fleet.retiring))
+        )
         if decision.action is Action.UP:
             self._acted(decision, logs.SCALE_UP)
             await fleet.start(decision.step)
@@ -222,7 +226,7 @@ class Autoscaler:
         return decision
 
     # ---- observation ----------------------------------------------------------------------------
-    def _observe(self, workers: int, starting: int) -> Snapshot:
+    def _observe(self, workers: int, starting: int, idle: int, retiring: int = 0) -> Snapshot:
         s, tpw = self.s, self.settings.threads_per_worker
         ready_jobs = s.counts.get(JobState.PENDING, 0)
         threads = seen = unfit = 0
@@ -242,19 +246,23 @@ class Autoscaler:
                 threads = threads * ready_jobs // seen
                 unfit = unfit * ready_jobs // seen
             ready_jobs -= unfit
-        # Jobs an execution rate limit holds back wait for tokens, not for workers: not backlog. (By
-        # count: their threads are taken out in proportion.)
-        held = s.exec_limits.held() if s.exec_limits is not None else 0
-        if held and ready_jobs:
-            waiting = max(0, ready_jobs - held)
+        # Jobs a gate of an execution rate limit holds now wait for a token, not for a worker: not
+        # backlog. Once released they are (a fast limit releases a whole backlog long before the jobs
+        # start). By count: their threads are taken out in proportion.
+        parked = s.exec_limits.parked() if s.exec_limits is not None else 0
+        if parked and ready_jobs:
+            waiting = max(0, ready_jobs - parked)
             threads = threads * waiting // ready_jobs
             ready_jobs = waiting
         free = sum(max(0, w.free_threads) for w in s.registry.all() if w.accepts_work)
         age = max(0.0, self.clock.now() - oldest) if oldest is not None else 0.0
-        return Snapshot(ready_jobs, threads, age, free, workers, starting)
+        return Snapshot(ready_jobs, threads, age, free, workers, starting, idle, retiring)
 
     def _accepting_workers(self) -> int:
         return sum(1 for w in self.s.registry.all() if w.connected and not w.draining)
+
+    def _idle_workers(self) -> int:
+        return sum(1 for w in self.s.registry.all() if w.connected and not w.draining and not w.running)
 
     # ---- decisions ------------------------------------------------------------------------------
     def _decide(self, snap: Snapshot) -> Decision:

@@ -8,7 +8,8 @@
 * :meth:`ContainerFleet.retire` drains the chosen workers through the control plane (idle ones
   first, with a deadline past their jobs' own leases, so no job is cut short); a task per worker
   waits until it has no running job and has disconnected, and only then stops and removes its
-  container (``worker_container_removed``).
+  container (``worker_container_removed``). Until then the container is :attr:`~ContainerFleet.retiring`:
+  out of :meth:`~ContainerFleet.live`, but still counted toward MAX_WORKERS.
 
 Every Docker call runs in a thread (``asyncio.to_thread``): the event loop never waits on Docker.
 """
@@ -71,6 +72,11 @@ class ContainerFleet:
         """Worker ids of the containers that count: running or starting, not being retired."""
         return [wid for wid in self.containers if wid not in self.retiring]
 
+    def idle(self) -> int:
+        """How many of the workers :meth:`retire` may choose run no job: the most a scale-down may
+        remove without draining a busy one."""
+        return sum(1 for w in self._candidates() if w.running_jobs == 0)
+
     def starting(self) -> list[str]:
         """Of :meth:`live`, those whose worker has not registered (or is not connected) yet."""
         return [wid for wid in self.live() if not self._registered(wid)]
@@ -128,7 +134,8 @@ class ContainerFleet:
                 extra={"worker_id": c.worker_id, "container": c.id[:12], "exit_code": c.exit_code},
             )
             return
-        replacement = await self._start_one() if len(self.live()) < self.max_workers else None
+        # Retiring containers may run their jobs for a long while yet: they still count toward the bound.
+        replacement = await self._start_one() if len(self.live()) + len(self.retiring) < self.max_workers else None
         self.metrics.autoscaler_replaced.inc()
         logger.warning(
             logs.WORKER_CONTAINER_REPLACED,
@@ -163,12 +170,7 @@ class ContainerFleet:
         """Drain ``n`` of the registered workers (idle first); their containers go once they left.
 
         No await between choosing and draining: the dispatcher cannot hand a victim a job meanwhile."""
-        candidates: list[WorkerLoad] = []
-        for wid in self.live():
-            w = self.s.registry.get(wid)
-            if w is not None and w.connected and not w.draining:
-                candidates.append(WorkerLoad(wid, len(w.running), sum(w.running.values())))
-        victims = choose_victims(candidates, n)
+        victims = choose_victims(self._candidates(), n)
         for wid in victims:
             worker = self.s.registry.get(wid)
             assert worker is not None
@@ -179,6 +181,15 @@ class ContainerFleet:
                 self._remove_when_gone(wid, self.containers[wid].id, give_up, poll_sec), name=f"corral-retire-{wid}"
             )
         return victims
+
+    def _candidates(self) -> list[WorkerLoad]:
+        """The live workers a scale-down may drain: registered, connected, not draining already."""
+        candidates: list[WorkerLoad] = []
+        for wid in self.live():
+            w = self.s.registry.get(wid)
+            if w is not None and w.connected and not w.draining:
+                candidates.append(WorkerLoad(wid, len(w.running), sum(w.running.values())))
+        return candidates
 
     def _drain_deadline(self, worker: WorkerEntry) -> float:
         """Past the lease of every job the worker runs (its timeout + grace): no job is cut short."""

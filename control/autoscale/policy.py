@@ -9,12 +9,16 @@ still starting. The rules, first match wins:
 2. Up: depth > QUEUE_THRESHOLD_HIGH (or the oldest ready job has waited CORRAL_SCALE_MAX_WAIT_SEC) and
    the backlog asks for more threads than are free or on the way -> up by
    ``ceil(missing threads / threads per worker)``, at most to MAX_WORKERS.
-3. Down: depth < QUEUE_THRESHOLD_LOW with at least one whole worker's threads free to spare and no
-   worker still starting, without a break for SCALE_DOWN_STABLE_SEC -> down by the whole workers to
-   spare, at most to MIN_WORKERS. (Capacity still starting is not spare: it may be what the next
-   look needs, and a worker that has not registered cannot be drained.)
+3. Down: depth < QUEUE_THRESHOLD_LOW with at least one whole worker idle (running no job) to spare and
+   no worker still starting, without a break for SCALE_DOWN_STABLE_SEC -> down by the idle workers to
+   spare, at most to MIN_WORKERS. (Free threads of busy workers are not spare: draining such a worker
+   removes nothing until its jobs end. Capacity still starting is not spare either: it may be what the
+   next look needs, and a worker that has not registered cannot be drained.)
 4. After any action (:meth:`ScalePolicy.acted`), none for CORRAL_SCALE_COOLDOWN_SEC, the bounds
    included: at most one action per cooldown window, whatever happens.
+
+Workers drained by a scale-down and not gone yet (:attr:`Snapshot.retiring`) still run their jobs:
+they count toward MAX_WORKERS in every step up (rules 1 and 2), and toward nothing else.
 
 Why a load that comes and goes does not make it flap: between LOW and HIGH nothing happens
 (hysteresis); capacity already starting counts as capacity, so one burst is answered once; a
@@ -99,6 +103,12 @@ class Snapshot:
     docker mode, connected workers that take work otherwise."""
     starting: int = 0
     """Of ``workers``, those started but not registered yet: their threads are on the way."""
+    idle_workers: int = 0
+    """Of ``workers``, those registered that take work and run no job: the only ones a scale-down
+    removes (in docker mode, this group's containers only: no other worker can be removed)."""
+    retiring: int = 0
+    """Workers drained for removal and not gone yet (docker mode): not in ``workers``, but they may
+    run their jobs up to the jobs' timeout, so they count toward MAX_WORKERS."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,29 +156,36 @@ class ScalePolicy:
         cfg = self.settings
         cur = snap.workers
         cooling = self.last_action_at is not None and now - self.last_action_at < cfg.cooldown_sec
+        room = cfg.max_workers - cur - snap.retiring
         if cur < cfg.min_workers or cur > cfg.max_workers:
             self.low_since = None
-            bound = f"{cur} workers, MIN_WORKERS {cfg.min_workers}, MAX_WORKERS {cfg.max_workers}"
+            bound = (
+                f"{cur} workers + {snap.retiring} retiring, MIN_WORKERS {cfg.min_workers}, "
+                f"MAX_WORKERS {cfg.max_workers}"
+            )
             if cooling:
                 return _none(cur, "cooldown", bound)
             if cur < cfg.min_workers:
-                return _up(cur, cfg.min_workers - cur, "below_min", bound)
+                if room <= 0:
+                    return _none(cur, "at_max", bound)
+                return _up(cur, min(cfg.min_workers - cur, room), "below_min", bound)
             return _down(cur, cur - cfg.max_workers, "above_max", bound)
 
         tpw = cfg.threads_per_worker
         capacity = snap.free_threads + snap.starting * tpw
         missing = snap.ready_threads - capacity
         spare = snap.free_threads - snap.ready_threads
-        spare_workers = spare // tpw if spare > 0 and snap.starting == 0 else 0
+        spare_workers = min(snap.idle_workers, spare // tpw) if spare > 0 and snap.starting == 0 else 0
         over_high = snap.ready_jobs > cfg.threshold_high
         waited = cfg.max_wait_sec > 0 and snap.ready_jobs > 0 and snap.oldest_ready_age >= cfg.max_wait_sec
         low = snap.ready_jobs < cfg.threshold_low and not over_high and not waited
         numbers = (
             f"{snap.ready_jobs} ready jobs asking {snap.ready_threads} threads, oldest {snap.oldest_ready_age:.1f}s; "
-            f"{snap.free_threads} free threads + {snap.starting} starting; {cur} workers"
+            f"{snap.free_threads} free threads + {snap.starting} starting; {cur} workers "
+            f"({snap.idle_workers} idle) + {snap.retiring} retiring"
         )
 
-        # The stable period runs only while the queue is low and a whole worker is idle to spare.
+        # The stable period runs only while the queue is low and a whole idle worker is to spare.
         if low and spare_workers >= 1 and cur > cfg.min_workers:
             if self.low_since is None:
                 self.low_since = now
@@ -178,11 +195,11 @@ class ScalePolicy:
         if over_high or waited:
             if missing <= 0:
                 return _none(cur, "capacity_coming", numbers)
-            if cur >= cfg.max_workers:
+            if room <= 0:
                 return _none(cur, "at_max", numbers)
             if cooling:
                 return _none(cur, "cooldown", numbers)
-            step = min(math.ceil(missing / tpw), cfg.max_workers - cur)
+            step = min(math.ceil(missing / tpw), room)
             return _up(cur, step, "backlog" if over_high else "waiting", numbers)
         if self.low_since is not None:
             if now - self.low_since < cfg.stable_sec:

@@ -33,9 +33,18 @@ SETTINGS = ScaleSettings(
 
 
 def snap(
-    ready: int = 0, threads: int | None = None, age: float = 0.0, free: int = 0, workers: int = 2, starting: int = 0
+    ready: int = 0,
+    threads: int | None = None,
+    age: float = 0.0,
+    free: int = 0,
+    workers: int = 2,
+    starting: int = 0,
+    idle: int | None = None,
+    retiring: int = 0,
 ) -> Snapshot:
-    return Snapshot(ready, ready if threads is None else threads, age, free, workers, starting)
+    """A snapshot; unless ``idle`` says otherwise, the free threads are those of whole idle workers."""
+    idle = free // SETTINGS.threads_per_worker if idle is None else idle
+    return Snapshot(ready, ready if threads is None else threads, age, free, workers, starting, idle, retiring)
 
 
 def policy(**changes: object) -> ScalePolicy:
@@ -69,6 +78,20 @@ def test_never_above_max_however_big_the_backlog() -> None:
     d = p.decide(snap(ready=1000, workers=5), 0.0)
     assert (d.action, d.step, d.desired) == (Action.UP, 1, 6)
     assert p.decide(snap(ready=1000, workers=6), 100.0).reason == "at_max"
+
+
+def test_containers_still_draining_count_toward_max() -> None:
+    """A drained container finishes its jobs (up to their timeout) before it goes: a burst meanwhile
+    started as many as MAX_WORKERS beside it (3 workers + 3 draining, MAX 6: +3 more)."""
+    p = policy()
+    assert p.decide(snap(ready=1000, workers=3, retiring=3), 0.0).reason == "at_max"
+    d = p.decide(snap(ready=1000, workers=3, retiring=1), 1.0)
+    assert (d.action, d.step, d.desired) == (Action.UP, 2, 5)
+    # The floor too: below MIN_WORKERS it adds only what room the draining ones leave
+    low = policy(min_workers=4)
+    assert low.decide(snap(workers=2, retiring=4), 0.0).reason == "at_max"
+    d = low.decide(snap(workers=2, retiring=3), 1.0)
+    assert (d.action, d.step, d.reason) == (Action.UP, 1, "below_min")
 
 
 def test_never_below_min_however_idle() -> None:
@@ -136,11 +159,23 @@ def test_scale_down_waits_for_the_stable_period_then_removes_the_spare_workers()
 
 def test_scale_down_keeps_the_capacity_still_in_use() -> None:
     p = policy(stable_sec=0.0)
-    # 4 workers, 5 of 8 threads busy: 3 free = one whole worker to spare.
-    d = p.decide(snap(ready=0, free=3, workers=4), 0.0)
+    # 4 workers, 5 of 8 threads busy on three of them: the fourth is a whole idle worker to spare.
+    d = p.decide(snap(ready=0, free=3, workers=4, idle=1), 0.0)
     assert (d.action, d.step) == (Action.DOWN, 1)
+    # The same 3 free threads spread over all four: none is idle, none goes (it would drain a job).
+    assert p.decide(snap(ready=0, free=3, workers=4, idle=0), 1.0).reason == "steady"
     # Fully busy with an empty queue: nothing to remove.
-    assert p.decide(snap(ready=0, free=0, workers=4), 1.0).reason == "steady"
+    assert p.decide(snap(ready=0, free=0, workers=4, idle=0), 2.0).reason == "steady"
+
+
+def test_only_workers_that_run_nothing_are_spare() -> None:
+    """Free threads were counted as spare workers: 10 workers of 4 threads, each running one 1-thread
+    job (a long one), had 30 threads free, so 7 busy workers were drained."""
+    p = policy(max_workers=10, threads_per_worker=4, stable_sec=0.0)
+    assert p.decide(snap(free=30, workers=10, idle=0), 0.0).reason == "steady"
+    # Two of them finish their jobs: those two may go, not more
+    d = p.decide(snap(free=32, workers=10, idle=2), 1.0)
+    assert (d.action, d.step, d.desired, d.reason) == (Action.DOWN, 2, 8, "idle")
 
 
 def test_no_scale_down_while_workers_are_starting() -> None:
@@ -184,7 +219,7 @@ def square_wave(p: ScalePolicy, period: float, until: float, tick: float = 0.5) 
         busy = (t % period) < period / 2
         ready = max(0, 12 - workers) if busy else 0
         free = 0 if busy else workers * tpw
-        d = act(p, Snapshot(ready, ready * tpw, 1.0 if ready else 0.0, free, workers), t)
+        d = act(p, Snapshot(ready, ready * tpw, 1.0 if ready else 0.0, free, workers, idle_workers=free // tpw), t)
         if d.action is not Action.NONE:
             actions.append((t, d))
             workers = d.desired

@@ -118,6 +118,25 @@ def test_a_gate_without_a_token_parks_the_job_until_release() -> None:
     assert delayed == []  # park() reports; hold() (below) is what calls on_delayed
 
 
+def test_parked_counts_the_jobs_a_gate_holds_now_not_those_it_let_go() -> None:
+    # The autoscaler takes parked jobs out of its backlog: released ones wait for a worker, not a token
+    limits, clock, _ = bundle("type:webhook=1000/s:100")
+    (gate,) = limits.gates
+    for seq in range(100):
+        limits.take((gate,), f"burst{seq}", clock.now())
+    for seq in range(100):
+        limits.park(gate, order(0, seq), f"j{seq}")
+    assert limits.parked() == 100
+    clock.advance(0.1)
+    released, again = limits.release(gate, clock.now())
+    assert len(released) == 100 and again is None
+    assert gate.waiting == 0 and limits.parked() == 0
+    assert limits.held() == 100  # still counted delayed once each, should a worker not take them yet
+    limits.discard("j0")
+    limits.take((gate,), "j1", clock.now())
+    assert limits.held() == 98
+
+
 def test_a_gate_releases_in_queue_order_as_many_as_it_has_tokens() -> None:
     limits, clock, _ = bundle("type:email=60/m:3")
     (gate,) = limits.gates

@@ -1,0 +1,92 @@
+"""The autoscaler's backlog under execution rate limits, on a real scheduler: a job a gate holds now
+waits for a token, not for a worker; once the gate has let it go it is backlog like any other."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from control.admission import Submission
+from control.autoscale import Action, Autoscaler
+from control.clock import SystemClock
+from control.config import ControlConfig
+from control.jobs import JobState
+from control.scheduler import Scheduler
+from control.sessions import Hello, WorkerSessions
+from control.store import SQLiteStore
+from tests.support.links import RecordingLink
+from tests.support.waiting import until
+
+
+def recommending(limits: str) -> ControlConfig:
+    return ControlConfig.from_env(
+        {
+            "AUTOSCALE_MODE": "recommend",
+            "CORRAL_EXEC_RATE_LIMITS": limits,
+            "QUEUE_THRESHOLD_HIGH": "10",
+            "CORRAL_WORKER_THREADS": "2",
+        }
+    )
+
+
+def test_jobs_a_gate_has_released_are_backlog_again(tmp_path: Path) -> None:
+    """The autoscaler took out every job a gate had ever parked until it started, so a fast limit that
+    had let a whole backlog go still hid it: ready 48 - held 48 = 0, and no scale-up."""
+
+    async def main() -> None:
+        config = recommending("type:noop=1000/s")
+        clock = SystemClock()
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, config, clock)
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
+        autoscaler = Autoscaler(config, scheduler, sessions, scheduler.metrics, clock)
+        limits = scheduler.exec_limits
+        assert limits is not None
+        (gate,) = limits.gates
+        try:
+            # Given one worker with room for 2 jobs, and 50 jobs that pass a 1000/s gate one by one
+            sessions.register(Hello("w1", threads=2, slots=2), link)
+            await scheduler.intake.submit([Submission("noop", {}, payload_json="{}") for _ in range(50)])
+            # When the gate has let every one go: 2 run, 48 wait for a worker, none for a token
+            await until(lambda: len(link.assigned) == 2 and gate.waiting == 0, what="the gate to empty")
+            await until(lambda: scheduler.counts.get(JobState.PENDING, 0) == 48, what="48 ready jobs")
+            # Then the autoscaler sees the 48 as backlog, and asks for the workers they need
+            d = await autoscaler.look()
+            assert d is not None
+            snap = autoscaler.state.snapshot
+            assert snap is not None
+            assert (snap.ready_jobs, snap.ready_threads) == (48, 48)
+            assert (d.action, d.reason, d.desired) == (Action.UP, "backlog", 10)
+        finally:
+            limits.close()
+            store.close()
+
+    asyncio.run(main())
+
+
+def test_jobs_a_gate_holds_now_are_not_backlog(tmp_path: Path) -> None:
+    async def main() -> None:
+        config = recommending("type:noop=1/m")
+        clock = SystemClock()
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, config, clock)
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
+        autoscaler = Autoscaler(config, scheduler, sessions, scheduler.metrics, clock)
+        limits = scheduler.exec_limits
+        assert limits is not None
+        (gate,) = limits.gates
+        try:
+            # Given a worker with room to spare, and 20 jobs behind a gate that lets one a minute go
+            sessions.register(Hello("w1", threads=2, slots=2), link)
+            await scheduler.intake.submit([Submission("noop", {}, payload_json="{}") for _ in range(20)])
+            await until(lambda: len(link.assigned) == 1 and gate.waiting == 19, what="19 jobs parked")
+            # Then the 19 wait for tokens, which no worker would bring: nothing to scale up for
+            d = await autoscaler.look()
+            snap = autoscaler.state.snapshot
+            assert d is not None and snap is not None
+            assert (snap.ready_jobs, d.action) == (0, Action.NONE)
+        finally:
+            limits.close()
+            store.close()
+
+    asyncio.run(main())
