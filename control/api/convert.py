@@ -110,7 +110,15 @@ _MAX_SECONDS = 253_402_300_799
 
 
 def submission(req: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Submission:
-    """A SubmitJobRequest as a domain Submission (``idempotency_key`` from metadata when the field is empty)."""
+    """A SubmitJobRequest as a domain Submission (``idempotency_key`` from metadata when the field is empty;
+    when both are given they must agree)."""
+    if idempotency_key and req.idempotency_key and req.idempotency_key != idempotency_key:
+        # Either one taken over the other would make a job under a key the caller did not mean.
+        raise InvalidArgument(
+            "idempotency_key",
+            "differs from the idempotency-key metadata (over REST, the Idempotency-Key or X-Idempotency-Key "
+            f"header): {req.idempotency_key!r} and {idempotency_key!r}; give the key once, or the same in both",
+        )
     timeout = req.timeout_sec if req.HasField("timeout_sec") else None
     if timeout is not None and math.isnan(timeout):
         raise InvalidArgument("timeout_sec", "must be a number, got NaN")

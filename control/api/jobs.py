@@ -59,7 +59,8 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> jobs_pb2.SubmitJobResponse:
         """Admit, store and queue one job owned by the caller; answers it once committed. The ``idempotency-key``
-        metadata stands in for an empty ``idempotency_key``; a replayed key answers the job it made."""
+        metadata stands in for an empty ``idempotency_key`` (and must equal a given one); a replayed key answers the
+        job it made."""
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
         (job,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         return jobs_pb2.SubmitJobResponse(job=convert.job(job))

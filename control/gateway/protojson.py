@@ -18,6 +18,7 @@ import contextlib
 import json
 import math
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -40,6 +41,9 @@ _WRAPPERS = {
 _ANY_JSON = {"google.protobuf.Value"}
 _STRUCT_JSON = {"google.protobuf.Value", "google.protobuf.Struct", "google.protobuf.ListValue"}
 _OBJECT_JSON = {"google.protobuf.Struct", "google.protobuf.Any", "google.protobuf.Empty"}
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+"""The types of the JSON values that hold no key."""
+_NOT_UTF8 = "is not valid UTF-8 (an unpaired surrogate): a JSON string must be valid UTF-8, and lone surrogates are not"
 
 
 # ---- bytes -> JSON value ---------------------------------------------------------------------------
@@ -135,6 +139,8 @@ def _join(prefix: str, name: str) -> str:
 def _check_message(value: Any, desc: Descriptor | Any, path: str) -> None:
     full = desc.full_name
     if full in _STRUCT_JSON:
+        # Keys first: check_json_value names a value by the keys above it.
+        _check_keys(value, path)
         # Their numbers become doubles: an integer beyond 2**53 would reach the API already rounded
         # (2**53 + 1 as 2**53), where nothing could tell; only here is the exact number still known.
         check_json_value(value, path)
@@ -161,6 +167,7 @@ def _check_message(value: Any, desc: Descriptor | Any, path: str) -> None:
         raise InvalidArgument(path, f"must be a JSON object, got {_kind(value)}")
     seen: dict[str, str] = {}
     for key, item in value.items():
+        _check_key(key, path)  # before the lookup, which fails on such a key with a SystemError
         field = desc.fields_by_name.get(key) or _by_json_name(desc, key)
         if field is None:
             raise InvalidArgument(_join(path, key), f"unknown field of {desc.name}")
@@ -193,7 +200,7 @@ def _check_field(value: Any, field: FieldDescriptor, path: str) -> None:
             raise InvalidArgument(path, f"must be a JSON object (a map), got {_kind(value)}")
         value_field = field.message_type.fields_by_name["value"]
         for key, item in value.items():
-            _check_string(key, f"{path}.{key}")
+            _check_key(key, path)
             _check_single(item, value_field, f"{path}.{key}")
         return
     if field.is_repeated:
@@ -217,10 +224,44 @@ def _check_single(value: Any, field: FieldDescriptor, path: str) -> None:
 def _check_string(value: Any, path: str) -> None:
     if not isinstance(value, str):
         raise InvalidArgument(path, f"must be a string, got {_kind(value)}")
+    if not _utf8(value):
+        raise InvalidArgument(path, _NOT_UTF8)
+
+
+def _check_key(key: str, path: str) -> None:
+    """Refuse an object key that is not valid UTF-8, naming it escaped (``labels.\\ud800``): as it is, the
+    error could not carry it either."""
+    if not _utf8(key):
+        raise InvalidArgument(_join(path, escaped(key)), _NOT_UTF8)
+
+
+def _check_keys(value: Any, path: str) -> None:
+    """:func:`_check_key` for every object key in a JSON value, however deep (iterative: a value the
+    decoder took may nest deeper than the recursion limit allows)."""
+    todo = deque([(value, path)])
+    while todo:
+        item, where = todo.popleft()
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                _check_key(key, where)
+                if isinstance(sub, dict | list):
+                    todo.append((sub, f"{where}.{key}"))
+        elif isinstance(item, list) and not _SCALARS.issuperset(map(type, item)):  # a long array of numbers: fast
+            todo.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item) if isinstance(sub, dict | list))
+
+
+def _utf8(text: str) -> bool:
+    """False for text with a lone surrogate (JSON's ``"\\ud800"``), which no UTF-8 can hold."""
     try:
-        value.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidArgument(path, "is not valid UTF-8 (an unpaired surrogate)") from None
+        return False
+    return True
+
+
+def escaped(text: str) -> str:
+    """``text`` with each lone surrogate written as its JSON escape (``\\ud800``), so that it can be shown."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _check_scalar(value: Any, field: FieldDescriptor, path: str) -> None:
@@ -385,5 +426,7 @@ def to_json(message: Message) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    """Compact UTF-8 JSON. A lone surrogate, which UTF-8 cannot hold, goes out as its JSON escape
+    (``\\ud800``) rather than failing the answer: only a string can hold one, and there the escape is JSON."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8", "backslashreplace")

@@ -15,7 +15,8 @@
 
 Headers: ``Idempotency-Key`` (or ``X-Idempotency-Key``) becomes the ``idempotency-key`` metadata, ``Authorization`` is passed
 on (each of them given twice is a 400: which one was meant cannot be told), and ``X-Request-ID`` is taken or
-made and returned on every response.
+made and returned on every response. A body in a ``Content-Encoding`` other than gzip, deflate, br, zstd
+(the last two when aiohttp has their libraries) or identity, or one that does not decode as it says, is a 400.
 
 Auth: with client tokens configured, every bridge request (any path but the ones above, which probes,
 Prometheus and a browser reach without credentials) needs ``Authorization: Bearer <client token>``; without one
@@ -35,6 +36,7 @@ from typing import Any
 
 import grpc
 from aiohttp import web
+from aiohttp.http_exceptions import ContentEncodingError
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -60,6 +62,10 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 """The IETF HTTP API draft's header: an RFC 8941 quoted string (``"order-42"``), or a bare key."""
 IDEMPOTENCY_HEADER_X = "X-Idempotency-Key"
 """The older spelling, a bare key; when both are given they must agree."""
+CONTENT_ENCODING = "Content-Encoding"
+CODINGS = frozenset({"", "identity", "gzip", "deflate", "br", "zstd"})
+"""What a request body may be sent in: aiohttp decodes the four (br and zstd when their libraries are
+installed; else it refuses them itself with a 400)."""
 ROUTE = web.RequestKey("route", str)
 """The route's name (``JobService.SubmitJob``, ``healthz``), the label of the request metrics."""
 RID = web.RequestKey("request_id", str)
@@ -225,10 +231,23 @@ class Gateway:
         return cls
 
     async def _body(self, request: web.Request) -> bytes:
+        coding = _ascii_header(request, CONTENT_ENCODING).lower()
+        if coding not in CODINGS:
+            # aiohttp hands a body in any other coding over as it came: it would be read as if not encoded.
+            raise InvalidArgument(
+                CONTENT_ENCODING,
+                f"{coding!r} is not a coding the bridge decodes (it takes gzip, deflate, br, zstd or identity)",
+            )
         try:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise InvalidArgument("", f"request body is larger than {self.max_body_bytes} bytes") from None
+        except web.RequestPayloadError as exc:
+            if isinstance(exc.__cause__, ContentEncodingError):
+                raise InvalidArgument(
+                    CONTENT_ENCODING, f"the request body could not be decoded as {coding}, as its Content-Encoding says"
+                ) from None
+            raise
 
     async def _request_messages(self, route: Route, request: web.Request) -> list[Message]:
         """The messages of a client-streaming call: the body's JSON objects, one message each, all read

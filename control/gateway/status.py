@@ -14,6 +14,7 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 
 from control.api.status import HTTP_STATUS, rich_status
+from control.gateway.protojson import escaped
 from corral.errors import CorralError
 
 _RUNTIME_HTTP_STATUS = {"OK": 200, "CANCELLED": 499, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "ABORTED": 409,
@@ -51,8 +52,10 @@ class RpcFailure(Exception):
 
     @classmethod
     def from_error(cls, err: CorralError) -> RpcFailure:
-        """From a domain error, through the server's table (BadRequest naming the field, RetryInfo)."""
-        code, message, trailers = rich_status(err)
+        """From a domain error, through the server's table (BadRequest naming the field, RetryInfo). A lone
+        surrogate in its text (quoting a JSON key the caller sent) is escaped (``\\ud800``): no proto string
+        can hold one, and building the answer must not fail while answering an error."""
+        code, message, trailers = rich_status(_escaped(err))
         return cls.from_trailers(code, message, trailers)
 
     @property
@@ -72,6 +75,16 @@ class RpcFailure(Exception):
     def headers(self) -> dict[str, str]:
         """Headers the answer carries besides the body: ``Retry-After`` for a rate-limited call, else none."""
         return {"Retry-After": self.retry_after} if self.retry_after else {}
+
+
+def _escaped(err: CorralError) -> CorralError:
+    """``err``, or when its text holds a lone surrogate, a copy with that text escaped."""
+    texts = {name: value for name, value in vars(err).items() if isinstance(value, str)}
+    if all(escaped(text) == text for text in texts.values()):
+        return err
+    out = type(err).__new__(type(err))  # not __init__: each error class takes arguments of its own
+    out.__dict__.update(vars(err), **{name: escaped(text) for name, text in texts.items()})
+    return out
 
 
 # The detail types must be known to the descriptor pool for Any -> JSON.

@@ -109,6 +109,37 @@ def test_a_batch_with_a_key_for_the_whole_call_is_refused_naming_where_keys_go(c
     assert total(control_plane) == 1
 
 
+def test_a_key_in_the_header_or_metadata_that_differs_from_the_field_is_refused(control_plane: ControlProc) -> None:
+    # The header (the metadata) was dropped when the body carried another key: a client that retried with
+    # the header got a job under the field's key, and a second job when the field changed.
+    rest = Rest(control_plane.http_port)
+    body = {"type": "noop", "idempotencyKey": "other"}
+    for header in ("Idempotency-Key", "X-Idempotency-Key"):
+        reply = rest.post("/v1/jobs", body, headers={header: "k1"})
+        assert reply.status == 400 and reply.violation() == "idempotency_key", reply.body
+        assert "differs from the" in reply.json()["message"] and header in reply.json()["message"]
+    run = rest.post("/v1/jobs:run", body, headers={"Idempotency-Key": '"k1"'})
+    (line,) = run.lines()
+    assert run.status == 400 and line["error"]["details"][0]["fieldViolations"][0]["field"] == "idempotency_key"
+    mismatched = request("noop", idempotency_key="other")
+    for call in (control_plane.jobs.SubmitJob, lambda *a, **kw: next(control_plane.jobs.RunJob(*a, **kw))):
+        err = rpc_error(call, mismatched, metadata=(("idempotency-key", "k1"),), timeout=10)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+        assert err.details().startswith("idempotency_key: differs from the") and "'k1'" in err.details()
+    assert total(control_plane) == 0
+
+    # The same key in both is one key
+    first = rest.submit({"type": "noop", "idempotencyKey": "k1"}, headers={"Idempotency-Key": '"k1"'})
+    assert rest.submit({"type": "noop"}, headers={"X-Idempotency-Key": "k1"})["id"] == first["id"]
+    same_key = request("noop", idempotency_key="k1")
+    metadata = (("idempotency-key", "k1"),)
+    assert control_plane.jobs.SubmitJob(same_key, metadata=metadata, timeout=10).job.id == first["id"]
+    stream = control_plane.jobs.RunJob(same_key, metadata=metadata, timeout=10)
+    assert next(stream).job.id == first["id"]  # no worker: the job waits, so the stream is ended here
+    stream.cancel()
+    assert total(control_plane) == 1
+
+
 def test_50_concurrent_identical_rest_submits_make_one_job_and_50_identical_answers(
     control_plane: ControlProc,
 ) -> None:

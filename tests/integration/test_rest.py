@@ -9,12 +9,14 @@ that breaks the spec.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
 import subprocess
 import sys
 import uuid
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -318,6 +320,76 @@ def test_bad_bodies_are_400_naming_the_problem_and_store_nothing(
     assert status["code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0] and words in status["message"], status
     if field:
         assert reply.violation() == field
+    assert rest.total() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "field"),
+    [
+        pytest.param("/v1/jobs", rb'{"type": "noop", "labels": {"\ud800": "x"}}', r"labels.\ud800", id="map-key"),
+        pytest.param("/v1/jobs", rb'{"type": "noop", "\ud800": 1}', r"\ud800", id="field-name"),
+        pytest.param("/v1/jobs", rb'{"type": "noop", "payload": {"\ud800": 1}}', r"payload.\ud800",
+                     id="payload-key"),
+        pytest.param("/v1/jobs", rb'{"type": "noop", "payload": {"a": [{"b\udfff": "\udfff"}]}}',
+                     r"payload.a[0].b\udfff", id="nested-payload-key"),
+        pytest.param("/v1/jobs:batchSubmit", rb'{"jobs": [{"type": "noop"}, {"type": "noop", "\ud800": 1}]}',
+                     r"jobs[1].\ud800", id="batch-field-name"),
+        pytest.param("/v1/jobs:batchSubmit", rb'{"jobs": [{"type": "noop", "labels": {"k\udc00": "v"}}]}',
+                     r"jobs[0].labels.k\udc00", id="batch-map-key"),
+        pytest.param("/v1/jobs:runMany", rb'{"tag": "a", "job": {"type": "noop", "\ud800": 1}}',
+                     r"requests[0].job.\ud800", id="stream-field-name"),
+    ],
+)  # fmt: skip
+def test_lone_surrogates_in_keys_are_400_naming_the_field_and_store_nothing(
+    refusing_control_plane: ControlProc, path: str, raw: bytes, field: str
+) -> None:
+    # A lone surrogate in an object key was a 500: the field's own name could not be written into the
+    # error (text/plain "Server got itself in trouble"), or the field lookup failed (a SystemError).
+    rest = Rest(http_port(refusing_control_plane))
+    reply = rest.call("POST", path, raw=raw)
+    assert reply.status == 400 and reply.headers["Content-Type"].startswith("application/json"), reply.body
+    status = reply.json()
+    assert status["code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0], status
+    assert "a JSON string must be valid UTF-8" in status["message"], status
+    assert reply.violation() == field  # the key as the body wrote it, escaped: the error is valid UTF-8 itself
+    assert rest.total() == 0
+
+
+NOPE = b'{"type": "nope"}'
+"""A body the control plane refuses for its type once it reads it: a case that reads it stores nothing."""
+
+
+@pytest.mark.parametrize(
+    ("headers", "raw", "field", "words"),
+    [
+        pytest.param({"Content-Encoding": "gzip"}, b"not gzip at all", "Content-Encoding",
+                     "could not be decoded as gzip", id="corrupt-gzip"),
+        pytest.param({"Content-Encoding": "deflate"}, b"not deflate", "Content-Encoding",
+                     "could not be decoded as deflate", id="corrupt-deflate"),
+        pytest.param({"Content-Encoding": "compress"}, NOPE, "Content-Encoding", "'compress' is not a coding",
+                     id="unknown"),
+        pytest.param({"Content-Encoding": "gzip, gzip"}, gzip.compress(gzip.compress(NOPE, mtime=0), mtime=0),
+                     "Content-Encoding", "is not a coding", id="two-codings"),
+        pytest.param([("Content-Encoding", "gzip")] * 2, gzip.compress(NOPE, mtime=0), "Content-Encoding",
+                     "given once", id="header-twice"),
+        # decoded, then refused for what it says: the codings the bridge takes still work
+        pytest.param({"Content-Encoding": "GZIP"}, gzip.compress(NOPE, mtime=0), "type", "unknown job type",
+                     id="gzip"),
+        pytest.param({"Content-Encoding": "deflate"}, zlib.compress(NOPE), "type", "unknown job type", id="deflate"),
+        pytest.param({"Content-Encoding": "identity"}, NOPE, "type", "unknown job type", id="identity"),
+    ],
+)  # fmt: skip
+def test_bodies_that_do_not_decode_as_their_content_encoding_says_are_400_and_store_nothing(
+    refusing_control_plane: ControlProc, headers: Any, raw: bytes, field: str, words: str
+) -> None:
+    # A corrupt gzip body was a 500 (the decoder's error escaped), and an unknown coding was read as
+    # if the body were not encoded at all.
+    rest = Rest(http_port(refusing_control_plane))
+    reply = rest.call("POST", "/v1/jobs", raw=raw, headers=headers)
+    assert reply.status == 400, reply.body
+    status = reply.json()
+    assert status["code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0] and words in status["message"], status
+    assert reply.violation() == field
     assert rest.total() == 0
 
 

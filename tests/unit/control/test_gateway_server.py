@@ -14,9 +14,10 @@ import grpc
 from control.api import SERVICES
 from control.api.interceptors import request_id
 from control.api.status import grpc_errors
-from control.gateway import Gateway, InProcess, http_routes
+from control.gateway import Gateway, InProcess, http_routes, protojson
+from control.gateway.status import RpcFailure
 from control.metrics import Metrics
-from corral.errors import NotFound, RateLimited
+from corral.errors import InvalidArgument, NotFound, RateLimited
 from corral.v1 import jobs_pb2
 
 
@@ -127,3 +128,13 @@ def test_request_ids_are_kept_when_usable() -> None:
     for bad in (None, "", "with space", "x" * 129, "naïve"):
         made = request_id(bad)
         assert made != bad and len(made) == 32
+
+
+def test_an_error_that_quotes_text_that_is_not_utf8_is_still_written() -> None:
+    # A field name holding a lone surrogate (from a JSON key such as "\ud800") made building the error
+    # itself fail, inside the handler of the error: a 500 text/plain instead of the 400.
+    failure = RpcFailure.from_error(InvalidArgument("labels.\ud800", "quotes \udfff"))
+    body = json.loads(protojson.dumps(failure.to_json()))
+    assert failure.http_status == 400 and body["message"] == "labels.\\ud800: quotes \\udfff"
+    assert body["details"][0]["fieldViolations"][0] == {"field": "labels.\\ud800", "description": "quotes \\udfff"}
+    assert protojson.dumps({"k\ud800": "\udfff"}) == b'{"k\\ud800":"\\udfff"}'  # still JSON, and UTF-8
