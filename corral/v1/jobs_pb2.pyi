@@ -433,7 +433,9 @@ class SubmitJobRequest(_message.Message):
     max_attempts: _builtins.int
     """1..100, default 3."""
     idempotency_key: _builtins.str
-    """Also accepted as the `idempotency-key` metadata / `X-Idempotency-Key` header."""
+    """Also accepted as the `idempotency-key` metadata / `Idempotency-Key` or `X-Idempotency-Key`
+    header (SubmitJob and RunJob); given both ways, the two must be the same.
+    """
     gpu_count: _builtins.int
     """GPUs the job needs, 0..64 (default 0). It runs only on a worker with that many free GPUs
     (CORRAL_WORKER_GPUS), which sees only those devices (CUDA_VISIBLE_DEVICES). Until a worker
