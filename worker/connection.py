@@ -91,7 +91,8 @@ slot costs more, and RESULTS_LINGER_SEC holds. Measured with ``python -m bench t
 the same without the check for long jobs): completed/s a median 5% higher (from -20% to +15% on this
 noisy machine), the worker agents' CPU per job lower in ten of the eleven. One-slot workers never wait."""
 RESULTS_BATCH_BYTES = 1 << 20
-"""A Results message is cut after about this many bytes of result and error text."""
+"""A Results message carries at most this many bytes (on the wire, what a job printed included), unless
+it holds one result that is larger by itself."""
 MAX_QUEUED_OUTPUT = 64
 """JobOutput messages waiting to be written past which more are dropped: a stalled stream must not
 pile up live output (up to 16 Ki characters each), which the results would then wait behind."""
@@ -483,10 +484,14 @@ class ProtocolError(Exception):
 
 
 def _cut(results: list[pb.JobResult]) -> tuple[list[pb.JobResult], list[pb.JobResult]]:
-    """Split off a first batch of about RESULTS_BATCH_BYTES; the rest waits for the next message."""
+    """Split off a first batch of at most RESULTS_BATCH_BYTES (or a single result); the rest waits for the
+    next message."""
     size = 0
     for i, result in enumerate(results):
-        size += len(result.result_json) + len(result.error_message) + 64
+        # Its whole encoded size: a job's output (up to 1 MiB each) must count, or the results resent
+        # after a reconnect outgrow the stream's 64 MiB limit, break it, and are resent for good. The 64
+        # bytes cover its tag and length in Results, with room for the message's own around the batch.
+        size += result.ByteSize() + 64
         if size > RESULTS_BATCH_BYTES and i > 0:
             return results[:i], results[i:]
     return results, []

@@ -7,13 +7,15 @@ caller can batch completions of one loop turn), except attempts killed with ``ou
 
 Killing (deadline, :meth:`kill`): SIGTERM, then SIGKILL after ``kill_grace_sec``; the completion is
 sent when the process is gone (seen through its pidfd), and a replacement process is started so
-the pool keeps its size. Deadlines are event-loop timers (``loop.call_at``), not polling. A process
+the pool keeps its size. Deadlines are event-loop timers (``loop.call_at``), not polling; an attempt
+still waiting in the FIFO at its deadline is reported TIMEOUT there and then, never run. A process
 that dies by itself reports its job FAILED with code ``CRASHED`` and is replaced the same way.
 
 Recycling: with ``max_jobs`` or ``max_rss_mb`` a runner process retires after that many jobs, or
 after a job that left it that large (a plug-in that leaks); its last answer says so, the pool gives
 it no other job and starts a replacement when it is gone, like after a job that left a child process
-running.
+running. A retired process still there RETIRE_GRACE_SEC later (a non-daemon thread its job left keeps
+it from exiting) is killed with its process group.
 
 Memory: with ``memory_limit_mb`` (or ``CORRAL_JOB_MEMORY_LIMIT_MB`` in the worker's environment) each
 runner process limits its address space (see :mod:`runner.limits`). A job past the limit is reported
@@ -77,9 +79,10 @@ __all__ = ["PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
 logger = logging.getLogger(__name__)
 
 RETIRE_GRACE_SEC = 5.0
-"""How long a runner that ran a job holding GPUs has to exit after its answer before it is killed:
-that job's completion and devices wait for its exit, so a runner that hangs as it exits (a thread the
-job left) must not hold them for long."""
+"""How long a retired runner (after an answer flagged LAST, or renewed for a GPU job) has to exit before
+it is killed with its process group: one that hangs as it exits (``sys.exit`` waits for any non-daemon
+thread a job left) must not keep its slot for good, nor, after a job that held GPUs, that job's
+completion and devices, which wait for its exit."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,10 @@ class RunnerPool:
         self._running: dict[tuple[str, int], _Running] = {}
         self._queued: dict[tuple[str, int], JobSpec] = {}
         self._queue: deque[tuple[str, int]] = deque()
+        self._queue_timers: dict[tuple[str, int], asyncio.TimerHandle] = {}
+        """The deadline timer of each queued attempt that has a deadline."""
+        self._retiring: dict[RunnerProcess, asyncio.TimerHandle] = {}
+        """Retired processes not gone yet, and the timer that kills each if it does not exit in time."""
         self._idle_event = asyncio.Event()
         self._idle_event.set()
         self._all_exited = asyncio.Event()
@@ -244,6 +251,9 @@ class RunnerPool:
         for running in list(self._running.values()):
             if running.timer is not None:
                 running.timer.cancel()
+        for timer in self._queue_timers.values():
+            timer.cancel()
+        self._queue_timers.clear()
         self._queued.clear()
         self._queue.clear()
         for proc in list(self._procs):
@@ -275,14 +285,48 @@ class RunnerPool:
             proc = self._idle.pop() if not spec.gpus else self._idle_for_gpus()
             if self._needs_fresh(proc, spec):
                 self._renew(proc)
-                self._queued[key] = spec
-                self._queue.appendleft(key)  # the replacement takes it first
+                self._enqueue(spec, first=True)  # the replacement takes it first
             elif not self._start(proc, spec):
                 self._idle.append(proc)
         else:
-            self._queued[key] = spec
-            self._queue.append(key)
+            self._enqueue(spec)
         return True
+
+    def _enqueue(self, spec: JobSpec, first: bool = False) -> None:
+        """Queue ``spec`` (at the head with ``first``) and arm its deadline: the process it waits for may
+        take long to start, or never start (a plug-in that stopped importing), and the attempt must still
+        end at its deadline, with a completion."""
+        key = (spec.job_id, spec.attempt)
+        self._queued[key] = spec
+        if first:
+            self._queue.appendleft(key)
+        else:
+            self._queue.append(key)
+        loop = self._loop
+        if spec.deadline is not None and loop is not None:  # no loop before start(): _start checks it then
+            now = time.time()
+            when = loop.time() + (spec.deadline - now)
+            self._queue_timers[key] = loop.call_at(when, self._on_queued_deadline, key, now)
+
+    def _unqueue(self, key: tuple[str, int]) -> JobSpec | None:
+        """Take an attempt out of the waiting ones (its key may stay in ``_queue``, which skips it)."""
+        timer = self._queue_timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        return self._queued.pop(key, None)
+
+    def _on_queued_deadline(self, key: tuple[str, int], queued_at: float) -> None:
+        self._queue_timers.pop(key, None)
+        spec = self._queued.pop(key, None)
+        if spec is None:
+            return
+        with contextlib.suppress(ValueError):
+            self._queue.remove(key)
+        logger.debug(JOB_TIMED_OUT, extra={"job_id": spec.job_id, "attempt": spec.attempt})
+        now = time.time()
+        message = f"deadline passed before start (it waited {round(now - queued_at, 3):g} s for a runner process)"
+        self._complete(spec, Outcome.TIMEOUT, now, now, "TIMEOUT", message)
+        self._check_idle()
 
     def _needs_fresh(self, proc: RunnerProcess, spec: JobSpec) -> bool:
         """Whether ``spec`` holds GPUs and ``proc`` already ran a job: CUDA, if that job started it there,
@@ -291,13 +335,21 @@ class RunnerPool:
 
     def _renew(self, proc: RunnerProcess) -> None:
         """Retire an idle ``proc``: it exits, and its replacement (a fresh process) takes the queue's head."""
+        self._retire(proc)
+
+    def _retire(self, proc: RunnerProcess) -> None:
+        """Have ``proc`` exit (:meth:`_on_exit` starts its replacement), and kill it with its process group
+        if it is still there after RETIRE_GRACE_SEC: a thread its job left would otherwise keep it, and
+        its slot, for good."""
+        assert self._loop is not None
         proc.retired = True
         proc.close_input()
+        self._retiring[proc] = self._loop.call_later(RETIRE_GRACE_SEC, proc.signal, signal.SIGKILL)
 
     def kill(self, job_id: str, attempt: int, outcome: Outcome | None) -> bool:
         """Stop one attempt and report it with ``outcome`` (None: report nothing); False if unknown."""
         key = (job_id, attempt)
-        spec = self._queued.pop(key, None)
+        spec = self._unqueue(key)
         if spec is not None:
             if outcome is not None:
                 now = time.time()
@@ -483,8 +535,7 @@ class RunnerPool:
         spec = running.spec
         del self._running[(spec.job_id, spec.attempt)]
         if flags & LAST:
-            proc.retired = True
-            proc.close_input()  # the runner exits after this answer; _on_exit starts its replacement
+            self._retire(proc)  # the runner exits after this answer
         else:
             self._make_idle(proc)
         if completion is not None:
@@ -494,12 +545,8 @@ class RunnerPool:
     def _retire_holding(self, running: _Running, answer: Completion | None) -> None:
         """Retire the process of an attempt that held GPUs, which answered: the attempt, its devices
         and its answer stay until the process is gone (:meth:`_on_exit`), within RETIRE_GRACE_SEC."""
-        assert self._loop is not None
-        proc = running.proc
         running.answer = answer
-        proc.retired = True
-        proc.close_input()  # the runner already exits after such an answer (it flags it LAST); this makes sure
-        running.timer = self._loop.call_later(RETIRE_GRACE_SEC, proc.signal, signal.SIGKILL)
+        self._retire(running.proc)  # it already exits after such an answer (flagged LAST); this makes sure
 
     def _make_idle(self, proc: RunnerProcess) -> None:
         while self._queue:
@@ -509,7 +556,7 @@ class RunnerPool:
                 self._renew(proc)
                 return
             self._queue.popleft()
-            self._queued.pop(key, None)
+            self._unqueue(key)
             if spec is not None and self._start(proc, spec):
                 return
         if not self._stopping:
@@ -539,6 +586,9 @@ class RunnerPool:
 
     def _on_exit(self, proc: RunnerProcess) -> None:
         self._procs.discard(proc)
+        retiring = self._retiring.pop(proc, None)
+        if retiring is not None:
+            retiring.cancel()
         if proc in self._idle:
             self._idle.remove(proc)
         running = self._busy.pop(proc, None)
@@ -581,6 +631,9 @@ class RunnerPool:
         elif old.retired and old.returncode == 0:
             reason = "retired after its last job (MEMORY_LIMIT, a process the job left running, a job that "
             reason += "held GPUs, CORRAL_RUNNER_MAX_JOBS or CORRAL_RUNNER_MAX_RSS_MB)"
+        elif old.retired:
+            reason = f"retired after its last job, then {describe_exit(old.returncode)} (one still there "
+            reason += f"{RETIRE_GRACE_SEC:g} s later, which a thread its job left can cause, is killed)"
         else:
             reason = describe_exit(old.returncode)
         delay = 0.0 if not self._crashes else min(_CRASH_BACKOFF_MAX_SEC, 0.05 * 2 ** (self._crashes - 1))
