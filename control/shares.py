@@ -2,7 +2,7 @@
 the thread-time each owner has used.
 
 A job's owner is the client token it was submitted with (control.access); without auth every job has
-the owner ``""``. Three settings:
+the owner ``""``. Four settings:
 
 * ``CORRAL_FAIR_SHARE=on``: when a slot frees, the next job comes from the owner with the smallest
   dominant share for its weight (``CORRAL_OWNER_WEIGHTS``, ``alice=3,bob=1``, default 1 each). An
@@ -10,9 +10,10 @@ the owner ``""``. Three settings:
   jobs hold (dominant resource fairness): an owner whose one job holds every GPU has had its share,
   though it holds one thread. Without GPU or memory jobs that is the part of the threads it holds. With
   ``CORRAL_GROUPS`` the share is a group's: what all its owners' jobs hold, for the group's weight
-  (``CORRAL_OWNER_WEIGHTS`` names groups then; an owner in no group is a group of one). Among
-  owners equally far below their share, the one whose next job has the higher priority, then the
-  older one, goes first; within an owner, jobs keep their order (priority, then age). So a client
+  (``CORRAL_OWNER_WEIGHTS`` names groups then; an owner in no group is a group of one); within a
+  group, the owner holding fewer threads goes first. Among owners equally far below their share, the
+  one whose next job has the higher priority, then the older one, goes first; within an owner, jobs
+  keep their order (priority, then age). So a client
   that queues ten thousand jobs gets its share of the workers, not all of them, and a client that
   submits one job later waits for one slot to free, not for the ten thousand. No owner starves: every
   owner with ready jobs is the least served one at some point. Priority orders an owner's own jobs;
@@ -417,8 +418,9 @@ class OwnerQueues:
         """The next job of the owner furthest below its share and under its cap, or None."""
         rules, usage = self._rules, self._usage
         capacity = self._capacity() if rules.fair else None
-        best: tuple[float, float, float, int] | None = None
+        best: tuple[float, int, float, float, int] | None = None
         chosen = ""
+        grouped = usage.group_of
         for owner in list(self._heaps):
             heap = self._heaps[owner]
             while heap and not self._looks_live(heap[0][3], heap[0][4]):
@@ -436,7 +438,10 @@ class OwnerQueues:
             else:
                 share = 0.0
             rank, ready_at, seq, _, _ = heap[0]
-            key = (share, rank, ready_at, seq)
+            # Owners of one group share its rank: among them, the one holding fewer threads first, so that
+            # one owner's high-priority jobs cannot keep another's out of the group's share for good.
+            held = usage.running_threads[owner] if owner in grouped else 0
+            key = (share, held, rank, ready_at, seq)
             if best is None or key < best:
                 best, chosen = key, owner
         if best is None:

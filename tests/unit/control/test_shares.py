@@ -138,6 +138,20 @@ def test_with_groups_the_share_is_the_group_s() -> None:
     assert (h.usage.share_threads["physics"], h.usage.share_threads["bio"]) == (4, 4)
 
 
+def test_within_a_group_one_owner_s_priority_does_not_keep_another_out() -> None:
+    """Owners of one group share its rank, so priority alone decided between them: bob's one older job
+    never started while alice kept priority-50 jobs queued."""
+    h = Harness(ShareRules(fair=True, group_of={"alice": "physics", "bob": "physics", "carol": "bio"}))
+    bob = h.add("bob")
+    for _ in range(8):
+        h.add("alice", priority=50)
+        h.add("carol")
+    started = [h.start() for _ in range(4)]
+    # physics' two slots go one to alice and one to bob; carol has the other two
+    assert bob in started
+    assert sorted(owners(started)) == ["alice", "bob", "carol", "carol"]
+
+
 def test_priority_orders_an_owner_s_jobs_and_breaks_ties_between_owners() -> None:
     h = Harness(ShareRules(fair=True))
     low = h.add("alice", priority=1)
