@@ -6,6 +6,7 @@ start-up with :class:`ConfigError` naming the variable and the rule.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -20,6 +21,7 @@ from control.exec_limits import parse_exec_limits
 from control.shares import ShareRules
 from control.tls import ContainerTls, ServerTls, TlsError
 from corral.event_loop import LOOPS
+from corral.transport import loopback
 
 T = TypeVar("T")
 
@@ -190,13 +192,16 @@ class ControlConfig:
     """CORRAL_WORKER_THREADS: >= 1; threads of each worker container (its CORRAL_WORKER_THREADS)."""
     worker_network: str = "host"
     """CORRAL_WORKER_NETWORK: host | bridge | none | container:NAME | a network name; where worker
-    containers run (host: they reach a control plane bound to 127.0.0.1)."""
+    containers run (host: they reach a control plane bound to 127.0.0.1). In docker mode, any other
+    needs CORRAL_AUTOSCALE_CONTROL_ADDRESS when CORRAL_HOST is a loopback or wildcard address."""
     autoscale_control_address: str = ""
-    """CORRAL_AUTOSCALE_CONTROL_ADDRESS: HOST:PORT the worker containers dial (default
-    127.0.0.1:<the bound gRPC port>)."""
+    """CORRAL_AUTOSCALE_CONTROL_ADDRESS: HOST:PORT the worker containers dial (default: CORRAL_HOST, or
+    the loopback address when that is a wildcard, and the bound gRPC port, or the bound worker port
+    under mutual TLS)."""
     autoscale_tls_ca: str = ""
     """CORRAL_AUTOSCALE_TLS_CA: PEM CA certificates the worker containers verify the control plane with
-    (their CORRAL_TLS_CA); required in docker mode when CORRAL_TLS_CERT is set."""
+    (their CORRAL_TLS_CA); required in docker mode when CORRAL_TLS_CERT is set, refused there when it
+    is not."""
     autoscale_tls_cert: str = ""
     """CORRAL_AUTOSCALE_TLS_CERT: the client certificate the worker containers present on the worker port
     (their CORRAL_WORKER_TLS_CERT); with CORRAL_AUTOSCALE_TLS_KEY, required in docker mode when
@@ -482,9 +487,20 @@ class ControlConfig:
         _rule(
             not self.autoscale_control_address or (bool(sep and host) and port.isdigit() and 1 <= int(port) <= 65535),
             "CORRAL_AUTOSCALE_CONTROL_ADDRESS",
-            "must be HOST:PORT with a port in 1..65535 (or empty for 127.0.0.1:<gRPC port>)",
+            "must be HOST:PORT with a port in 1..65535 (or empty for CORRAL_HOST:<gRPC port>)",
             self.autoscale_control_address,
         )
+        if (
+            self.autoscale_mode == "docker"
+            and self.worker_network != "host"
+            and not self.autoscale_control_address
+            and _loopback_only(self.host)
+        ):
+            raise ConfigError(
+                "CORRAL_AUTOSCALE_CONTROL_ADDRESS must be set when CORRAL_WORKER_NETWORK is not host and"
+                f" AUTOSCALE_MODE=docker: the default, {loopback(self.host)} (from CORRAL_HOST), is the container's"
+                f" own loopback inside its network, got CORRAL_WORKER_NETWORK={self.worker_network!r}"
+            )
         _rule(
             re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.autoscale_group) is not None,
             "CORRAL_AUTOSCALE_GROUP",
@@ -502,6 +518,11 @@ class ControlConfig:
             raise ConfigError(f"CORRAL_AUTOSCALE_TLS_{missing} must be set together with CORRAL_AUTOSCALE_TLS_{given}")
         if cert and not self.autoscale_tls_ca:
             raise ConfigError("CORRAL_AUTOSCALE_TLS_CERT needs CORRAL_AUTOSCALE_TLS_CA (mutual TLS is TLS first)")
+        if self.autoscale_mode == "docker" and self.autoscale_tls_ca and not self.tls_cert:
+            raise ConfigError(
+                "CORRAL_AUTOSCALE_TLS_CA needs CORRAL_TLS_CERT when AUTOSCALE_MODE=docker: without it the control"
+                " plane speaks plaintext, and worker containers given a CA would try TLS against it"
+            )
         if self.autoscale_mode == "docker" and self.tls_cert and not self.autoscale_tls_ca:
             raise ConfigError(
                 "CORRAL_AUTOSCALE_TLS_CA must be set when CORRAL_TLS_CERT is and AUTOSCALE_MODE=docker: the worker"
@@ -517,6 +538,18 @@ class ControlConfig:
                 ContainerTls.load(self.autoscale_tls_ca, cert, key)
             except TlsError as exc:
                 raise ConfigError(str(exc)) from None
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether the address worker containers dial by default, from CORRAL_HOST, is a loopback one: from
+    a container with a network namespace of its own it reaches the container, not this control plane."""
+    name = loopback(host).strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a host name: it may well resolve to an address the containers reach
+        return False
 
 
 def _pos(x: float) -> bool:

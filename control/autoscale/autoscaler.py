@@ -7,7 +7,8 @@ Modes (AUTOSCALE_MODE):
   (``corral_autoscaler_decisions_total``) and shown in GET /v1/autoscaler; nothing is started. The
   bounds count the connected workers that take work.
 * ``docker``: each look first refreshes the worker containers (:mod:`.fleet`: adopt, remove the
-  exited, replace the crashed), then acts: up starts containers (``scale_up``), down drains the
+  exited and those never started, replace the crashed and those whose worker never registered, with a
+  backoff while they die soon after they start), then acts: up starts containers (``scale_up``), down drains the
   chosen workers and removes their containers once they left (``scale_down``). The bounds count
   this group's containers, running or starting; other workers only add free capacity. Containers
   drained and not removed yet still count toward MAX_WORKERS (they finish their jobs first).
@@ -20,6 +21,7 @@ Every look's decision is counted by action and reason; actions are logged at inf
 the reason for doing nothing at debug. When Docker is unreachable or WORKER_IMAGE is missing the look
 fails with a clear error (``autoscaler_error`` in the log, ``last_error`` in GET /v1/autoscaler,
 ``corral_autoscaler_errors_total{kind}``); the control plane keeps serving and the next look retries.
+Crashed containers, workers that never register and a running crash backoff are reported the same way.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from control.autoscale.docker_backend import BackendError, ContainerSpec, DockerBackend
-from control.autoscale.fleet import REGISTER_TIMEOUT_SEC, ContainerFleet
+from control.autoscale.fleet import ContainerFleet
 from control.autoscale.policy import Action, Decision, ScalePolicy, ScaleSettings, Snapshot
 from control.clock import Clock
 from control.config import ControlConfig
@@ -205,16 +207,8 @@ class Autoscaler:
 
     async def _look_docker(self, fleet: ContainerFleet) -> Decision:
         await fleet.refresh()
-        late = fleet.late()
-        if late:
-            self._error(
-                "not_registered",
-                f"worker container(s) {', '.join(late)} not registered after {REGISTER_TIMEOUT_SEC:g}s: check "
-                "that they reach the control plane (CORRAL_AUTOSCALE_CONTROL_ADDRESS, CORRAL_WORKER_NETWORK) "
-                "and their logs (docker logs NAME)",
-            )
         decision = self._decide(
-            self._observe(len(fleet.live()), len(fleet.starting()), fleet.idle(), len(fleet.retiring))
+            self._observe(len(fleet.live()), len(fleet.starting()), fleet.idle(), len(fleet.retiring), fleet.held())
         )
         if decision.action is Action.UP:
             self._acted(decision, logs.SCALE_UP)
@@ -226,7 +220,7 @@ class Autoscaler:
         return decision
 
     # ---- observation ----------------------------------------------------------------------------
-    def _observe(self, workers: int, starting: int, idle: int, retiring: int = 0) -> Snapshot:
+    def _observe(self, workers: int, starting: int, idle: int, retiring: int = 0, held: float = 0.0) -> Snapshot:
         s, tpw = self.s, self.settings.threads_per_worker
         ready_jobs = s.counts.get(JobState.PENDING, 0)
         threads = seen = unfit = 0
@@ -256,7 +250,7 @@ class Autoscaler:
             ready_jobs = waiting
         free = sum(max(0, w.free_threads) for w in s.registry.all() if w.accepts_work)
         age = max(0.0, self.clock.now() - oldest) if oldest is not None else 0.0
-        return Snapshot(ready_jobs, threads, age, free, workers, starting, idle, retiring)
+        return Snapshot(ready_jobs, threads, age, free, workers, starting, idle, retiring, held)
 
     def _accepting_workers(self) -> int:
         return sum(1 for w in self.s.registry.all() if w.connected and not w.draining)

@@ -3,7 +3,15 @@
 * :meth:`ContainerFleet.refresh` lists this group's containers. On the first listing it adopts those
   that already run (``worker_container_adopted``) instead of starting duplicates. A container that
   exited by itself with code 0 (a worker that drained and left) is removed; any other exit (killed,
-  crashed, OOM) is removed and replaced at once (``worker_container_replaced``).
+  crashed, OOM) is removed and replaced (``worker_container_replaced``), and so is a container whose
+  worker has not been connected for REGISTER_TIMEOUT_SEC (:meth:`~ContainerFleet.late`): else it would
+  count as starting for ever, toward MAX_WORKERS and against every scale-down. A container still
+  ``created`` that this process is not starting (a control plane stopped between Docker's create and
+  start, or a create that timed out on the client) never gets a worker: it is removed
+  (``worker_container_removed``, reason ``never_started``). Failures are reported through
+  ``on_error`` (``last_error`` in GET /v1/autoscaler). When containers die soon after they start, the
+  replacements are spaced out (:class:`~control.autoscale.policy.CrashBackoff`: the wait doubles, up to
+  a cap, until one stays up) and :meth:`~ContainerFleet.held` holds the policy's steps up as well.
 * :meth:`ContainerFleet.start` starts containers (in parallel).
 * :meth:`ContainerFleet.retire` drains the chosen workers through the control plane (idle ones
   first, with a deadline past their jobs' own leases, so no job is cut short); a task per worker
@@ -18,11 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from control.autoscale.docker_backend import BackendError, DockerBackend, WorkerContainer
-from control.autoscale.policy import WorkerLoad, choose_victims
+from control.autoscale.policy import CrashBackoff, WorkerLoad, choose_victims
 from control.metrics import Metrics
 from control.registry import WorkerEntry
 from control.scheduler import Scheduler
@@ -34,7 +41,8 @@ __all__ = ["REGISTER_TIMEOUT_SEC", "ContainerFleet"]
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_SEC = 60.0
-"""A container whose worker has not registered after this is reported (wrong address or image?)."""
+"""A live container whose worker has not been connected (nor held a job) for this long is removed and
+replaced (wrong address or image?)."""
 LEAVE_MARGIN_SEC = 30.0
 """How long past its drain deadline (and the heartbeat timeout) a drained worker may take to leave
 before its container is removed anyway."""
@@ -52,7 +60,8 @@ class ContainerFleet:
         max_workers: int,
         on_error: Callable[[str, str], None],
     ) -> None:
-        """``on_error(kind, message)`` reports failures that happen outside a look (removals)."""
+        """``on_error(kind, message)`` reports failures: crashes, workers that never register, removals.
+        Time is the scheduler's clock's (:meth:`~control.clock.Clock.monotonic`)."""
         self.backend = backend
         self.s = scheduler
         self.sessions = sessions
@@ -63,7 +72,15 @@ class ContainerFleet:
         """Live containers by worker id, as of the last listing (plus those started since)."""
         self.retiring: dict[str, asyncio.Task[None]] = {}
         """Workers drained for removal, by id, and the task that removes their container."""
-        self._seen_at: dict[str, float] = {}
+        self.backoff = CrashBackoff()
+        """Holds the starts while containers die soon after they start."""
+        self._started_at: dict[str, float] = {}
+        """When each live container was started (or first seen, when adopted)."""
+        self._unconnected_since: dict[str, float] = {}
+        """Since when each live container's worker has not been connected, as of the last look."""
+        self._launching: set[str] = set()
+        """Workers whose container this process is creating and starting now: ``created`` is expected."""
+        self._crash_note = ""
         self._connected = False
         self._first_listing = True
 
@@ -82,9 +99,27 @@ class ContainerFleet:
         return [wid for wid in self.live() if not self._registered(wid)]
 
     def late(self) -> list[str]:
-        """Starting containers older than REGISTER_TIMEOUT_SEC."""
-        now = time.monotonic()
-        return sorted(w for w in self.starting() if now - self._seen_at.get(w, now) > REGISTER_TIMEOUT_SEC)
+        """Starting containers whose worker has not been connected, nor held a job, for REGISTER_TIMEOUT_SEC:
+        :meth:`refresh` removes and replaces them."""
+        now = self._now()
+        return sorted(
+            wid
+            for wid in self.starting()
+            if now - self._unconnected_since.get(wid, now) > REGISTER_TIMEOUT_SEC and not self._holds_jobs(wid)
+        )
+
+    def held(self) -> float:
+        """Seconds before a container may be started again (containers died soon after they started)."""
+        return self.backoff.held(self._now())
+
+    def _holds_jobs(self, worker_id: str) -> bool:
+        # A worker that lost its connection keeps its leases until the reaper takes them back: its
+        # container is not removed under them.
+        w = self.s.registry.get(worker_id)
+        return w is not None and bool(w.running)
+
+    def _now(self) -> float:
+        return self.s.clock.monotonic()
 
     def _registered(self, worker_id: str) -> bool:
         w = self.s.registry.get(worker_id)
@@ -107,12 +142,14 @@ class ContainerFleet:
             if exc.kind != "docker_api":
                 self._connected = False
             raise
+        now = self._now()
         live: dict[str, WorkerContainer] = {}
         for c in listed:
-            if c.live or c.status == "paused":
+            never_started = c.status == "created" and c.worker_id not in self._launching
+            if (c.live or c.status == "paused") and not never_started:
                 live[c.worker_id] = c
                 if c.worker_id not in self.containers:
-                    self._seen_at[c.worker_id] = time.monotonic()
+                    self._started_at.setdefault(c.worker_id, now)
                     if self._first_listing:
                         logger.info(
                             logs.WORKER_CONTAINER_ADOPTED,
@@ -120,11 +157,37 @@ class ContainerFleet:
                         )
         self._first_listing = False
         self.containers = live
-        self._seen_at = {wid: at for wid, at in self._seen_at.items() if wid in live}
-        for c in listed:
-            # A retiring worker's container is removed by its own task, whatever state it is in.
-            if c.worker_id not in live and c.worker_id not in self.retiring and c.status != "removing":
+        for wid in live:
+            if self._registered(wid):
+                self._unconnected_since.pop(wid, None)
+                if self.backoff.stayed_up(self._started_at.get(wid, now), now):
+                    self._crash_note = ""
+            else:
+                self._unconnected_since.setdefault(wid, now)
+        late = [live[wid] for wid in self.late()]
+        # A retiring worker's container is removed by its own task, whatever state it is in.
+        gone = [c for c in listed if c.worker_id not in live and c.worker_id not in self.retiring]
+        crashed = [c for c in gone if c.status not in ("removing", "created") and not c.exited_cleanly]
+        # Containers that die together are one failure: a bad image must not jump to the cap at once.
+        if late or any(self.backoff.early(self._started_at.get(c.worker_id, now), now) for c in crashed):
+            self.backoff.failed(now)
+        for c in gone:
+            if c.status == "created":
+                await asyncio.to_thread(self.backend.remove, c.id)
+                logger.warning(
+                    logs.WORKER_CONTAINER_REMOVED,
+                    extra={"worker_id": c.worker_id, "container": c.id[:12], "reason": "never_started"},
+                )
+            elif c.status != "removing":
                 await self._remove_exited(c)
+        for c in late:
+            await self._replace(c, "not_registered")
+        self._started_at = {wid: at for wid, at in self._started_at.items() if wid in self.containers}
+        self._unconnected_since = {wid: at for wid, at in self._unconnected_since.items() if wid in self.containers}
+        if not (late or crashed) and self._crash_note and self.backoff.failing(now):
+            # Keep it in last_error until a container stays up, not just at the look that saw the crash:
+            # the end of a hold proves nothing.
+            self.on_error("crash_backoff", self._crash_note)
 
     async def _remove_exited(self, c: WorkerContainer) -> None:
         await asyncio.to_thread(self.backend.remove, c.id)
@@ -134,20 +197,55 @@ class ContainerFleet:
                 extra={"worker_id": c.worker_id, "container": c.id[:12], "exit_code": c.exit_code},
             )
             return
+        await self._replace(c, "exited")
+
+    async def _replace(self, c: WorkerContainer, reason: str) -> None:
+        """Start a container in place of ``c`` (removed already when it exited, removed here when it is
+        ``late``), unless MAX_WORKERS or the crash backoff forbid it; report it either way."""
+        if reason == "not_registered":
+            await asyncio.to_thread(self.backend.remove, c.id)
+            self.containers.pop(c.worker_id, None)
+        held = self.held()
         # Retiring containers may run their jobs for a long while yet: they still count toward the bound.
-        replacement = await self._start_one() if len(self.live()) + len(self.retiring) < self.max_workers else None
+        room = len(self.live()) + len(self.retiring) < self.max_workers
+        replacement = await self._start_one() if room and held == 0 else None
         self.metrics.autoscaler_replaced.inc()
         logger.warning(
             logs.WORKER_CONTAINER_REPLACED,
             extra={
                 "worker_id": c.worker_id,
                 "container": c.id[:12],
+                "reason": reason,
                 "status": c.status,
                 "exit_code": c.exit_code,
                 "oom_killed": c.oom_killed,
                 "replacement": replacement,
+                "held_sec": round(held, 1),
             },
         )
+        if reason == "not_registered":
+            what = (
+                f"worker container {c.worker_id} not registered after {REGISTER_TIMEOUT_SEC:g}s, removed: check "
+                "that containers reach the control plane (CORRAL_AUTOSCALE_CONTROL_ADDRESS, CORRAL_WORKER_NETWORK) "
+                f"and their logs (docker logs {c.worker_id})"
+            )
+        else:
+            oom = ", OOM-killed" if c.oom_killed else ""
+            what = (
+                f"worker container {c.worker_id} {c.status} with exit code {c.exit_code}{oom}: "
+                f"see its logs (docker logs {c.worker_id}: it was removed)"
+            )
+        if replacement is not None:
+            outcome = f"replaced by {replacement}"
+        elif held > 0:
+            outcome = (
+                f"{self.backoff.failures} failures in a row soon after start: no container is started for "
+                f"{held:.0f}s (the wait doubles while they go on)"
+            )
+        else:
+            outcome = f"not replaced: MAX_WORKERS ({self.max_workers}) reached"
+        self._crash_note = f"{what}; {outcome}"
+        self.on_error(reason, self._crash_note)
 
     # ---- scale up -------------------------------------------------------------------------------
     async def start(self, n: int) -> None:
@@ -159,9 +257,13 @@ class ContainerFleet:
 
     async def _start_one(self) -> str:
         worker_id = self.backend.new_worker_id(self.backend.spec.group)
-        c = await asyncio.to_thread(self.backend.start, worker_id)
+        self._launching.add(worker_id)
+        try:
+            c = await asyncio.to_thread(self.backend.start, worker_id)
+        finally:
+            self._launching.discard(worker_id)
         self.containers[worker_id] = c
-        self._seen_at[worker_id] = time.monotonic()
+        self._started_at[worker_id] = self._unconnected_since[worker_id] = self._now()
         logger.info(logs.WORKER_CONTAINER_STARTED, extra={"worker_id": worker_id, "container": c.id[:12]})
         return worker_id
 
@@ -198,9 +300,9 @@ class ContainerFleet:
         return max([5.0] + [end - now for end in ends if end is not None])
 
     async def _remove_when_gone(self, worker_id: str, container_id: str, give_up_sec: float, poll_sec: float) -> None:
-        give_up = time.monotonic() + give_up_sec
+        give_up = self._now() + give_up_sec
         try:
-            while time.monotonic() < give_up:
+            while self._now() < give_up:
                 w = self.s.registry.get(worker_id)
                 if w is None or (not w.connected and not w.running):
                     break

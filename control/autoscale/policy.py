@@ -16,6 +16,8 @@ still starting. The rules, first match wins:
    next look needs, and a worker that has not registered cannot be drained.)
 4. After any action (:meth:`ScalePolicy.acted`), none for CORRAL_SCALE_COOLDOWN_SEC, the bounds
    included: at most one action per cooldown window, whatever happens.
+5. While containers keep dying soon after they start (:attr:`Snapshot.held_sec`, from
+   :class:`CrashBackoff`), no step up (rules 1 and 2): more of them would die the same way.
 
 Workers drained by a scale-down and not gone yet (:attr:`Snapshot.retiring`) still run their jobs:
 they count toward MAX_WORKERS in every step up (rules 1 and 2), and toward nothing else.
@@ -28,6 +30,7 @@ restarts at the first sign of load; and every action opens a cooldown in which n
 scales in at all.
 
 :func:`choose_victims` picks the workers a scale-down drains: idle ones first, then the least loaded.
+:class:`CrashBackoff` spaces out the starts that replace containers dying soon after they started.
 """
 
 from __future__ import annotations
@@ -37,7 +40,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Action", "Decision", "ScalePolicy", "ScaleSettings", "Snapshot", "WorkerLoad", "choose_victims"]
+__all__ = [
+    "Action",
+    "CrashBackoff",
+    "Decision",
+    "ScalePolicy",
+    "ScaleSettings",
+    "Snapshot",
+    "WorkerLoad",
+    "choose_victims",
+]
 
 
 class Action(enum.StrEnum):
@@ -109,6 +121,9 @@ class Snapshot:
     retiring: int = 0
     """Workers drained for removal and not gone yet (docker mode): not in ``workers``, but they may
     run their jobs up to the jobs' timeout, so they count toward MAX_WORKERS."""
+    held_sec: float = 0.0
+    """Seconds before a container may be started again, because containers died soon after they
+    started (docker mode, :class:`CrashBackoff`): while > 0 there is no step up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +137,7 @@ class Decision:
     """``workers`` after the action."""
     reason: str
     """below_min | above_max | backlog | waiting | idle (actions); steady | cooldown | at_max |
-    capacity_coming | stabilizing (none)."""
+    capacity_coming | stabilizing | crash_backoff (none)."""
     detail: str = ""
     """The numbers behind it, for the log and GET /v1/autoscaler."""
 
@@ -168,6 +183,8 @@ class ScalePolicy:
             if cur < cfg.min_workers:
                 if room <= 0:
                     return _none(cur, "at_max", bound)
+                if snap.held_sec > 0:
+                    return _none(cur, "crash_backoff", f"{bound}; starts held {snap.held_sec:.0f}s more")
                 return _up(cur, min(cfg.min_workers - cur, room), "below_min", bound)
             return _down(cur, cur - cfg.max_workers, "above_max", bound)
 
@@ -199,6 +216,8 @@ class ScalePolicy:
                 return _none(cur, "at_max", numbers)
             if cooling:
                 return _none(cur, "cooldown", numbers)
+            if snap.held_sec > 0:
+                return _none(cur, "crash_backoff", f"{numbers}; starts held {snap.held_sec:.0f}s more")
             step = min(math.ceil(missing / tpw), room)
             return _up(cur, step, "backlog" if over_high else "waiting", numbers)
         if self.low_since is not None:
@@ -221,6 +240,63 @@ class ScalePolicy:
         if self.last_action_at is None:
             return 0.0
         return max(0.0, self.settings.cooldown_sec - (now - self.last_action_at))
+
+
+class CrashBackoff:
+    """When a container may be started again after containers died soon after they started. Pure: time
+    (a monotonic clock's seconds) comes in as ``now``.
+
+    A worker whose image exits at start, or that cannot reach the control plane, dies the same way each
+    time it is replaced; replacing it at every look would churn containers for ever. So the n-th such
+    failure in a row holds every start for ``min(cap_sec, base_sec * 2**(n-2))``, none after the first
+    (a one-off crash is replaced at once). The series ends when a container started after the last
+    failure has stayed up ``stay_up_sec`` (:meth:`stayed_up`), or when no failure came for
+    ``cap_sec + stay_up_sec`` (nothing was started meanwhile to prove the image good, nor to fail).
+    """
+
+    def __init__(self, base_sec: float = 10.0, cap_sec: float = 300.0, stay_up_sec: float = 60.0) -> None:
+        """No failure yet: nothing is held."""
+        self.base_sec = base_sec
+        self.cap_sec = cap_sec
+        self.stay_up_sec = stay_up_sec
+        self.failures = 0
+        """Failures in a row (the series)."""
+        self.last_failure_at: float | None = None
+        self.hold_until = 0.0
+
+    def early(self, started_at: float, now: float) -> bool:
+        """Whether a container started at ``started_at`` and dead at ``now`` died soon after it started."""
+        return now - started_at < self.stay_up_sec
+
+    def failed(self, now: float) -> float:
+        """Record one failure (at most one per look: containers that die together are one failure);
+        returns the seconds every start is now held for."""
+        if self.last_failure_at is not None and now - self.last_failure_at > self.cap_sec + self.stay_up_sec:
+            self.failures = 0
+        self.failures += 1
+        self.last_failure_at = now
+        hold = 0.0 if self.failures == 1 else min(self.cap_sec, self.base_sec * 2 ** min(self.failures - 2, 30))
+        self.hold_until = now + hold
+        return hold
+
+    def held(self, now: float) -> float:
+        """Seconds before a container may be started (0: now)."""
+        return max(0.0, self.hold_until - now)
+
+    def failing(self, now: float) -> bool:
+        """Whether a series that holds starts is going on: more than one failure in a row, and the last
+        one recent enough to count (no container has stayed up since, or none was started)."""
+        last = self.last_failure_at
+        return self.failures > 1 and last is not None and now - last <= self.cap_sec + self.stay_up_sec
+
+    def stayed_up(self, started_at: float, now: float) -> bool:
+        """A container started at ``started_at`` runs a registered worker at ``now``: when it was started
+        after the last failure and has been up ``stay_up_sec``, the series ends (returns True then)."""
+        last = self.last_failure_at
+        if self.failures == 0 or last is None or started_at < last or now - started_at < self.stay_up_sec:
+            return False
+        self.failures, self.last_failure_at, self.hold_until = 0, None, 0.0
+        return True
 
 
 def choose_victims(workers: Sequence[WorkerLoad], n: int) -> list[str]:

@@ -11,6 +11,7 @@ import pytest
 
 from control.autoscale.policy import (
     Action,
+    CrashBackoff,
     Decision,
     ScalePolicy,
     ScaleSettings,
@@ -41,10 +42,11 @@ def snap(
     starting: int = 0,
     idle: int | None = None,
     retiring: int = 0,
+    held: float = 0.0,
 ) -> Snapshot:
     """A snapshot; unless ``idle`` says otherwise, the free threads are those of whole idle workers."""
     idle = free // SETTINGS.threads_per_worker if idle is None else idle
-    return Snapshot(ready, ready if threads is None else threads, age, free, workers, starting, idle, retiring)
+    return Snapshot(ready, ready if threads is None else threads, age, free, workers, starting, idle, retiring, held)
 
 
 def policy(**changes: object) -> ScalePolicy:
@@ -265,6 +267,40 @@ def test_victims_are_idle_workers_first_then_the_least_loaded() -> None:
     assert choose_victims(workers, 1) == ["idle-a"]
     assert choose_victims(workers, 3) == ["idle-a", "idle-b", "busy-1"]
     assert choose_victims(workers, 0) == []
+
+
+# ---- containers that die at start ----------------------------------------------------------------
+def test_no_step_up_while_starts_are_held_but_a_scale_down_still_happens() -> None:
+    # Containers die soon after they start: more of them would too (not the bound, not the backlog)
+    p = policy(min_workers=3, stable_sec=0.0)
+    assert p.decide(snap(workers=1, held=10.0), 0.0).reason == "crash_backoff"
+    assert p.decide(snap(ready=1000, workers=3, held=10.0), 0.0).reason == "crash_backoff"
+    d = p.decide(snap(workers=1), 0.0)
+    assert (d.action, d.step, d.reason) == (Action.UP, 2, "below_min")
+    d = p.decide(snap(ready=0, free=8, workers=5, held=10.0), 1.0)
+    assert (d.action, d.step, d.reason) == (Action.DOWN, 2, "idle")
+
+
+def test_crash_backoff_doubles_to_its_cap_and_ends_once_a_container_stays_up() -> None:
+    b = CrashBackoff(base_sec=10.0, cap_sec=60.0, stay_up_sec=30.0)
+    assert (b.held(0.0), b.early(started_at=0.0, now=29.0), b.early(started_at=0.0, now=30.0)) == (0.0, True, False)
+    # The first failure is replaced at once; then the wait doubles, up to the cap
+    holds = []
+    now = 0.0
+    for _ in range(6):
+        holds.append(b.failed(now))
+        now += holds[-1] + 1.0
+    assert holds == [0.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+    last = now - 61.0
+    assert (b.held(last + 59.0), b.held(last + 60.0), b.failing(last + 60.0)) == (1.0, 0.0, True)
+    # A container started before the last failure proves nothing; one started after it, once up long enough
+    assert not b.stayed_up(started_at=last - 1.0, now=last + 100.0)
+    assert not b.stayed_up(started_at=last + 60.0, now=last + 89.0)
+    assert b.stayed_up(started_at=last + 60.0, now=last + 90.0)
+    assert (b.failures, b.failing(last + 90.0), b.failed(last + 91.0)) == (0, False, 0.0)
+    # A failure long after the last one (nothing started meanwhile) starts a new series too
+    assert b.failed(last + 92.0) == 10.0
+    assert b.failed(last + 92.0 + 91.0) == 0.0
 
 
 # ---- settings -------------------------------------------------------------------------------------

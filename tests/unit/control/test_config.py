@@ -1,8 +1,11 @@
 """Configuration: defaults, environment names, and errors that name the variable."""
 
+from pathlib import Path
+
 import pytest
 
 from control.config import ConfigError, ControlConfig
+from tests.support.certs import make_pki
 
 
 def test_defaults() -> None:
@@ -77,3 +80,52 @@ def test_bad_isolation_settings_name_the_variable_and_rule(env: dict[str, str], 
 def test_isolation_settings_are_read() -> None:
     c = ControlConfig.from_env({**_TOKENS, "CORRAL_JOB_VISIBILITY": "Owner", "CORRAL_AUTH_ADMINS": " alice ,"})
     assert (c.job_visibility, c.auth_admins) == ("owner", ("alice",))
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"CORRAL_WORKER_NETWORK": "bridge"},
+            r"^CORRAL_AUTOSCALE_CONTROL_ADDRESS must be set when CORRAL_WORKER_NETWORK is not host and"
+            r" AUTOSCALE_MODE=docker: the default, 127\.0\.0\.1 \(from CORRAL_HOST\), is the container's own"
+            r" loopback inside its network, got CORRAL_WORKER_NETWORK='bridge'$",
+        ),
+        ({"CORRAL_WORKER_NETWORK": "corral-net", "CORRAL_HOST": "0.0.0.0"}, "^CORRAL_AUTOSCALE_CONTROL_ADDRESS must"),
+        ({"CORRAL_WORKER_NETWORK": "container:sidecar", "CORRAL_HOST": "::1"}, r"the default, ::1 \(from"),
+        ({"CORRAL_WORKER_NETWORK": "none", "CORRAL_HOST": "localhost"}, "^CORRAL_AUTOSCALE_CONTROL_ADDRESS must"),
+    ],
+)
+def test_docker_mode_off_the_host_network_needs_an_address_the_containers_reach(
+    env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ControlConfig.from_env({"AUTOSCALE_MODE": "docker", **env})
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {
+            "AUTOSCALE_MODE": "docker",
+            "CORRAL_WORKER_NETWORK": "bridge",
+            "CORRAL_AUTOSCALE_CONTROL_ADDRESS": "10.0.0.5:1",
+        },
+        {"AUTOSCALE_MODE": "docker", "CORRAL_WORKER_NETWORK": "bridge", "CORRAL_HOST": "10.0.0.5"},
+        {"AUTOSCALE_MODE": "docker", "CORRAL_WORKER_NETWORK": "host"},
+        {"AUTOSCALE_MODE": "recommend", "CORRAL_WORKER_NETWORK": "bridge"},  # starts no container
+    ],
+)
+def test_worker_networks_the_containers_can_dial_from_are_accepted(env: dict[str, str]) -> None:
+    ControlConfig.from_env(env)
+
+
+def test_docker_mode_refuses_a_ca_for_the_containers_when_the_control_plane_speaks_plaintext(tmp_path: Path) -> None:
+    ca = str(make_pki(tmp_path).ca)
+    with pytest.raises(ConfigError) as err:
+        ControlConfig.from_env({"AUTOSCALE_MODE": "docker", "CORRAL_AUTOSCALE_TLS_CA": ca})
+    assert str(err.value) == (
+        "CORRAL_AUTOSCALE_TLS_CA needs CORRAL_TLS_CERT when AUTOSCALE_MODE=docker: without it the control plane"
+        " speaks plaintext, and worker containers given a CA would try TLS against it"
+    )
+    ControlConfig.from_env({"AUTOSCALE_MODE": "recommend", "CORRAL_AUTOSCALE_TLS_CA": ca})  # starts no container
