@@ -39,7 +39,9 @@ def read_page(conn: Any, placeholder: str, match: Mapping[str, str], limit: int,
 
 def purge_sql(placeholder: str) -> str:
     """Deletes the oldest events recorded by a time, at most a number of them (time, limit)."""
+    # Oldest by time, as the index on (time, seq) holds them: ordered by seq alone, the planner walks
+    # the whole log in seq order to find none old enough (every sweep between two expiries).
     return (
         f"DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE time <= {placeholder} "
-        f"ORDER BY seq LIMIT {placeholder})"
+        f"ORDER BY time, seq LIMIT {placeholder})"
     )

@@ -234,7 +234,13 @@ class Store(Protocol):
         ...
 
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
-        """The states of those of ``job_ids`` that are stored (a synchronous read, for start-up)."""
+        """The committed states of those of ``job_ids`` that are stored. Synchronous: called at start-up,
+        and on the event loop while SubmitJobs settles a batch's links with no ``await`` in between
+        (reads by id, on the connection :meth:`get_idempotency` reads by, which nothing else holds).
+
+        Raises:
+            Unavailable: a shared store's server cannot be read.
+        """
         ...
 
     def max_seq(self) -> int:

@@ -85,6 +85,16 @@ CONNECT_TIMEOUT_SEC = 10
 RECONNECT_SEC = 1.0
 """How often a standby that lost its connection to the server tries again."""
 
+SCHEMA_LOCK_TIMEOUT_SEC = 1.0
+"""How long the schema step of :meth:`PostgresStore.lead` waits for a table's lock (another session
+holds it: a pg_dump, a VACUUM FULL, DDL by hand) before it gives up, leaves as much time to the queries
+queued behind its request, and tries again."""
+
+PAGE_FETCH_ROWS = 20
+"""Rows a ListJobs page fetches from the server at a time: past the page's cap
+(:data:`control.store.rows.PAGE_TEXT_BYTES`) it holds at most this many more rows, and a page of 50
+small jobs (ListJobs' default) takes three fetches."""
+
 # A group's new jobs go in by one COPY (a statement each cost the control plane more CPU per job), and
 # each changed job by one compare-and-set UPDATE, pipelined: never let an older attempt overwrite a newer one.
 _COPY_JOBS = f"COPY jobs ({COLUMNS}) FROM STDIN"
@@ -170,7 +180,7 @@ class PostgresStore:
         try:
             self._wconn = self._connect()
             self._rconn = self._connect()
-            self._kconn = self._connect()  # key lookups on the event loop's thread (see get_idempotency)
+            self._kconn = self._connect()  # reads by key on the event loop's thread (get_idempotency, states)
         except psycopg.Error as exc:
             self._close_connections()
             raise OSError(f"cannot open the database {self.where}: {_reason(exc)}") from None
@@ -201,7 +211,10 @@ class PostgresStore:
     # ---- leading ------------------------------------------------------------------------------
     async def lead(self, standing_by: StandingBy | None = None) -> None:
         """Return once this store holds the database's lock, its schema made: at once when no other
-        control plane holds it, else (a standby) when that one has gone."""
+        control plane holds it, else (a standby) when that one has gone. A schema step that needs a
+        table another session holds (an older database gaining a column during a pg_dump) gives up
+        after SCHEMA_LOCK_TIMEOUT_SEC and is tried again until it gets the lock, rather than left waiting
+        in the lock's queue."""
         loop = asyncio.get_running_loop()
         logged = False
         while True:
@@ -228,7 +241,14 @@ class PostgresStore:
         if logged:  # connections idle for as long as it stood by may have been ended meanwhile
             self._rconn = await loop.run_in_executor(self._reader, self._alive, self._rconn)
             self._kconn = await loop.run_in_executor(self._reader, self._alive, self._kconn)
-        await loop.run_in_executor(self._writer, self._make_schema)
+        blocked = False
+        while reason := await loop.run_in_executor(self._writer, self._make_schema):
+            # A request waiting for a table's lock holds up every query of that table queued after it:
+            # give way between tries rather than wait for as long as the other session keeps it.
+            if not blocked:
+                blocked = True
+                logger.warning("store_schema_locked", extra={"db": self.where, "error": reason})
+            await asyncio.sleep(SCHEMA_LOCK_TIMEOUT_SEC)
         self._leading = True
         logger.info(logs.STORE_LEADING, extra={"db": self.where, "waited": logged})
         self._prober = threading.Thread(target=self._probe_loop, name="store-probe", daemon=True)
@@ -271,13 +291,23 @@ class PostgresStore:
                 return f"{row[0]} from {row[1] or 'a local socket'}"
         return "unknown"
 
-    def _make_schema(self) -> None:
+    def _make_schema(self) -> str:
+        """Make what schema_postgres.sql makes, in one transaction: "" once made, else why a table's lock
+        could not be had within SCHEMA_LOCK_TIMEOUT_SEC (nothing was made: try again).
+
+        Raises:
+            OSError: the schema cannot be made (the server is gone, a permission is missing).
+        """
         ddl = resources.files("control.store").joinpath("schema_postgres.sql").read_text()
         try:
             with self._wconn.transaction():
+                self._wconn.execute(f"SET LOCAL lock_timeout = {round(SCHEMA_LOCK_TIMEOUT_SEC * 1000)}")
                 self._wconn.execute(ddl)
+        except psycopg.errors.LockNotAvailable as exc:
+            return _reason(exc)
         except psycopg.Error as exc:
             raise OSError(f"cannot create the tables in {self.where}: {_reason(exc)}") from None
+        return ""
 
     def _probe_loop(self) -> None:
         while not self._stop.wait(PROBE_SEC):
@@ -518,7 +548,10 @@ class PostgresStore:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
 
         def q(c: psycopg.Connection[Any]) -> JobPage:
-            with c.cursor() as cur:
+            # A server-side cursor, PAGE_FETCH_ROWS at a time, so first_page's cap bounds what is fetched:
+            # a client-side one took the whole page first (1,000 jobs of 1 MiB payloads: 1 GB).
+            with c.transaction(), c.cursor(name="corral_page") as cur:
+                cur.itersize = PAGE_FETCH_ROWS
                 cur.execute(
                     f"SELECT {COLUMNS} FROM jobs{clause} ORDER BY seq DESC LIMIT %s OFFSET %s", (*args, limit, offset)
                 )
@@ -541,8 +574,15 @@ class PostgresStore:
         return {JobState(s): int(n) for s, n in rows}
 
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
-        """The states of those of ``job_ids`` that are stored (at start-up, before the event loop's work)."""
-        rows = self._rconn.execute("SELECT id, state FROM jobs WHERE id = ANY(%s)", (list(job_ids),)).fetchall()
+        # On _kconn, as get_idempotency: the reader thread may be using _rconn, and SubmitJobs calls this
+        # on the event loop. No ids, no round trip.
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        try:
+            rows = self._kconn.execute("SELECT id, state FROM jobs WHERE id = ANY(%s)", (ids,)).fetchall()
+        except psycopg.Error as exc:
+            raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
         return {job_id: JobState(state) for job_id, state in rows}
 
     def max_seq(self) -> int:

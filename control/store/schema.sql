@@ -86,3 +86,8 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 
 CREATE INDEX IF NOT EXISTS audit_by_actor ON audit (actor, seq);
+-- The retention sweep (control.store.audit_rows.purge_sql, oldest by time first) and --target searches
+-- read these, not the whole log: between sweeps nothing is old enough, and a scan of it each minute
+-- held the event loop (SQLite) or the writer (PostgreSQL).
+CREATE INDEX IF NOT EXISTS audit_by_time ON audit (time, seq);
+CREATE INDEX IF NOT EXISTS audit_by_target ON audit (target, seq);

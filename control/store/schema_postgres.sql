@@ -40,11 +40,29 @@ CREATE TABLE IF NOT EXISTS jobs (
     start_when       INTEGER          NOT NULL DEFAULT 0
 );
 
--- Columns added since the first release with this schema (a database made then gains them).
-ALTER TABLE jobs ADD COLUMN IF NOT EXISTS gpu_count INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN IF NOT EXISTS memory_mb INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN IF NOT EXISTS notify TEXT NOT NULL DEFAULT '';
-ALTER TABLE jobs ADD COLUMN IF NOT EXISTS start_when INTEGER NOT NULL DEFAULT 0;
+-- Columns added since the first release with this schema (a database made then gains them). Only when
+-- missing: ALTER TABLE takes its ACCESS EXCLUSIVE lock before IF NOT EXISTS is looked at, so on every
+-- takeover it waited behind any reader of jobs (a pg_dump: minutes), and every query after it waited too.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'jobs'::regclass AND attname = 'gpu_count' AND NOT attisdropped) THEN
+        ALTER TABLE jobs ADD COLUMN gpu_count INTEGER NOT NULL DEFAULT 0;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'jobs'::regclass AND attname = 'memory_mb' AND NOT attisdropped) THEN
+        ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'jobs'::regclass AND attname = 'notify' AND NOT attisdropped) THEN
+        ALTER TABLE jobs ADD COLUMN notify TEXT NOT NULL DEFAULT '';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'jobs'::regclass AND attname = 'start_when' AND NOT attisdropped) THEN
+        ALTER TABLE jobs ADD COLUMN start_when INTEGER NOT NULL DEFAULT 0;
+    END IF;
+END
+$$;
 
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
 CREATE INDEX IF NOT EXISTS jobs_by_type ON jobs (type, seq);
@@ -95,3 +113,8 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 
 CREATE INDEX IF NOT EXISTS audit_by_actor ON audit (actor, seq);
+-- The retention sweep (control.store.audit_rows.purge_sql, oldest by time first) and --target searches
+-- read these, not the whole log: between sweeps nothing is old enough, and a scan of it each minute
+-- held the event loop (SQLite) or the writer (PostgreSQL).
+CREATE INDEX IF NOT EXISTS audit_by_time ON audit (time, seq);
+CREATE INDEX IF NOT EXISTS audit_by_target ON audit (target, seq);
