@@ -299,7 +299,8 @@ class AsyncClient:
 
     async def wait(self, id: str, timeout: float | None = None) -> Job:  # noqa: ASYNC109 (same API as Client.wait)
         """Wait until the job is terminal and return it, across control-plane restarts
-        (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
+        (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout`` seconds
+        (``timeout=0`` looks once: the job if it has ended, else DeadlineExceeded)."""
         return await _last(self._follow(Follow(id, timeout)))
 
     def watch_many(
@@ -320,12 +321,15 @@ class AsyncClient:
     async def _follow_many(self, follow: FollowMany) -> AsyncGenerator[Job, None]:
         while not follow.done:
             error: CorralError | None = None
-            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), follow.remaining())
+            limit = follow.opening()  # before request(): a check asks for more than the ends
+            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), limit)
             try:
                 async with aclosing(updates):
                     async for job in updates:
                         if follow.is_new(job):
                             yield job
+                        if follow.checked:
+                            break  # timeout=0 looked once: pause() raises DeadlineExceeded for the rest
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:
@@ -367,7 +371,7 @@ class AsyncClient:
                 updates = submit()
             else:
                 watch = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
-                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.remaining())
+                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.opening())
             try:
                 async with aclosing(updates):
                     async for job in updates:
@@ -376,6 +380,8 @@ class AsyncClient:
                             yield job
                         if job.is_terminal:
                             return
+                        if follow.checked:
+                            break  # timeout=0 looked once: pause() raises DeadlineExceeded
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:

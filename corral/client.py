@@ -368,7 +368,8 @@ class Client:
 
     def wait(self, id: str, timeout: float | None = None) -> Job:
         """Block until the job is terminal and return it, across control-plane restarts
-        (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout``."""
+        (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout`` seconds
+        (``timeout=0`` looks once: the job if it has ended, else DeadlineExceeded)."""
         return _last(self._follow(Follow(id, timeout)))
 
     def watch_many(
@@ -380,7 +381,9 @@ class Client:
 
         A restart of the control plane does not end it: the jobs not ended yet are watched again
         (:mod:`corral.follow` says when it gives up); :class:`~corral.errors.DeadlineExceeded` after
-        ``timeout`` seconds, naming how many had not ended. Closing the generator cancels the stream.
+        ``timeout`` seconds, naming how many had not ended (``timeout=0`` looks once: it yields each job
+        now, or with ``ends_only`` those that have ended, then raises unless all have). Closing the
+        generator cancels the stream.
 
         Raises:
             InvalidArgument: on ``ids`` (none, over 10,000, a repeat, an id that is not a string of 1 to
@@ -391,8 +394,8 @@ class Client:
 
     def wait_all(self, ids: Iterable[str], timeout: float | None = None) -> builtins.list[Job]:
         """Block until every job has ended and return them terminal, in the order of ``ids``: one
-        ``WatchJobs`` stream that carries only the ends; as :meth:`watch_many` across restarts and on
-        bad input."""
+        ``WatchJobs`` stream that carries only the ends; as :meth:`watch_many` across restarts, on bad
+        input and on ``timeout`` (0: the jobs if all have ended, else DeadlineExceeded)."""
         follow = FollowMany(ids, timeout, ends_only=True)
         for _ in self._follow_many(follow):
             pass
@@ -401,12 +404,15 @@ class Client:
     def _follow_many(self, follow: FollowMany) -> Generator[Job, None, None]:
         while not follow.done:
             error: CorralError | None = None
-            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), follow.remaining())
+            limit = follow.opening()  # before request(): a check asks for more than the ends
+            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), limit)
             try:
                 with closing(updates):
                     for job in updates:
                         if follow.is_new(job):
                             yield job
+                        if follow.checked:
+                            break  # timeout=0 looked once: pause() raises DeadlineExceeded for the rest
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:
@@ -456,7 +462,7 @@ class Client:
                 updates = submit()
             else:
                 watch = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
-                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.remaining())
+                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.opening())
             try:
                 with closing(updates):
                     for job in updates:
@@ -465,6 +471,8 @@ class Client:
                             yield job
                         if job.is_terminal:
                             return
+                        if follow.checked:
+                            break  # timeout=0 looked once: pause() raises DeadlineExceeded
             except DeadlineExceeded:
                 raise follow.timed_out() from None
             except CorralError as exc:

@@ -1,5 +1,6 @@
 """Following a job across control-plane restarts: when :meth:`Client.watch` / :meth:`Client.wait` (and
-their asyncio twins) watch again, and when they give up.
+their asyncio twins, and the ``WatchJobs`` ones: ``watch_many``, ``wait_all``) watch again, and when
+they give up.
 
 A job outlives a restart of the control plane (it is durable, and a running one keeps running on its
 worker), so a client following it should too. When the stream breaks (``UNAVAILABLE``: the server
@@ -8,9 +9,22 @@ calls cut at the end of the shutdown grace) or ends before a terminal state, the
 a pause that doubles from :data:`REWATCH_PAUSE_SEC` to :data:`REWATCH_PAUSE_MAX_SEC`. The new stream
 starts with the job as it is now; :meth:`Follow.is_new` drops it when nothing changed meanwhile, so
 a watcher sees each state once. An outage longer than :data:`OUTAGE_LIMIT_SEC` (counted from the
-first failure after the last event) raises the ``Unavailable`` error, and the wait's own timeout
-still raises ``DeadlineExceeded``; any other error is raised at once. Before the first event the
+first failure after the last contact) raises the ``Unavailable`` error, and the wait's own timeout
+still raises ``DeadlineExceeded``; any other error is raised at once. Before the first contact the
 limit is :data:`FIRST_CONTACT_LIMIT_SEC`, so that a wrong address is an error within seconds.
+
+Contact is an event, or a stream that was taken by a control plane and broke: its request was sent
+on a connection (not refused before it left, :data:`corral.failover.NEVER_SENT`; not passed on by
+every address of a list, nor refused by a standby). That matters for ``wait_all``: with ``ends_only``
+the control plane sends nothing until a job ends, so a stream may be open for minutes without an
+event. A stream that broke after :data:`SERVED_SEC` open was served that long: the outage starts
+again at its break, so that a second restart much later gets the whole limit again. A shorter one
+(a control plane that fails the call at once, over and over) leaves the outage counting, so that it
+is still given up on.
+
+``timeout=0`` checks once: the first stream of a follow whose time is already up still reads the
+job(s) as they are now (within :data:`CHECK_LIMIT_SEC`), returns what has ended, and raises
+``DeadlineExceeded`` for the rest, rather than giving up before it looked.
 """
 
 from __future__ import annotations
@@ -20,15 +34,18 @@ import time
 from collections.abc import Callable, Iterable
 
 from corral.errors import CorralError, DeadlineExceeded, InvalidArgument, Unavailable
+from corral.failover import moves_on
 from corral.job import Job
 from corral.job_ids import watched_ids
 from corral.v1 import jobs_pb2
 
 __all__ = [
+    "CHECK_LIMIT_SEC",
     "FIRST_CONTACT_LIMIT_SEC",
     "OUTAGE_LIMIT_SEC",
     "REWATCH_PAUSE_MAX_SEC",
     "REWATCH_PAUSE_SEC",
+    "SERVED_SEC",
     "Follow",
     "FollowMany",
     "broken_stream",
@@ -41,8 +58,14 @@ REWATCH_PAUSE_MAX_SEC = 2.0
 OUTAGE_LIMIT_SEC = 60.0
 """How long watching rides through an unreachable control plane before it raises ``Unavailable``."""
 FIRST_CONTACT_LIMIT_SEC = 5.0
-"""The same before the first event: a control plane that was never reached (a wrong address, one that
+"""The same before the first contact: a control plane that was never reached (a wrong address, one that
 is down) is reported within seconds, while a restart that a watch starts into is still ridden out."""
+SERVED_SEC = 5.0
+"""A stream taken by a control plane that broke after it was open this long ends the outage, as an event
+does. Shorter ones do not, so that a server that takes every call and fails it (a proxy in front of no
+control plane) is still given up on after :data:`OUTAGE_LIMIT_SEC`."""
+CHECK_LIMIT_SEC = 5.0
+"""The deadline of the one look that ``timeout=0`` takes (a deadline of 0 would fail before the look)."""
 
 
 def broken_stream(error: CorralError) -> bool:
@@ -51,11 +74,19 @@ def broken_stream(error: CorralError) -> bool:
     return isinstance(error, Unavailable) or error.code == "CANCELLED"
 
 
+def _taken(error: CorralError) -> bool:
+    """Whether the stream that broke with ``error`` had been taken by a control plane that serves: its
+    request was sent on a connection, to no standby (the proof that the address is right)."""
+    if isinstance(error.__cause__, CorralError):  # Attempts.exhausted: every address passed it on
+        return False
+    return not moves_on(error)
+
+
 class Follow:
     """The state of one watch-until-done: the deadline, the last job seen and the current outage."""
 
     def __init__(self, job_id: str, timeout: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        """``timeout``: seconds for the whole follow (None: no limit but the outage limit).
+        """``timeout``: seconds for the whole follow (None: no limit but the outage limit; 0: look once).
 
         Raises:
             InvalidArgument: on ``timeout`` unless it is a finite number >= 0 (None waits without a limit).
@@ -72,6 +103,36 @@ class Follow:
         self._reached = False
         self._outage_since: float | None = None
         self._pause = REWATCH_PAUSE_SEC
+        self._opened_at: float | None = None
+        self._looked = False
+        self._check: int | None = None  # while the stream is a check: the events it has still to read
+
+    def opening(self) -> float | None:
+        """A stream (WatchJob, WatchJobs) opens now: the seconds it may take (None: no limit), as
+        :meth:`remaining`. The first one of a follow whose time is already up (``timeout=0``) is a check
+        instead: it may take :data:`CHECK_LIMIT_SEC` to read the state now, then :attr:`checked` says
+        to end it. Call it before :meth:`FollowMany.request`, and once per stream.
+
+        Raises:
+            DeadlineExceeded: the timeout has passed, and the job was looked at already.
+        """
+        now = self._clock()
+        self._opened_at = now
+        looked, self._looked = self._looked, True
+        if not looked and self._deadline is not None and self._deadline <= now:
+            self._check = self._to_check()
+            return CHECK_LIMIT_SEC
+        return self.remaining()
+
+    @property
+    def checked(self) -> bool:
+        """Whether the stream is a check (``timeout=0``) that has read the state now: end it, and
+        :meth:`pause` raises ``DeadlineExceeded`` unless it has ended."""
+        return self._check == 0
+
+    def _to_check(self) -> int:
+        """How many events a check reads: the job now."""
+        return 1
 
     def remaining(self) -> float | None:
         """Seconds left for the next stream (None: no limit).
@@ -94,11 +155,18 @@ class Follow:
 
     def is_new(self, job: Job) -> bool:
         """Whether ``job`` differs from the last one yielded (a re-watch repeats the current state)."""
-        self.reached()
+        self._heard()
         if job == self._last:
             return False
         self._last = job
         return True
+
+    def _heard(self) -> None:
+        """An event came: contact, the job was looked at, and a check has one event less to read."""
+        self.reached()
+        self._looked = True
+        if self._check:
+            self._check -= 1
 
     def reached(self) -> None:
         """A stream answered: any outage is over, and the control plane was reached."""
@@ -123,19 +191,28 @@ class Follow:
 
     def pause(self, error: CorralError | None) -> float:
         """Seconds to wait before watching again after the stream broke with ``error`` (None: it ended
-        early), never past the deadline.
+        early, or it was a check that has read the state), never past the deadline.
 
         Raises:
             CorralError: ``error``, when it is not a broken stream (:func:`broken_stream`), or once the
                 control plane has been away longer than OUTAGE_LIMIT_SEC (FIRST_CONTACT_LIMIT_SEC before
-                the first event).
+                the first contact).
             DeadlineExceeded: the timeout has passed.
         """
         now = self._clock()
+        opened_at, self._opened_at = self._opened_at, None
+        self._check = None
         if error is not None:
             if not broken_stream(error):
                 raise error
-            # Before the first event the plane may never have been reached (a wrong address): shorter.
+            if _taken(error):
+                # A stream open with no event (WatchJobs with ends_only is silent until a job ends) was
+                # still the control plane's: contact, though only one open a while shows it served.
+                self._reached = True
+                if opened_at is not None and now - opened_at >= SERVED_SEC:
+                    self._outage_since = None
+                    self._pause = REWATCH_PAUSE_SEC
+            # Before the first contact the plane may never have been reached (a wrong address): shorter.
             limit = OUTAGE_LIMIT_SEC if self._reached else FIRST_CONTACT_LIMIT_SEC
             if self._outage_since is None:
                 self._outage_since = now
@@ -177,14 +254,24 @@ class FollowMany(Follow):
         return not self._open
 
     def request(self) -> jobs_pb2.WatchJobsRequest:
-        """The request for the next stream: the jobs not ended yet, in the order they were given."""
-        return jobs_pb2.WatchJobsRequest(ids=list(self._open), ends_only=self.ends_only)
+        """The request for the next stream (after :meth:`opening`): the jobs not ended yet, in the order
+        they were given. A check asks for every state, even with ``ends_only``: it reads one event a job,
+        and then knows that it has read them all, where the ends alone would leave it waiting for more."""
+        ends_only = self.ends_only and self._check is None
+        return jobs_pb2.WatchJobsRequest(ids=list(self._open), ends_only=ends_only)
+
+    def _to_check(self) -> int:
+        """How many events a check reads: each job not ended yet, as it is now."""
+        return len(self._open)
 
     def is_new(self, job: Job) -> bool:
-        """Whether ``job`` differs from the last state seen of it (a new stream repeats the current ones)."""
-        self.reached()
+        """Whether ``job`` differs from the last state seen of it (a new stream repeats the current ones);
+        with ``ends_only``, only a job's end is new (a check reads the others too)."""
+        self._heard()
         if job.is_terminal:
             self._open.pop(job.id, None)
+        elif self.ends_only:
+            return False
         if self._seen.get(job.id) == job:
             return False
         self._seen[job.id] = job

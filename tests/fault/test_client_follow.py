@@ -1,4 +1,5 @@
-"""A client following a job (``wait``, ``watch``, sync and asyncio) while the control plane restarts.
+"""A client following a job (``wait``, ``watch``, ``wait_all``, sync and asyncio) while the control plane
+restarts.
 
 The job outlives the restart (it is durable and keeps running on its worker), so the client must too:
 it watches again, sees each state once, and gives up only after the outage limit or its own timeout.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,16 +30,34 @@ def served(control_plane: ControlProc, spawn_worker: Any) -> ControlProc:
     return control_plane
 
 
-def restart(cp: ControlProc, down_sec: float) -> None:
-    """SIGTERM the control plane, leave it down ``down_sec``, start it again (same port and store)."""
-    assert cp.stop() == 0
+def restart(cp: ControlProc, down_sec: float, kill: bool = False) -> None:
+    """SIGTERM (``kill``: SIGKILL) the control plane, leave it down ``down_sec``, start it again (same
+    port and store)."""
+    if kill:
+        cp.kill()
+    else:
+        assert cp.stop() == 0
     time.sleep(down_sec)  # the outage being tested: the client must ride through it
     cp.start()
 
 
+def watched_jobs(cp: ControlProc) -> float:
+    """``corral_watched_jobs`` of the control plane: jobs its open streams follow (0 if it cannot say)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{cp.http_port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith("corral_watched_jobs "):
+            return float(line.split()[1])
+    return 0.0
+
+
 @pytest.fixture(params=["sync", "async"])
 def follower(request: pytest.FixtureRequest, served: ControlProc) -> Iterator[dict[str, Callable[..., Any]]]:
-    """wait/watch of a Client or an AsyncClient, as blocking calls (the async ones on a loop of their own)."""
+    """wait/wait_all/watch/run of a Client or an AsyncClient, as blocking calls (the async ones on a loop of
+    their own)."""
     if request.param == "sync":
         client = corral.Client(served.address, timeout=10)
 
@@ -48,13 +68,23 @@ def follower(request: pytest.FixtureRequest, served: ControlProc) -> Iterator[di
                 seen.append(job)
             return seen
 
-        yield {"wait": client.wait, "watch": watch_sync, "submit": client.submit, "run": client.run}
+        yield {
+            "wait": client.wait,
+            "wait_all": client.wait_all,
+            "watch": watch_sync,
+            "submit": client.submit,
+            "run": client.run,
+        }
         client.close()
         return
 
     async def wait(job_id: str, limit: float | None = None) -> corral.Job:
         async with corral.AsyncClient(served.address, timeout=10) as c:
             return await c.wait(job_id, timeout=limit)
+
+    async def wait_all(ids: list[str], limit: float | None = None) -> list[corral.Job]:
+        async with corral.AsyncClient(served.address, timeout=10) as c:
+            return await c.wait_all(ids, timeout=limit)
 
     async def watch(job_id: str, on_event: Callable[[corral.Job], None]) -> list[corral.Job]:
         seen = []
@@ -72,6 +102,7 @@ def follower(request: pytest.FixtureRequest, served: ControlProc) -> Iterator[di
         yield {
             "run": lambda *args, **kwargs: asyncio.run(run(*args, **kwargs)),
             "wait": lambda job_id, limit=None: asyncio.run(wait(job_id, limit)),
+            "wait_all": lambda ids, limit=None: asyncio.run(wait_all(ids, limit)),
             "watch": lambda job_id, on_event: asyncio.run(watch(job_id, on_event)),
             "submit": submitter.submit,
         }
@@ -99,6 +130,83 @@ def test_wait_and_watch_ride_through_a_control_plane_restart(served: ControlProc
     states = [j.state for j in watched["value"]]
     assert states[-1] is JobState.SUCCEEDED and JobState.RUNNING in states
     assert len(states) == len(set(states)), f"a state was seen twice: {states}"
+
+
+def wait_all_on_a_running_job(served: ControlProc, follower: Any) -> tuple[str, threading.Thread, dict[str, Any]]:
+    """A job that runs until it is cancelled, and a wait_all on it whose stream the control plane took:
+    with ends_only it sends nothing until the job ends, so the client has no event."""
+    job_id: str = follower["submit"]("sleep", {"seconds": 600}).id
+    wait_until(lambda: served.get(job_id).state == jobs_pb2.Job.RUNNING, 30, what="the job to run")
+    waiting, waited = in_thread(lambda: follower["wait_all"]([job_id], 120))
+    wait_until(lambda: watched_jobs(served) >= 1, 30, what="the control plane to take the stream")
+    return job_id, waiting, waited
+
+
+def cancelled_and_waited(served: ControlProc, job_id: str, waiting: threading.Thread, waited: dict[str, Any]) -> None:
+    """The wait still waits (it rode through the restarts); cancelled, the job is what it returns."""
+    assert waiting.is_alive(), waited
+    served.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=job_id), timeout=10)
+    waiting.join(30)
+    assert not waiting.is_alive() and "error" not in waited, waited
+    assert [(j.id, j.state) for j in waited["value"]] == [(job_id, JobState.CANCELLED)]
+
+
+def test_wait_all_rides_through_a_kill_longer_than_the_first_contact_limit(
+    served: ControlProc, follower: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(follow, "FIRST_CONTACT_LIMIT_SEC", 1.0)  # so that the outage that outlasts it is short
+    # Given a wait_all on a running job, whose stream the control plane took (and sent nothing on)
+    job_id, waiting, waited = wait_all_on_a_running_job(served, follower)
+    # When the control plane is killed, and comes back after longer than the first-contact limit
+    restart(served, 2.0, kill=True)
+    wait_until(lambda: watched_jobs(served) >= 1 or not waiting.is_alive(), 30, what="the wait to watch again")
+    # Then the wait rides through it, as wait does (before: Unavailable 1 s into the outage)
+    cancelled_and_waited(served, job_id, waiting, waited)
+
+
+def test_wait_all_gets_the_whole_outage_limit_again_at_a_later_restart(
+    served: ControlProc, follower: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (the limits made short, so that restarts further apart than them take seconds)
+    monkeypatch.setattr(follow, "OUTAGE_LIMIT_SEC", 6.0)
+    monkeypatch.setattr(follow, "FIRST_CONTACT_LIMIT_SEC", 6.0)
+    monkeypatch.setattr(follow, "SERVED_SEC", 1.0)
+    # Given a wait_all on a running job that rode through a restart, with no event before or after it
+    job_id, waiting, waited = wait_all_on_a_running_job(served, follower)
+    first = time.monotonic()
+    restart(served, 0.5)
+    wait_until(lambda: watched_jobs(served) >= 1, 30, what="the control plane to take the stream again")
+    back = time.monotonic()
+    # When it restarts again, later than the outage limit after the first restart, once the new stream
+    # has been served a while
+    wait_until(
+        lambda: time.monotonic() - first > follow.OUTAGE_LIMIT_SEC and time.monotonic() - back > follow.SERVED_SEC,
+        30,
+        what="the second restart to be due",
+    )
+    restart(served, 0.5)
+    wait_until(lambda: watched_jobs(served) >= 1 or not waiting.is_alive(), 30, what="the wait to watch again")
+    # Then the wait rides through this one too (before: Unavailable at once, the outage counted from
+    # the first restart)
+    cancelled_and_waited(served, job_id, waiting, waited)
+
+
+def test_a_timeout_of_0_looks_once(served: ControlProc, follower: Any) -> None:
+    # Given a job that has ended and one that runs
+    done = follower["submit"]("noop")
+    wait_until(lambda: served.get(done.id).state == jobs_pb2.Job.SUCCEEDED, 30, what="the noop to end")
+    running = follower["submit"]("sleep", {"seconds": 30})
+
+    # Then timeout=0 returns the ended (before: DeadlineExceeded "not finished after 0 s" for it too)
+    assert follower["wait"](done.id, 0).state is JobState.SUCCEEDED
+    assert [j.id for j in follower["wait_all"]([done.id], 0)] == [done.id]
+    # and says at once that the other has not ended
+    started = time.monotonic()
+    with pytest.raises(corral.DeadlineExceeded, match="not finished after 0 s"):
+        follower["wait"](running.id, 0)
+    with pytest.raises(corral.DeadlineExceeded, match=r"^1 of 2 jobs not finished after 0 s \(the first: '"):
+        follower["wait_all"]([done.id, running.id], 0)
+    assert time.monotonic() - started < follow.CHECK_LIMIT_SEC, "a look must not wait for a change"
 
 
 # run() sends a job on the client's kept RunJobs stream, or with a timeout in one RunJob call
@@ -177,6 +285,10 @@ def test_a_control_plane_that_cannot_be_reached_is_reported_within_seconds(serve
     with pytest.raises(corral.Unavailable):
         follower["wait"](job.id, 60)
     assert time.monotonic() - started < 15, "a wrong or dead address must not wait out the outage limit"
+    started = time.monotonic()
+    with pytest.raises(corral.Unavailable):
+        follower["wait_all"]([job.id], 60)
+    assert time.monotonic() - started < 15, "nor must a wait_all (whose stream carries no event until an end)"
 
 
 @pytest.mark.slow
