@@ -1,10 +1,12 @@
 """The per-job memory limit of a runner process: ``RLIMIT_AS`` over its idle footprint.
 
 A worker started with ``CORRAL_JOB_MEMORY_LIMIT_MB=N`` (N >= 1; unset or 0: no limit) gives each
-runner process ``--memory-limit-mb N``. Once the process has imported everything and started its
-compiled kernels' thread pool, :func:`apply_memory_limit` sets its address-space limit to what it
-uses then plus N MiB: a job may allocate up to N MiB more than an idle runner (the interpreter,
-numpy and the thread stacks are not counted against the job, and do not vary with the payload).
+runner process ``--memory-limit-mb N``; the worker checks N at start-up (``worker.config``), against
+the address-space hard limit it and its runners have (:func:`hard_limit_bytes`, ``ulimit -Hv``) too.
+Once the process has imported everything and started its compiled kernels' thread pool,
+:func:`apply_memory_limit` sets its address-space limit to what it uses then plus N MiB: a job may
+allocate up to N MiB more than an idle runner (the interpreter, numpy and the thread stacks are not
+counted against the job, and do not vary with the payload), and never past the hard limit.
 
 A job that needs more gets ``MemoryError`` (numpy and the kernels raise it when an allocation fails);
 the runner reports the attempt FAILED with code ``MEMORY_LIMIT`` and exits, and the worker starts a
@@ -18,7 +20,15 @@ import os
 import resource
 from collections.abc import Mapping
 
-__all__ = ["ENV", "MIB", "address_space_bytes", "apply_memory_limit", "memory_limit_from_env", "warm_up_threads"]
+__all__ = [
+    "ENV",
+    "MIB",
+    "address_space_bytes",
+    "apply_memory_limit",
+    "hard_limit_bytes",
+    "memory_limit_from_env",
+    "warm_up_threads",
+]
 
 ENV = "CORRAL_JOB_MEMORY_LIMIT_MB"
 """The worker's environment variable."""
@@ -60,16 +70,28 @@ def warm_up_threads(threads: int | None = None) -> None:
     hash_rounds(0, 0, threads or max(2, os.cpu_count() or 1))
 
 
+def hard_limit_bytes() -> int | None:
+    """This process's ``RLIMIT_AS`` hard limit in bytes (``ulimit -Hv``), None when unlimited. Runner
+    processes inherit the worker's, and none of them can set a limit above it."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    return None if hard == resource.RLIM_INFINITY else hard
+
+
 def apply_memory_limit(limit_mb: int) -> int:
-    """Limit this process's address space to its current size plus ``limit_mb`` MiB; returns the limit.
+    """Limit this process's address space to its current size plus ``limit_mb`` MiB, or to the hard
+    limit when that is lower; returns the limit.
 
     Raises:
         ValueError: ``limit_mb`` < 1.
-        OSError: the limit cannot be set (above the hard limit).
+        OSError: the limit cannot be set.
     """
     if limit_mb < 1:
         raise ValueError(f"the memory limit must be >= 1 MiB, got {limit_mb}")
     limit = address_space_bytes() + limit_mb * MIB
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        # setrlimit refuses a soft limit above the hard one, and the runner would die before READY; the
+        # hard limit binds the job anyway, so it is the limit then.
+        limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     return limit

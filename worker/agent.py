@@ -36,6 +36,7 @@ class Agent:
                 slots=config.slots,
                 imports=config.imports,
                 kill_grace_sec=config.kill_grace_sec,
+                memory_limit_mb=config.job_memory_limit_mb,
                 max_jobs=config.runner_max_jobs,
                 max_rss_mb=config.runner_max_rss_mb,
                 output_bytes=config.job_output_bytes,

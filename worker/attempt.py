@@ -36,6 +36,10 @@ class JobSpec:
     """``time.time()`` at which the attempt is killed and reported TIMEOUT; None for no deadline."""
     gpus: int = 0
     """GPU devices the attempt holds; the pool picks which of the worker's free ones."""
+    timeout_sec: float = 0.0
+    """The job's timeout as the assignment gave it (0: none): what a TIMEOUT message states. ``deadline``
+    is reckoned from it when the assignment arrived, so the attempt may run less than this after waiting
+    for a runner process."""
 
     @property
     def key(self) -> tuple[str, int]:

@@ -28,6 +28,10 @@ CORRAL_RUNNER_MAX_JOBS      0 (never)                              integer >= 0:
                                                                    after this many jobs
 CORRAL_RUNNER_MAX_RSS_MB    0 (never)                              integer >= 0: replace a runner process
                                                                    after a job that left it this large
+CORRAL_JOB_MEMORY_LIMIT_MB  0 (no limit)                           integer 0..1073741824 (MiB) and at most
+                                                                   the RLIMIT_AS hard limit (ulimit -Hv):
+                                                                   what each job may allocate beyond an
+                                                                   idle runner process (runner.limits)
 CORRAL_LOG_LEVEL            info                                   debug | info | warning | error
 CORRAL_LOG_FORMAT           json                                   json | logfmt
 CORRAL_WORKER_TOKEN         (none)                                 the control plane's worker token
@@ -81,6 +85,7 @@ from corral.limits import (
 )
 from corral.logs import FORMATS, LEVELS
 from corral.resources import ResourceError, check_gpus, detect_gpus, detect_memory_mb, parse_gpus
+from runner.limits import MIB, hard_limit_bytes
 
 __all__ = ["ConfigError", "WorkerConfig"]
 
@@ -146,6 +151,10 @@ class WorkerConfig:
     runner_max_rss_mb: int = 0
     """CORRAL_RUNNER_MAX_RSS_MB: a runner process is replaced after a job that left it using more
     resident memory than this, in MiB (>= 0; 0: never); the job's own answer is kept."""
+    job_memory_limit_mb: int = 0
+    """CORRAL_JOB_MEMORY_LIMIT_MB: MiB each job may allocate beyond an idle runner process (0: no limit;
+    at most MAX_MEMORY_MB, and the RLIMIT_AS hard limit the worker and its runners have); see
+    :mod:`runner.limits`."""
     job_output_bytes: int = DEFAULT_OUTPUT_BYTES
     """CORRAL_JOB_OUTPUT_BYTES: how much of what a job prints (its sys.stdout and sys.stderr) is kept
     with each attempt, the end of it (0 to 1 MiB; 0: nothing is caught)."""
@@ -225,6 +234,7 @@ class WorkerConfig:
         ):
             if not 0 <= count <= MAX_RECYCLE:
                 raise ConfigError(f"{name} must be 0 (never) to {MAX_RECYCLE}, got {count}")
+        self._check_job_memory_limit()
         if not 0 <= self.job_output_bytes <= MAX_OUTPUT_BYTES:
             raise ConfigError(
                 f"CORRAL_JOB_OUTPUT_BYTES must be 0 (keep none) to {MAX_OUTPUT_BYTES}, got {self.job_output_bytes}"
@@ -241,6 +251,20 @@ class WorkerConfig:
         ):
             if path and not os.access(path, os.R_OK):
                 raise ConfigError(f"{name} must be a readable file, got {path!r}")
+
+    def _check_job_memory_limit(self) -> None:
+        """Refuse a CORRAL_JOB_MEMORY_LIMIT_MB that every runner process would fail to apply."""
+        limit_mb = self.job_memory_limit_mb
+        if not 0 <= limit_mb <= MAX_MEMORY_MB:
+            raise ConfigError(
+                f"CORRAL_JOB_MEMORY_LIMIT_MB must be 0 (no limit) to {MAX_MEMORY_MB} (MiB), got {limit_mb}"
+            )
+        hard = hard_limit_bytes()
+        if hard is not None and limit_mb * MIB > hard:
+            raise ConfigError(
+                "CORRAL_JOB_MEMORY_LIMIT_MB must be at most the worker's address-space hard limit "
+                f"(RLIMIT_AS, ulimit -Hv) of {hard // MIB} MiB, got {limit_mb}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:
@@ -275,6 +299,8 @@ class WorkerConfig:
         ):
             if (raw := get(name)) is not None:
                 kwargs[attr] = _int(name, raw)
+        if (raw := get("CORRAL_JOB_MEMORY_LIMIT_MB")) is not None:
+            kwargs["job_memory_limit_mb"] = _int("CORRAL_JOB_MEMORY_LIMIT_MB", raw, "an integer number of MiB")
         if (worker_id := get("CORRAL_WORKER_ID")) is not None:
             kwargs["worker_id"] = worker_id
         if (labels := get("CORRAL_WORKER_LABELS")) is not None:
@@ -342,11 +368,11 @@ def parse_control_addrs(raw: str, name: str = "CORRAL_CONTROL_ADDR") -> tuple[st
         raise ConfigError(str(exc)) from None
 
 
-def _int(name: str, raw: str) -> int:
+def _int(name: str, raw: str, what: str = "an integer") -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+        raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
 
 
 def _float(name: str, raw: str) -> float:

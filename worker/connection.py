@@ -256,6 +256,13 @@ class Connection:
         """Results not yet acknowledged."""
         return len(self._unacked)
 
+    def unacked_results(self) -> list[str]:
+        """The results not yet acknowledged, for people: ``"<job_id> attempt <n> <OUTCOME>"`` each."""
+        return [
+            f"{job_id} attempt {attempt} {pb.JobResult.Outcome.Name(result.outcome)}"
+            for (job_id, attempt), result in self._unacked.items()
+        ]
+
     # -- sessions ----------------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -404,7 +411,11 @@ class Connection:
             if (a.job_id, a.attempt) in self._unacked:
                 continue  # already finished here; its result is on its way
             deadline = now + a.timeout_sec if a.timeout_sec > 0 else None
-            pool.submit(JobSpec(a.job_id, a.attempt, a.type, a.payload_json or "{}", a.threads or 1, deadline, a.gpus))
+            pool.submit(
+                JobSpec(
+                    a.job_id, a.attempt, a.type, a.payload_json or "{}", a.threads or 1, deadline, a.gpus, a.timeout_sec
+                )
+            )
 
     async def _writer(self, call: grpc.aio.StreamStreamCall) -> None:
         outbox = self._outbox

@@ -17,10 +17,11 @@ it no other job and starts a replacement when it is gone, like after a job that 
 running. A retired process still there RETIRE_GRACE_SEC later (a non-daemon thread its job left keeps
 it from exiting) is killed with its process group.
 
-Memory: with ``memory_limit_mb`` (or ``CORRAL_JOB_MEMORY_LIMIT_MB`` in the worker's environment) each
-runner process limits its address space (see :mod:`runner.limits`). A job past the limit is reported
-FAILED with code ``MEMORY_LIMIT`` by its runner, which then exits; the pool never hands that process
-another job and starts a replacement when it is gone.
+Memory: with ``memory_limit_mb`` (the agent gives its CORRAL_JOB_MEMORY_LIMIT_MB, checked with its
+other settings; a pool built without one reads that variable as it starts) each runner process limits
+its address space (see :mod:`runner.limits`). A job past the limit is reported FAILED with code
+``MEMORY_LIMIT`` by its runner, which then exits; the pool never hands that process another job and
+starts a replacement when it is gone.
 
 GPUs: with ``gpus`` (the device ids of CORRAL_WORKER_GPUS) an attempt that holds ``g`` GPUs gets the
 ``g`` lowest-listed free devices as it starts, and its job sees only those: its runner sets
@@ -608,7 +609,8 @@ class RunnerPool:
                 if outcome is not None:
                     message = f"killed ({describe_exit(proc.returncode)})"
                     if outcome is Outcome.TIMEOUT and spec.deadline is not None:
-                        message = f"deadline of {spec.deadline - running.started_at:g} s passed; {message}"
+                        ran = spec.deadline - running.started_at
+                        message = f"{_timeout_passed(spec.timeout_sec, ran)}; {message}"
                     self._complete(spec, outcome, running.started_at, now, _KILL_CODES[outcome], message)
             elif not self._stopping:
                 message = f"runner process {proc.pid} died ({describe_exit(proc.returncode)})"
@@ -662,6 +664,15 @@ class RunnerPool:
     def _check_idle(self) -> None:
         if not self._running and not self._queued:
             self._idle_event.set()
+
+
+def _timeout_passed(timeout_sec: float, ran_sec: float) -> str:
+    """What a TIMEOUT says of an attempt killed at its deadline: the job's own timeout, and how long it
+    ran, which is less when it waited for a runner process (the deadline counts from its assignment)."""
+    ran = f"ran {round(ran_sec, 3):g} s"
+    if timeout_sec > 0:
+        return f"timeout of {timeout_sec:g} s passed ({ran})"
+    return f"deadline passed ({ran})"  # a spec made without its timeout (not from an assignment)
 
 
 def _answer(running: _Running, kind: int, flags: int, code: bytes, body: bytes) -> Completion | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -158,6 +159,27 @@ def test_cancel_and_timeout():
     scenario(body, kill_grace_sec=0.01)
 
 
+def test_a_timeout_states_the_jobs_own_timeout_and_how_long_it_ran():
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        # Given a job with a 1 s timeout that first waits for the one runner process (busy for 0.5 s)
+        s.assign(job("blocker", "sleep", {"seconds": 0.5}), job("too-slow", "sleep", {"seconds": 30}, timeout=1.0))
+        results = await s.results(2)
+        # Then its TIMEOUT states the timeout it was given (before: "deadline of 0.5 s passed"), and
+        # that it ran less than that
+        done = results[("too-slow", 1)]
+        assert (done.outcome, done.error_code) == (R.TIMEOUT, "TIMEOUT")
+        said = re.fullmatch(
+            r"timeout of 1 s passed \(ran ([0-9.]+) s\); killed \(signal SIG[A-Z]+\)", done.error_message
+        )
+        assert said is not None, done.error_message
+        assert 0 < float(said[1]) < 1.0
+
+    scenario(body, threads=1, slots=1, kill_grace_sec=0.01)
+
+
 def test_drain_from_the_control_plane_finishes_running_jobs_hands_back_the_rest_and_stops():
     async def body(control: FakeControl, agent: Agent) -> None:
         s = await control.session()
@@ -183,6 +205,30 @@ def test_drain_from_the_control_plane_finishes_running_jobs_hands_back_the_rest_
         async with asyncio.timeout(10):
             await agent.wait_stopped()
         assert agent.pool.pids() == []
+
+    scenario(body)
+
+
+def test_a_drain_keeps_an_unacknowledged_result_until_its_deadline_then_names_it(caplog: pytest.LogCaptureFixture):
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session()
+        await s.next("register")
+        s.registered()
+        s.assign(job("unheard", "sleep", {"seconds": 0.3}))
+        await until(lambda: agent.pool.busy == 1, what="the job to run")
+        # When the worker drains (3 s deadline) and its control plane goes away for good
+        started = time.monotonic()
+        drain = asyncio.create_task(agent.drain(3.0))
+        await s.next("draining")
+        await control.stop()
+        # Then the worker keeps trying to deliver the job's result up to its deadline (before: 2 s after the job)
+        async with asyncio.timeout(10):
+            await drain
+        assert time.monotonic() - started >= 3.0
+        # and, giving up, says which result the control plane never acknowledged
+        (gave_up,) = [r for r in caplog.records if getattr(r, "phase", "") == "unacknowledged"]
+        assert (gave_up.levelname, gave_up.getMessage()) == ("WARNING", "worker_draining")
+        assert gave_up.__dict__["results"] == "unheard attempt 1 SUCCEEDED"
 
     scenario(body)
 
