@@ -18,7 +18,7 @@ from tests.conftest import ControlProc, WorkerProc, wait_until
 from tests.support.calls import executions, submit, wait_done
 
 S = jobs_pb2.Job
-IMPORTS = ("tests.support.jobtypes", "tests.support.probes", "tests.fault.held_jobs")
+IMPORTS = ("tests.support.jobtypes", "tests.support.probes")
 
 
 def _draining_lines(worker: WorkerProc) -> list[dict[str, Any]]:
@@ -39,7 +39,7 @@ def test_a_drain_during_a_control_plane_restart_delivers_what_the_worker_finishe
     log, hold = tmp_path / "runs.log", tmp_path / "hold"
     env = {"CORRAL_DRAIN_TIMEOUT_SEC": "30", "CORRAL_RECONNECT_MAX_SEC": "0.5"}
     worker = spawn_worker(cp, imports=IMPORTS, env=env)
-    job = submit(cp, "held_record", {"path": str(log), "hold": str(hold)}, max_attempts=1)
+    job = submit(cp, "record", {"path": str(log), "hold": str(hold)}, max_attempts=1)
     wait_until(lambda: executions(log), what="the job to start")
     # When the worker gets SIGTERM, and its control plane is stopped while it drains (a rolling deploy)
     worker.signal(signal.SIGTERM)

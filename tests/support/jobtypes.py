@@ -35,24 +35,32 @@ _SECONDS = {"type": "number", "minimum": 0, "maximum": 86400}
 
 @register
 class Record(JobType):
-    """Append "<job_id> <attempt>" to a file, then sleep."""
+    """Append "<job_id> <attempt>" to a file, then sleep, or wait until the file ``hold`` exists (a test
+    decides when the job ends, e.g. only once the control plane is down)."""
 
     name = "record"
     schema = {
         "type": "object",
-        "properties": {"path": {"type": "string", "minLength": 1}, "seconds": _SECONDS},
+        "properties": {
+            "path": {"type": "string", "minLength": 1},
+            "seconds": _SECONDS,
+            "hold": {"type": "string", "minLength": 1},
+        },
         "required": ["path"],
         "additionalProperties": False,
     }
 
     def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
-        """Record this execution, then sleep ``seconds`` (default 0)."""
+        """Record this execution, then sleep ``seconds`` (default 0), or wait for ``hold`` (the job's
+        timeout bounds that)."""
         fd = os.open(payload["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, f"{ctx.job_id} {ctx.attempt}\n".encode())
         finally:
             os.close(fd)
         time.sleep(payload.get("seconds", 0))
+        while "hold" in payload and not os.path.exists(payload["hold"]):
+            time.sleep(0.01)
         return {"job_id": ctx.job_id, "attempt": ctx.attempt}
 
 

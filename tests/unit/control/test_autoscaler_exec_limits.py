@@ -29,20 +29,33 @@ def recommending(limits: str) -> ControlConfig:
     )
 
 
+class Bundle:
+    """A scheduler over SQLite in ``tmp_path`` with the execution limit ``limits`` (one gate), its worker
+    sessions, a stand-in worker link and a recommending autoscaler."""
+
+    def __init__(self, tmp_path: Path, limits: str) -> None:
+        config = recommending(limits)
+        clock = SystemClock()
+        self.store = SQLiteStore(str(tmp_path / "c.db"))
+        self.scheduler = Scheduler(self.store, config, clock)
+        self.sessions, self.link = WorkerSessions(self.scheduler), RecordingLink()
+        self.autoscaler = Autoscaler(config, self.scheduler, self.sessions, self.scheduler.metrics, clock)
+        assert self.scheduler.exec_limits is not None
+        self.limits = self.scheduler.exec_limits
+        (self.gate,) = self.limits.gates
+
+    def close(self) -> None:
+        self.limits.close()
+        self.store.close()
+
+
 def test_jobs_a_gate_has_released_are_backlog_again(tmp_path: Path) -> None:
     """The autoscaler took out every job a gate had ever parked until it started, so a fast limit that
     had let a whole backlog go still hid it: ready 48 - held 48 = 0, and no scale-up."""
 
     async def main() -> None:
-        config = recommending("type:noop=1000/s")
-        clock = SystemClock()
-        store = SQLiteStore(str(tmp_path / "c.db"))
-        scheduler = Scheduler(store, config, clock)
-        sessions, link = WorkerSessions(scheduler), RecordingLink()
-        autoscaler = Autoscaler(config, scheduler, sessions, scheduler.metrics, clock)
-        limits = scheduler.exec_limits
-        assert limits is not None
-        (gate,) = limits.gates
+        b = Bundle(tmp_path, "type:noop=1000/s")
+        scheduler, sessions, link, autoscaler, gate = b.scheduler, b.sessions, b.link, b.autoscaler, b.gate
         try:
             # Given one worker with room for 2 jobs, and 50 jobs that pass a 1000/s gate one by one
             sessions.register(Hello("w1", threads=2, slots=2), link)
@@ -58,23 +71,15 @@ def test_jobs_a_gate_has_released_are_backlog_again(tmp_path: Path) -> None:
             assert (snap.ready_jobs, snap.ready_threads) == (48, 48)
             assert (d.action, d.reason, d.desired) == (Action.UP, "backlog", 10)
         finally:
-            limits.close()
-            store.close()
+            b.close()
 
     asyncio.run(main())
 
 
 def test_jobs_a_gate_holds_now_are_not_backlog(tmp_path: Path) -> None:
     async def main() -> None:
-        config = recommending("type:noop=1/m")
-        clock = SystemClock()
-        store = SQLiteStore(str(tmp_path / "c.db"))
-        scheduler = Scheduler(store, config, clock)
-        sessions, link = WorkerSessions(scheduler), RecordingLink()
-        autoscaler = Autoscaler(config, scheduler, sessions, scheduler.metrics, clock)
-        limits = scheduler.exec_limits
-        assert limits is not None
-        (gate,) = limits.gates
+        b = Bundle(tmp_path, "type:noop=1/m")
+        scheduler, sessions, link, autoscaler, gate = b.scheduler, b.sessions, b.link, b.autoscaler, b.gate
         try:
             # Given a worker with room to spare, and 20 jobs behind a gate that lets one a minute go
             sessions.register(Hello("w1", threads=2, slots=2), link)
@@ -86,7 +91,6 @@ def test_jobs_a_gate_holds_now_are_not_backlog(tmp_path: Path) -> None:
             assert d is not None and snap is not None
             assert (snap.ready_jobs, d.action) == (0, Action.NONE)
         finally:
-            limits.close()
-            store.close()
+            b.close()
 
     asyncio.run(main())
