@@ -99,12 +99,25 @@ def run(
         try:
             await autoscaler.start(grpc_port=1)
             await until(lambda: autoscaler.state.last_decision is not None, what="the first look")
+            # Its decision is recorded before its containers start (in a thread): wait for them too
+            fleet = autoscaler.fleet
+            assert fleet is not None
+            await until(
+                lambda: all(wid in fleet.containers for wid in docker.started)
+                and len(docker.started) >= _started_by(autoscaler.state.last_decision),
+                what="the first look's containers",
+            )
             await scenario(scheduler, sessions, autoscaler, docker, links)
         finally:
             await autoscaler.stop()
             store.close()
 
     asyncio.run(main())
+
+
+def _started_by(decision: Decision | None) -> int:
+    """Containers a decision starts."""
+    return decision.step if decision is not None and decision.action is Action.UP else 0
 
 
 async def burst(scheduler: Scheduler) -> None:
