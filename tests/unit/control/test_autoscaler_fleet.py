@@ -103,8 +103,10 @@ def run(
             fleet = autoscaler.fleet
             assert fleet is not None
             await until(
-                lambda: all(wid in fleet.containers for wid in docker.started)
-                and len(docker.started) >= _started_by(autoscaler.state.last_decision),
+                lambda: (
+                    all(wid in fleet.containers for wid in docker.started)
+                    and len(docker.started) >= _started_by(autoscaler.state.last_decision)
+                ),
                 what="the first look's containers",
             )
             await scenario(scheduler, sessions, autoscaler, docker, links)
