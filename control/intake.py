@@ -130,6 +130,7 @@ class Intake:
         """Store new jobs (in the open transaction; ``rows``: their rows, made already) and put each
         where it waits."""
         self.s.store.insert(fresh, rows)
+        self.s.unsettled.wrote(fresh)
         for job_type, n in Counter(job.type for job in fresh).items():  # one count per type, not per job
             self.s.metrics.job_submitted(job_type, n)
         for job in fresh:

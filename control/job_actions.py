@@ -50,7 +50,10 @@ class JobActions:
             FailedPrecondition: it has finished already.
         """
         job = self.s.active.get(job_id)
-        if job is None:
+        if job is not None and job.state.terminal:  # its end is on its way to the store: answer as committed
+            await self.s.get(job_id)
+            job = self.s.active.get(job_id)
+        if job is None or job.state.terminal:
             found = await self.s.get(job_id)
             raise FailedPrecondition(f"job {job_id!r} is {found.state.name}; only unfinished jobs can be cancelled")
         await self._cancel_now([job])
@@ -158,7 +161,7 @@ class JobActions:
             if before is JobState.PENDING and self.s.exec_limits is not None:
                 self.s.exec_limits.discard(job.id)  # it may be parked by an execution limit
             was.append((job, before, attempt, worker_id))
-        self.s.store.update(chosen)
+        self.s.write(chosen)
 
         def stop_and_tell() -> None:
             for job, before, attempt, worker_id in was:
@@ -183,6 +186,8 @@ class JobActions:
             NotFound: no such job.
             FailedPrecondition: it is not FAILED.
         """
+        if job_id in self.s.unsettled:  # a change on its way to the store (its failure): answer as committed
+            await self.s.get(job_id)
         if job_id in self.s.active:
             job = self.s.active[job_id]
             raise FailedPrecondition(f"job {job_id!r} is {job.state.name}; only FAILED jobs can be retried")
@@ -207,7 +212,7 @@ class JobActions:
             self.s.counts[job.state] += 1
             self.s.enqueue(job)
             revived = self.s.dependencies.revive(job, chain, now)
-            self.s.store.update([job, *revived])
+            self.s.write([job, *revived])
 
             def tell() -> None:
                 self.s.metrics.job_redriven(job.type)

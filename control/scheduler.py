@@ -57,6 +57,7 @@ from control.registry import Capacity, WorkerEntry, WorkerRegistry
 from control.shares import OwnerQueues, OwnerUsage, ShareRow, ShareRules
 from control.store import JobPage, PurgeStep, Store
 from control.turns import in_turns, pause
+from control.unsettled import Unsettled
 from control.watch import Watchers
 from corral import logs
 
@@ -148,6 +149,8 @@ class Scheduler:
         self._dispatch_pending = False
         self._flush_pending = False
         self._after_commit: list[Callable[[], None]] = []
+        self.unsettled = Unsettled()
+        """The live jobs whose last change is not committed yet: reads of them wait for its commit."""
         self._timer_wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.rewrites = asyncio.Lock()
@@ -209,7 +212,7 @@ class Scheduler:
         written ahead of it (measured with ``python -m bench cpu``, where every result releases the
         next job: see ``hops_ms``)."""
         if changed:
-            self.store.update(changed)
+            self.write(changed)
         snapshot = list(changed)
         after = None if first else then
 
@@ -228,6 +231,11 @@ class Scheduler:
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def write(self, changed: Sequence[JobRecord]) -> None:
+        """Queue ``changed`` to the store, for the next commit; until it ends, reads of them wait for it."""
+        self.store.update(changed)
+        self.unsettled.wrote(changed)
+
     def on_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the writes queued so far are committed, by whichever commit covers them:
         even when the caller that awaits that commit has gone by then (a client's deadline, a closed
@@ -238,13 +246,15 @@ class Scheduler:
         """Commit what is queued now, then at once run the after-commit work that the commit covers:
         the announcements and assignments of this loop turn go out now, not a turn later."""
         covered, self._after_commit = self._after_commit, []  # all queued their writes before this commit
+        settled = self.unsettled.taking()
         if self.store.commit_now():
+            settled()
             for cb in covered:
                 cb()
             return
         # The commit suspends (sync=full, PostgreSQL). It covers other calls' changes too, so a caller
         # cancelled meanwhile (a client's deadline, a closed stream) must not cut the work after it.
-        task = asyncio.ensure_future(self._commit_covering(covered))
+        task = asyncio.ensure_future(self._commit_covering([settled, *covered]))
         self._tasks.add(task)
         task.add_done_callback(self._commit_settled)
         await asyncio.shield(task)
@@ -263,14 +273,16 @@ class Scheduler:
         self.dispatch_now()  # leases made this turn join the same transaction
         self._flush_pending = False
         callbacks, self._after_commit = self._after_commit, []
+        settled = self.unsettled.taking()
         try:
             committed = self.store.commit_now()
         except Exception:
             logger.exception("commit_failed")
             return
         if not committed:
-            self.spawn(self._commit_then(callbacks))
+            self.spawn(self._commit_then([settled, *callbacks]))
             return
+        settled()
         for cb in callbacks:
             cb()
 
@@ -408,11 +420,15 @@ class Scheduler:
     # ---- reads ----------------------------------------------------------------------------------
     async def get(self, job_id: str) -> JobRecord:
         """The job ``job_id``: the live record if it is unfinished or finished lately, else read from
-        the store.
+        the store. Either way as committed: a change still on its way to the store is waited for, since a
+        crash before its commit would undo what the caller saw.
 
         Raises:
             NotFound: no such job.
+            Unavailable: the store cannot be written, so the job's last change cannot be committed.
         """
+        while job_id in self.unsettled:
+            await self.commit()
         job = self.active.get(job_id)
         if job is None:
             job = self.recent.get(job_id)
@@ -423,25 +439,25 @@ class Scheduler:
         return job
 
     async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
-        """The jobs ``job_ids`` name, in that order: from memory where they are, the rest in one read.
+        """The jobs ``job_ids`` name, in that order: from memory where they are, the rest in one read;
+        as committed, like :meth:`get`.
 
         Raises:
             NotFound: the first id that names no job.
+            Unavailable: the store cannot be written.
         """
-        found: dict[str, JobRecord] = {}
-        missing: list[str] = []
+        missing = [job_id for job_id in job_ids if job_id not in self.active and self.recent.get(job_id) is None]
+        stored = {job.id: job for job in await self.store.get_many(missing)} if missing else {}
+        while any(job_id in self.unsettled for job_id in job_ids):
+            await self.commit()
+        # From memory after the last await, with nothing unsettled: a job revived meanwhile reads live.
+        found: list[JobRecord] = []
         for job_id in job_ids:
-            job = self.active.get(job_id) or self.recent.get(job_id)
+            job = self.active.get(job_id) or self.recent.get(job_id) or stored.get(job_id)
             if job is None:
-                missing.append(job_id)
-            else:
-                found[job_id] = job
-        if missing:
-            found.update((job.id, job) for job in await self.store.get_many(missing))
-        for job_id in job_ids:
-            if job_id not in found:
                 raise not_found(job_id)
-        return [found[job_id] for job_id in job_ids]
+            found.append(job)
+        return found
 
     async def list_jobs(
         self,
