@@ -6,10 +6,14 @@ range (what binding port 0 gives) can be handed out again meanwhile as the sourc
 outgoing connection, a database client's say, and the later bind then fails with "Address already
 in use": a CI run lost a standby's HTTP port that way. Below the range, only a process that binds
 that very port can take it.
+
+When the tests run in several processes (pytest-xdist), each picks from a part of the range of its own,
+so that two of them never hand out the same port.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -27,14 +31,24 @@ def _ephemeral_start() -> int:
         return 32_768
 
 
+def _my_part(lowest: int, top: int) -> tuple[int, int]:
+    """This test process's part of ``[lowest, top)``: all of it unless pytest-xdist runs several."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1):
+        return lowest, top
+    width = (top - lowest) // int(count)
+    start = lowest + int(worker[2:]) * width
+    return start, start + width
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that was free a moment ago, below the ephemeral range (see the module
-    docstring), and not handed out before by this process."""
-    top = _ephemeral_start()
+    docstring), and not handed out before by this process or by another running these tests."""
+    low, top = _my_part(LOWEST, _ephemeral_start())
     for _ in range(200):
-        if top <= LOWEST:
+        if top <= low:
             break
-        port = random.randrange(LOWEST, top)
+        port = random.randrange(low, top)
         if port in _handed_out:
             continue
         with socket.socket() as s:
