@@ -31,8 +31,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Most tests wait on processes far more than they compute, so they run in parallel, one process per core
+# and one more (at most 8): on two cores the run took 10.5 min instead of 18. Those that need the cores
+# or the timing of the machine to themselves (marked serial), and the Docker ones, which share one engine
+# and its containers, run after them, one at a time.
+TEST_PROCS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 < 8 ? n + 1 : 8 )))
+
 unit: $(STAMP) bytecode
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_PROCS) -m "not serial and not docker"
+	$(BIN)/pytest -m "serial or docker"
 
 test: lint typecheck unit
 

@@ -302,6 +302,7 @@ def _cpu_by_thread(pid: int) -> dict[int, float]:
     return out
 
 
+@pytest.mark.serial  # two cores of its own: beside other tests it would measure their load
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
 def test_thread_demand_two_uses_two_cores_in_the_runner(control_plane: ControlProc, spawn_worker: Any) -> None:
     worker = spawn_worker(control_plane, threads=2, slots=1)

@@ -17,7 +17,10 @@ import pytest
 
 from runner.kernels import array_sum, extensions_disabled, hash_rounds, matmul, primes
 
-pytestmark = pytest.mark.skipif(extensions_disabled(), reason="the Python twins run on one thread")
+pytestmark = [
+    pytest.mark.skipif(extensions_disabled(), reason="the Python twins run on one thread"),
+    pytest.mark.serial,  # two cores of its own: beside other tests it would measure their load
+]
 
 TICK = os.sysconf("SC_CLK_TCK")
 
