@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from control import jobs
 from control.exec_limits import NO_GATES
 from control.jobs import JobRecord, JobState
-from control.registry import Assignment, Needs, WorkerEntry, registration_order
+from control.registry import Assignment, AttemptKey, Needs, WorkerEntry, registration_order
 from corral import logs
 
 if TYPE_CHECKING:
@@ -158,6 +158,8 @@ class Dispatcher:
         """PENDING jobs, by kind, that no worker running them could take (see :meth:`_park`)."""
         self._unserved: set[JobKind] = set()
         """Kinds with parked jobs and no connected worker that runs them (logged once each)."""
+        self.unsent: set[AttemptKey] = set()
+        """Attempts leased whose assignment waits for the lease's commit: not sent on any stream yet."""
 
     def run(self) -> None:
         """Lease ready jobs, best first, to workers with free slots, in the open transaction; their
@@ -235,6 +237,7 @@ class Dispatcher:
             s.metrics.dispatch_latency.observe(job.queue_seconds)
             s.moved(job, JobState.PENDING)
             s.registry.hold(worker, (job.id, attempt), threads, needs)
+            self.unsent.add((job.id, attempt))
             worker.last_assigned_at = now
             free -= 1
             batches.setdefault(worker.id, []).append(
@@ -247,13 +250,18 @@ class Dispatcher:
             s.requeue(job)
         if leased:
             s.drain.started(now, len(leased))
-            registry = s.registry
+            registry, unsent = s.registry, self.unsent
 
             def send() -> None:
                 for wid, batch in batches.items():
+                    unsent.difference_update((a.job_id, a.attempt) for a in batch)
                     w = registry.get(wid)
                     if w is not None and w.link is not None:
-                        w.link.assign(batch)
+                        # Only what the worker still holds: an attempt charged as lost meanwhile (the
+                        # worker came back on a new stream without it, or was reaped) must not run too.
+                        held = [a for a in batch if (a.job_id, a.attempt) in w.running]
+                        if held:
+                            w.link.assign(held)
 
             if logger.isEnabledFor(logging.INFO):
                 for job in leased:

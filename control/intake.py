@@ -70,6 +70,10 @@ class Intake:
             # (one that FAILED would refuse the request as new): only new jobs' dependencies are checked.
             replays = set(self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field)) if keyed else set()
             found = await self.s.dependencies.find(subs, batch, owner, skip=replays)
+            # A dependency's end still on its way to the store would decide this call (refused when it
+            # failed) on what a crash could undo: wait for its commit. No await after this until created.
+            while any(dep in self.s.unsettled for sub in subs for dep in sub.depends_on):
+                await self.s.commit()
         now = self.s.clock.now()
         out: list[JobRecord | str] = []
         fresh: list[JobRecord] = []

@@ -170,8 +170,7 @@ class JobActions:
                     worker = self.s.registry.get(worker_id)
                     if worker is not None and worker.link is not None:
                         worker.link.cancel(job.id, attempt)
-                self.s.watchers.announce(job)
-                self.s.retire(job)
+                self.s.tell(job)
 
         # Not after the await: a caller gone meanwhile would leave a cancelled job's process running,
         # its watchers waiting and its record live.
@@ -221,7 +220,7 @@ class JobActions:
                     extra={"job_id": job.id, "attempts": job.attempts, "revived": [r.id for r in revived]},
                 )
                 for changed in (job, *revived):
-                    self.s.watchers.announce(changed)
+                    self.s.tell(changed)
 
             self.s.on_commit(tell)  # as for a cancel: told even if the caller has gone
             await self.s.commit()

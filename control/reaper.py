@@ -85,7 +85,7 @@ class Reaper:
                 if job is not None and job.state is JobState.RUNNING and job.attempts == attempt:
                     s.fail(job, attempt, jobs.WORKER_LOST, f"worker {worker.id} was lost")
                     changed.append(job)
-            s.on_change()
+            s.workers_changed()
         self._follow_clock_steps(now, steady)
         stop: list[tuple[str, str, int]] = []
         for job in s.expired_leases(now):

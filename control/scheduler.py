@@ -218,9 +218,7 @@ class Scheduler:
 
         def done() -> None:
             for job in snapshot:
-                self.watchers.announce(job)
-                if job.state.terminal:
-                    self.retire(job)
+                self.tell(job)
             if after is not None:
                 after()
 
@@ -295,7 +293,18 @@ class Scheduler:
         for cb in callbacks:
             cb()
 
-    def retire(self, job: JobRecord) -> None:
+    def tell(self, job: JobRecord) -> None:
+        """Once a change of ``job`` is committed: tell its watchers, and retire it if it has finished. Not
+        if it has changed again since, which is not committed yet: the commit of that change tells (a
+        watcher told CANCELLED by a lease's commit, with the cancel's own commit still under way, would
+        have been told what a crash could undo)."""
+        if job.id in self.unsettled:
+            return
+        self.watchers.announce(job)
+        if job.state.terminal:
+            self._retire(job)
+
+    def _retire(self, job: JobRecord) -> None:
         """A committed, finished job leaves the live set for the recently finished ones."""
         if self.active.get(job.id) is job:
             del self.active[job.id]
@@ -313,6 +322,10 @@ class Scheduler:
             self.running.discard(job.id)
             self.usage.stopped(job)
             self.live_output.stopped(job.id)
+            # Its owner runs one job fewer (CORRAL_OWNER_MAX_RUNNING), so a job held back for that may
+            # start now, whatever ended this one: a result asks for a pass, but a reaped or cancelled
+            # attempt frees no slot until its worker says so, and may never.
+            self.dispatch_soon()
         if after is JobState.PENDING:
             self.enqueue(job)
         elif after is JobState.SCHEDULED:
@@ -446,18 +459,27 @@ class Scheduler:
             NotFound: the first id that names no job.
             Unavailable: the store cannot be written.
         """
-        missing = [job_id for job_id in job_ids if job_id not in self.active and self.recent.get(job_id) is None]
-        stored = {job.id: job for job in await self.store.get_many(missing)} if missing else {}
-        while any(job_id in self.unsettled for job_id in job_ids):
-            await self.commit()
-        # From memory after the last await, with nothing unsettled: a job revived meanwhile reads live.
-        found: list[JobRecord] = []
-        for job_id in job_ids:
-            job = self.active.get(job_id) or self.recent.get(job_id) or stored.get(job_id)
-            if job is None:
-                raise not_found(job_id)
-            found.append(job)
-        return found
+        stored: dict[str, JobRecord | None] = {}  # read from the store (None: not there)
+        while True:
+            while any(job_id in self.unsettled for job_id in job_ids):
+                await self.commit()
+            # From memory after the last await, with nothing unsettled: a job revived meanwhile reads live.
+            found: list[JobRecord] = []
+            unread: list[str] = []
+            for job_id in job_ids:
+                job = self.active.get(job_id) or self.recent.get(job_id) or stored.get(job_id)
+                if job is not None:
+                    found.append(job)
+                elif job_id in stored:
+                    raise not_found(job_id)
+                else:
+                    unread.append(job_id)
+            if not unread:
+                return found
+            # Then look again: one may be retired meanwhile (during the read, or a commit waited for
+            # above) and not kept among the recent ones, and so found in none of the three.
+            read = {job.id: job for job in await self.store.get_many(unread)}
+            stored.update((job_id, read.get(job_id)) for job_id in unread)
 
     async def list_jobs(
         self,
@@ -522,6 +544,12 @@ class Scheduler:
         return self.usage.rows(self.shares, capacity, queued), capacity
 
     # ---- dispatch -------------------------------------------------------------------------------
+    def workers_changed(self) -> None:
+        """A worker left or started draining: readiness may have changed, and so may the most threads a
+        job is granted, so a job set aside as too big for the others may fit one of them now."""
+        self.on_change()
+        self.dispatch_soon()
+
     def dispatch_soon(self) -> None:
         """Have a dispatch pass (control.dispatch) run this loop turn, once however often asked."""
         if not self._dispatch_pending:

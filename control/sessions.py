@@ -129,6 +129,11 @@ class WorkerSessions:
             if key in hello.running or key in hello.finished:
                 continue
             job = s.active.get(key[0])
+            if key in s.dispatcher.unsent and job is not None:
+                # Leased, and its lease's commit is under way: not sent on the old stream, so not lost;
+                # the assignment goes out on this one.
+                running[key], needs[key] = held[key], needs_of(job)
+                continue
             if (
                 job is not None
                 and job.state is JobState.RUNNING
@@ -144,8 +149,7 @@ class WorkerSessions:
             extra={"worker_id": worker.id, "threads": worker.threads, "slots": worker.slots, "adopted": len(adopted)},
         )
         s.later(changed)
-        s.dispatch_soon()
-        s.on_change()
+        s.workers_changed()
         return adopted, rejected
 
     def heard_from(self, worker_id: str) -> WorkerEntry | None:
@@ -225,7 +229,7 @@ class WorkerSessions:
             worker.draining = True
             self.s.registry.changed(worker)
             logger.info(logs.WORKER_DRAINING, extra={"worker_id": worker_id, "by": "worker"})
-            self.s.on_change()
+            self.s.workers_changed()
 
     def drain(self, worker_id: str, deadline_sec: float) -> WorkerEntry:
         """Operator request: stop giving the worker jobs and ask it to finish and leave."""
@@ -237,7 +241,7 @@ class WorkerSessions:
             worker.link.drain(deadline_sec)
         self.s.registry.changed(worker)
         logger.info(logs.WORKER_DRAINING, extra={"worker_id": worker_id, "by": "operator"})
-        self.s.on_change()
+        self.s.workers_changed()
         return worker
 
     def disconnected(self, worker_id: str, link: WorkerLink) -> None:
@@ -252,4 +256,4 @@ class WorkerSessions:
         else:
             logger.info(logs.WORKER_DISCONNECTED, extra={"worker_id": worker_id, "running": len(worker.running)})
         self.s.registry.changed(worker)
-        self.s.on_change()
+        self.s.workers_changed()

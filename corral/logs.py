@@ -37,6 +37,7 @@ STALE_RESULT = "stale_result"
 # Workers
 WORKER_REGISTERED = "worker_registered"
 WORKER_REFUSED = "worker_refused"
+WORKER_MESSAGE_REFUSED = "worker_message_refused"
 WORKER_HEARTBEAT = "worker_heartbeat"
 WORKER_DISCONNECTED = "worker_disconnected"
 WORKER_STALE = "worker_stale"

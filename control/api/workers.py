@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from control.api import convert
-from control.api.status import rich_status
+from control.api.status import Undecodable, rich_status
 from control.registry import Assignment, AttemptKey
 from control.sessions import WorkerSessions
 from corral import logs
@@ -41,6 +41,8 @@ class GrpcLink:
         self._wake = asyncio.Event()
         self._ack_timer: asyncio.TimerHandle | None = None
         self.closed = False
+        self.refused: CorralError | None = None
+        """Why the worker's side of the stream was refused (a message that did not decode), if it was."""
 
     def assign(self, assignments: list[Assignment]) -> None:
         """Queue assignments; they go out at once, in one message with any acks queued."""
@@ -86,10 +88,8 @@ class GrpcLink:
             self._wake.clear()
             if self.closed:
                 return
-            if self._other:
-                other, self._other = self._other, []
-                for msg in other:
-                    yield msg
+            # Assignments first: a Cancel queued meanwhile may be for one of them, and a worker drops a
+            # Cancel of an attempt it has not been given, then would run it to its end.
             if self._assign or self._acks:
                 msg = workers_pb2.ControlMessage()
                 if self._assign:
@@ -100,6 +100,10 @@ class GrpcLink:
                     self._acks = []
                     self._cancel_ack_timer()
                 yield msg
+            if self._other:
+                other, self._other = self._other, []
+                for msg in other:
+                    yield msg
 
 
 class WorkerServicer:
@@ -116,6 +120,8 @@ class WorkerServicer:
         output, heartbeats and draining, until either side ends the stream."""
         try:
             first = await anext(request_iterator)
+            if isinstance(first, Undecodable):
+                raise InvalidArgument(first.field, first.reason)
             if first.WhichOneof("msg") != "register":
                 raise InvalidArgument("register", "the first message on a worker stream must be Register")
             hello = convert.hello(first.register)
@@ -140,11 +146,21 @@ class WorkerServicer:
         finally:
             reader.cancel()
             self.sessions.disconnected(hello.worker_id, link)
+        if link.refused is not None:
+            code, message, trailers = rich_status(link.refused)
+            await context.abort(code, message, trailing_metadata=trailers)
 
     async def _read(self, worker_id: str, requests: AsyncIterator[workers_pb2.WorkerMessage], link: GrpcLink) -> None:
         sessions = self.sessions
         try:
             async for msg in requests:
+                if isinstance(msg, Undecodable):
+                    link.refused = InvalidArgument(msg.field, msg.reason)
+                    logger.warning(
+                        logs.WORKER_MESSAGE_REFUSED,
+                        extra={"worker_id": worker_id, "field": msg.field, "reason": msg.reason},
+                    )
+                    return
                 kind = msg.WhichOneof("msg")
                 if kind == "results":
                     sessions.results(worker_id, convert.reports(msg.results), link)

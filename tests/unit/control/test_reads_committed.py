@@ -107,7 +107,7 @@ def test_reads_wait_for_the_commit_of_a_change_and_then_show_it(tmp_path: Path) 
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("action", ["retry", "cancel"])
+@pytest.mark.parametrize("action", ["retry", "cancel", "depend"])
 def test_a_retry_or_a_cancel_sent_while_a_failure_is_being_committed_answers_as_committed(
     tmp_path: Path, action: str
 ) -> None:
@@ -131,14 +131,19 @@ def test_a_retry_or_a_cancel_sent_while_a_failure_is_being_committed_answers_as_
             (a,) = link.assigned
             sessions.results("w1", [Report(job.id, a.attempt, Outcome.FAILED, "", "ERROR", "boom")], link)
             await until(lambda: job.state is JobState.FAILED)
-            call = asyncio.ensure_future(getattr(scheduler.actions, action)(job.id))
+            call: asyncio.Future[Any]
+            if action == "depend":  # a job that may start only once it has succeeded
+                dependent = Submission("noop", {}, payload_json="{}", depends_on=(job.id,))
+                call = asyncio.ensure_future(scheduler.intake.submit([dependent]))
+            else:
+                call = asyncio.ensure_future(getattr(scheduler.actions, action)(job.id))
             for _ in range(TURNS):
                 await asyncio.sleep(0)
             # Then it is not answered while the failure could still be undone
             assert not call.done(), "answered before the failure was stored"
             blocker.execute("ROLLBACK")
             # and then as committed: a retry re-drives it (it was refused with "it is FAILED; only FAILED
-            # jobs can be retried"), a cancel says it has failed
+            # jobs can be retried"), a cancel says it has failed, a job that depends on it is refused
             if action == "retry":
                 retried = await asyncio.wait_for(call, 10)
                 assert retried.id == job.id and retried.state in (JobState.PENDING, JobState.RUNNING)
@@ -147,6 +152,7 @@ def test_a_retry_or_a_cancel_sent_while_a_failure_is_being_committed_answers_as_
                 with pytest.raises(FailedPrecondition, match="is FAILED"):
                     await asyncio.wait_for(call, 10)
                 assert _committed_state(db, job.id) is JobState.FAILED
+                assert scheduler.state_counts()[JobState.PENDING] == 0  # nothing was made
         finally:
             blocker.close()
             store.close()
