@@ -15,22 +15,29 @@ offset says how much), and the stored end is what stays. The feed's thread start
 print; a job that prints nothing costs a clear, two attribute swaps and the uncontended lock of its
 ending, as it did without live output.
 
-Only Python-level writes are caught. What C code or a child process writes to the file descriptors
-goes, as before, to the worker's stderr: ``fileno()`` answers with the real descriptor, so that
-``subprocess.run(..., stdout=sys.stdout)`` keeps working.
+Only Python-level writes are caught: text, and bytes written to ``sys.stdout.buffer`` (a
+:class:`PrintBuffer`, decoded as UTF-8 with invalid bytes replaced into the same tail); ``reconfigure()``
+is accepted and changes nothing, the text being kept as written. What C code or a child process writes
+to the file descriptors goes, as before, to the worker's stderr: ``fileno()`` answers with the real
+descriptor, so that ``subprocess.run(..., stdout=sys.stdout)`` keeps working.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from corral.printed import cut_note
 
-__all__ = ["WINDOW_CHARS", "WINDOW_SEC", "LiveFeed", "PrintStream", "PrintTail"]
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+__all__ = ["WINDOW_CHARS", "WINDOW_SEC", "LiveFeed", "PrintBuffer", "PrintStream", "PrintTail"]
 
 WINDOW_SEC = 0.2
 """How long printed text waits before it is sent live: what a job prints meanwhile goes in one frame."""
@@ -130,6 +137,11 @@ class LiveFeed:
             # to flush, so a wake-up is never lost, at worst spent on a window already flushed.
             self._wake.set()
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The flusher thread, once started: the runner's own, not one a job left running."""
+        return self._thread
+
     def start(self) -> None:
         """Start the flusher thread now rather than at the first print (idempotent): a runner under a
         memory limit starts it before the limit, so that its stack (8 MiB) and malloc arena (up to 64 MiB
@@ -173,9 +185,54 @@ class LiveFeed:
         self._forked = True
 
 
+class PrintBuffer(io.BufferedIOBase):
+    """``sys.stdout.buffer`` or ``sys.stderr.buffer`` while a job runs: bytes are decoded (UTF-8, invalid
+    bytes replaced) into the text of its :class:`PrintStream`, in order with it.
+
+    Decoding is incremental, so a character split across two writes (a copy in chunks) comes out whole;
+    bytes of a character still unfinished when the job ends are kept as one U+FFFD (:meth:`finish`).
+    """
+
+    def __init__(self, add: Callable[[str], None], fd: int) -> None:
+        """A binary stream whose decoded text goes to ``add``; ``fd``: the real stream's descriptor."""
+        super().__init__()
+        self._add = add
+        self._fd = fd
+        # No lock: the decoder holds bytes between writes only for a character split across them, and
+        # threads that write such pieces at once garble them on a real stream too.
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, b: ReadableBuffer, /) -> int:
+        """Keep the text of the bytes-like ``b``; returns its length in bytes."""
+        data = memoryview(b).tobytes()  # a str is refused here, as by a real binary stream
+        text = self._decoder.decode(data)
+        if text:
+            self._add(text)
+        return len(data)
+
+    def finish(self) -> None:
+        """End a job's bytes: an unfinished character is kept as U+FFFD, and nothing of it carries into
+        the next job's text."""
+        text = self._decoder.decode(b"", final=True)
+        if text:
+            self._add(text)
+
+    def writable(self) -> bool:
+        """Always True: a job may write (and only write) to it."""
+        return True
+
+    def fileno(self) -> int:
+        """The real stream's descriptor (a child process given ``sys.stdout.buffer`` writes there)."""
+        return self._fd
+
+    def isatty(self) -> bool:
+        """Always False, as for :meth:`PrintStream.isatty`."""
+        return False
+
+
 class PrintStream(io.TextIOBase):
     """``sys.stdout`` or ``sys.stderr`` while a job runs: text goes to a :class:`PrintTail`, or through a
-    :class:`LiveFeed`."""
+    :class:`LiveFeed`; bytes written to its :attr:`buffer` join it."""
 
     def __init__(self, tail: PrintTail, fd: int, feed: LiveFeed | None = None) -> None:
         """A stream into ``tail``, or through ``feed`` (whose tail it is) to send it live too; ``fd``:
@@ -183,6 +240,33 @@ class PrintStream(io.TextIOBase):
         super().__init__()
         self._add = tail.add if feed is None else feed.add
         self._fd = fd
+        self._buffer = PrintBuffer(self._add, fd)
+
+    @property
+    def buffer(self) -> PrintBuffer:
+        """The binary stream under this one, as a real ``sys.stdout`` has (``sys.stdout.buffer.write(b"...")``)."""
+        return self._buffer
+
+    def finish(self) -> None:
+        """End a job's output (see :meth:`PrintBuffer.finish`); the runner calls it as each job ends."""
+        self._buffer.finish()
+
+    def reconfigure(
+        self,
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        line_buffering: bool | None = None,
+        write_through: bool | None = None,
+    ) -> None:
+        """Accept what ``io.TextIOWrapper.reconfigure`` accepts, and change nothing: the text is kept as
+        written (and sent as UTF-8), never buffered. An unknown encoding or newline is refused as there,
+        so that a job behaves the same whether its output is caught or not."""
+        if encoding is not None:
+            codecs.lookup(encoding)  # LookupError
+        if newline not in (None, "", "\n", "\r", "\r\n"):
+            raise ValueError(f"illegal newline value: {newline!r}")
 
     def write(self, s: str) -> int:
         """Keep ``s`` (text only, as a real text stream)."""

@@ -3,6 +3,8 @@
 A worker's pool starts ``python -m runner.serve --in FD --out FD --parent PID [--import MODULE]...``
 and talks to it over two pipes in the :mod:`runner.wire` format. The process
 
+* adopts orphans (``PR_SET_CHILD_SUBREAPER``, :func:`adopt_orphans`): what a job's processes leave running
+  in the background becomes its child rather than init's, so that the check below finds it;
 * dies with its parent: it asks the kernel for a signal when the parent goes (``PR_SET_PDEATHSIG``),
   on which :mod:`runner._lifeline` kills its whole process group (what its jobs started included),
   then checks the parent did not die before that request, and it exits at end of file on its
@@ -17,7 +19,9 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
 * fails a result over ``corral.limits.MAX_RESULT_BYTES`` with ``RESULT_TOO_LARGE`` and cuts error
   messages to ``MAX_ERROR_MESSAGE_BYTES``, so that nothing a job returns can outgrow the worker's stream;
 * exits after answering a job that left a process of its own running, so that the worker ends it (see
-  ``worker.process``: a job's processes end with the job);
+  ``worker.process``: a job's processes end with the job), or a thread running (it would run on under
+  later jobs, and print into their output): the process exits with it, or, for a non-daemon thread,
+  the worker kills it (``worker.pool.RETIRE_GRACE_SEC``);
 * exits after ``--max-jobs`` jobs, or after a job that left it over ``--max-rss-mb`` MiB resident (a
   plug-in that leaks), when the worker asks for that (CORRAL_RUNNER_MAX_JOBS, CORRAL_RUNNER_MAX_RSS_MB);
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
@@ -41,6 +45,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 from typing import BinaryIO
 
 from runner import JobContext, all_types, execute, load_plugins
@@ -61,9 +66,12 @@ from runner.wire import (
     with_output,
 )
 
-__all__ = ["catalog", "die_with_parent", "live_feed", "main", "serve"]
+__all__ = ["adopt_orphans", "catalog", "die_with_parent", "live_feed", "main", "serve"]
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_adopting = False
+"""Whether this process already adopts orphans (see :func:`adopt_orphans`)."""
 # The signal the kernel sends when the worker goes: a real-time one that jobs have no use for, handled
 # by runner._lifeline (it ends the whole process group).
 PARENT_GONE = signal.SIGRTMIN + 3
@@ -92,6 +100,23 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def adopt_orphans() -> None:
+    """Make this process the parent of whatever its jobs' processes leave running in the background
+    (idempotent; the runner does it as it starts).
+
+    Orphans otherwise go to init, out of sight of the runner's check for processes a job left behind
+    (:func:`_children_left`); as its children they are found there, and the worker ends them with the
+    runner's process group. Children do not inherit the setting: a program a job runs adopts nothing.
+    """
+    global _adopting
+    if _adopting:
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: leftovers run on unseen
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+            _adopting = True
+
+
 def serve(
     requests: BinaryIO,
     out_fd: int,
@@ -102,8 +127,8 @@ def serve(
     feed: LiveFeed | None = None,
 ) -> None:
     """Answer requests until end of file on ``requests``, or until an answer is the last (flagged
-    ``LAST``): a job ran out of memory or left a process running, or the process reached ``max_jobs``
-    jobs or ``max_rss_mb`` MiB resident (0: no such limit). ``output_bytes``: how much of what each
+    ``LAST``): a job ran out of memory or left a process or a thread running, or the process reached
+    ``max_jobs`` jobs or ``max_rss_mb`` MiB resident (0: no such limit). ``output_bytes``: how much of what each
     job prints goes back with its answer, and is sent live meanwhile (:mod:`runner.output`; 0: none is
     caught); ``feed``: the :func:`live_feed` for that, if made beforehand."""
     header_size = REQUEST.size
@@ -136,6 +161,7 @@ def serve(
         # The process must not run another job. CUDA reads CUDA_VISIBLE_DEVICES once per process, so
         # a job that held GPUs is its process's last: the next one would see its devices.
         spent = devices_len > 0
+        threads_at_start = set(threading.enumerate())  # to tell the threads a job leaves running
         if feed is not None:
             feed.clear()
             real = sys.stdout, sys.stderr
@@ -161,12 +187,15 @@ def serve(
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         if feed is not None:
             sys.stdout, sys.stderr = real
+            for stream in streams:
+                stream.finish()
         if not inherit:
             _restore_devices(own_devices)
         done += 1
         final = bool(
             spent
             or _children_left(before)  # the worker ends the runner's process group, and what the job left in it
+            or _threads_left(threads_at_start, feed)
             or done == max_jobs
             or (max_rss_mb and _resident_mb() > max_rss_mb)
         )
@@ -243,6 +272,18 @@ def _children_left(before: set[int]) -> bool:
             return bool(_children() - before)
 
 
+def _threads_left(before: set[threading.Thread], feed: LiveFeed | None) -> bool:
+    """Whether a thread that a job started still runs after the job ended; ``before``: the threads
+    there were when it started.
+
+    It would run on under the next jobs, and what it prints would land in their output (``sys.stdout``
+    is swapped for the whole process). A runner that has one exits after its answer: a daemon thread
+    ends with it, and a non-daemon one, which its exit waits for, is killed with it by the worker.
+    """
+    own = None if feed is None else feed.thread  # started at a job's first print, for good: ours
+    return any(t not in before and t is not own and t.is_alive() for t in threading.enumerate())
+
+
 def _children() -> set[int]:
     """Pids of this process's children, from /proc (empty where the kernel does not list them)."""
     pids: set[int] = set()
@@ -274,6 +315,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output-bytes", type=int, default=0, help="keep this much of what each job prints (0: none)")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
+    # Before the plug-ins load: what they leave in the background as they import is then among the
+    # children serve() counts as theirs, not a job's.
+    adopt_orphans()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Jobs that start subprocesses must not hand them our pipes (they would hold them open).
     os.set_inheritable(args.in_fd, False)

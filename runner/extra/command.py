@@ -40,8 +40,6 @@ that group) and a killed worker (:mod:`runner._lifeline`) stop it with the job.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import resource
 import selectors
@@ -57,6 +55,7 @@ from typing import Any
 from runner.errors import JobFailed
 from runner.payload import as_int
 from runner.registry import JobContext, JobType, register
+from runner.serve import adopt_orphans
 from runner.wire import DEVICES_ENV
 
 __all__ = [
@@ -116,9 +115,6 @@ _EXIT_DRAIN_SEC = 1.0
 its pipes open, and must not hold the job until its timeout."""
 _FAILURE_TAIL_CHARS = 1000
 _FAILURE_TAIL_LINES = 3
-_PR_SET_CHILD_SUBREAPER = 36
-_adopting = False
-"""Whether this process already adopts orphans (see :func:`_adopt_orphans`)."""
 
 # The memory limit must be in place before the program's first instruction, so it is set between fork
 # and exec. preexec_fn would run Python in the forked child of a runner that has threads (the compiled
@@ -249,22 +245,6 @@ def _resolve(program: str, cwd: str | None) -> str:
         where = "is not an executable file" if "/" in program else "is not an executable on the worker's PATH"
         raise JobFailed("COMMAND_NOT_FOUND", f"argv[0]: {program!r} {where}")
     return os.path.realpath(found)
-
-
-def _adopt_orphans() -> None:
-    """Make this runner the parent of whatever a program leaves running in the background.
-
-    Orphans otherwise go to init, out of sight of the runner's check for processes a job left behind
-    (:mod:`runner.serve`); as its children they are found there, and the worker ends them with the
-    runner's process group.
-    """
-    global _adopting
-    if _adopting:
-        return
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: leftovers run on, as with any job type
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
-            _adopting = True
 
 
 def _address_space_limit(memory_mb: int) -> int:
@@ -415,7 +395,7 @@ class Command(JobType):
         stdin = payload["stdin"].encode() if "stdin" in payload else None
         env = program_env(payload.get("env") or {}, ctx.threads)
         out, err = OutputTail(limit), OutputTail(limit)
-        _adopt_orphans()
+        adopt_orphans()  # a runner did as it started; this covers any other host of the type
         started = time.monotonic()
         proc = _start(real, argv, env, cwd, memory_mb, stdin is not None)
         try:
