@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.errors import FailedPrecondition as FailedPrecondition
     from corral.errors import Internal as Internal
     from corral.errors import InvalidArgument as InvalidArgument
+    from corral.errors import MessageTooLarge as MessageTooLarge
     from corral.errors import NotFound as NotFound
     from corral.errors import PermissionDenied as PermissionDenied
     from corral.errors import RateLimited as RateLimited
@@ -95,6 +96,7 @@ _HOMES = {
             "FailedPrecondition",
             "Internal",
             "InvalidArgument",
+            "MessageTooLarge",
             "NotFound",
             "PermissionDenied",
             "RateLimited",

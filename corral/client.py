@@ -94,8 +94,20 @@ TlsCa = str | os.PathLike[str] | bytes
 
 
 def auth_metadata(token: str | None, metadata: Metadata = ()) -> tuple[tuple[str, str], ...]:
-    """``metadata`` plus ``authorization: Bearer <token>`` when there is a token."""
+    """``metadata`` plus ``authorization: Bearer <token>`` when there is a token.
+
+    Raises:
+        InvalidArgument: on ``token`` when it is not printable ASCII without spaces, as every Corral token
+            is. gRPC cannot send other characters in metadata: each call failed INTERNAL "Invalid
+            metadata", after gRPC's own error lines on stderr. The message does not quote the token.
+    """
     if token:
+        bad = next((i for i, ch in enumerate(token) if not "!" <= ch <= "~"), None)
+        if bad is not None:
+            raise InvalidArgument(
+                "token",
+                f"must be printable ASCII without spaces, got {token[bad]!r} at character {bad + 1} of {len(token)}",
+            )
         return (*metadata, ("authorization", f"Bearer {token}"))
     return tuple(metadata)
 

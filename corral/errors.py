@@ -11,6 +11,7 @@ Domain code raises these; the gRPC layer maps them to status codes in one table
      +-- FailedPrecondition                     -> FAILED_PRECONDITION / 400
      |    +-- StaleAttempt   (job_id, attempt)  a result or heartbeat from an attempt that lost its lease
      +-- RateLimited          (retry_after)     -> RESOURCE_EXHAUSTED / 429 + retry-after
+     +-- MessageTooLarge      (which, size, limit) <- RESOURCE_EXHAUSTED from gRPC itself, not to be retried
      +-- Unauthenticated                        -> UNAUTHENTICATED / 401
      +-- PermissionDenied                       -> PERMISSION_DENIED / 403
      +-- Unavailable                            -> UNAVAILABLE / 503
@@ -81,6 +82,29 @@ class RateLimited(CorralError):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class MessageTooLarge(CorralError):
+    """Raised when a request or its answer is larger than a gRPC message may be (64 MiB on the control
+    plane and in its clients).
+
+    gRPC itself refuses such a message with RESOURCE_EXHAUSTED, the code of a rate limit too, but sending
+    the same request again meets the same refusal, and a request that was carried out (a batch whose
+    answer was too large) would be carried out again: this is not a :class:`RateLimited`.
+    ``which`` is ``"request"``, ``"answer"`` or, when gRPC did not say, ``"request or answer"``;
+    ``size`` and ``limit`` are in bytes, ``None`` when gRPC did not say.
+    """
+
+    code = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, which: str, size: int | None = None, limit: int | None = None) -> None:
+        over = f": {size:,} bytes, over the {limit:,}-byte limit" if size is not None and limit is not None else ""
+        # An answer exists only once the request was carried out: a caller must not take it as refused.
+        done = "; the request itself was carried out" if which == "answer" else ""
+        super().__init__(f"the {which} was too large for one gRPC message{over}{done}")
+        self.which = which
+        self.size = size
+        self.limit = limit
 
 
 class Unauthenticated(CorralError):

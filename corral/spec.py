@@ -205,10 +205,20 @@ def _rule(target: Message | MutableMapping[str, Any], name: str, value: Any) -> 
 
 
 def to_timestamp(when: When, what: str = "time") -> timestamp_pb2.Timestamp:
-    """Convert a ``datetime`` (naive means UTC) or Unix seconds to a ``Timestamp``."""
+    """Convert a ``datetime`` (naive means UTC) or Unix seconds to a ``Timestamp``.
+
+    Raises:
+        InvalidArgument: on ``what`` when ``when`` is neither, or is outside what a ``Timestamp`` holds
+            (0001-01-01 .. 9999-12-31 in UTC).
+    """
     ts = timestamp_pb2.Timestamp()
     if isinstance(when, datetime):
-        ts.FromDatetime(when if when.tzinfo else when.replace(tzinfo=UTC))
+        try:
+            ts.FromDatetime(when if when.tzinfo else when.replace(tzinfo=UTC))
+        except (OverflowError, ValueError):  # 0001-01-01T00:00+05:00 is in year 0 in UTC, which no datetime holds
+            raise InvalidArgument(
+                what, f"must be between 0001-01-01 and 9999-12-31 in UTC, got {when.isoformat()}"
+            ) from None
     elif isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
         whole = math.floor(when)  # split first: a double holds Unix nanoseconds only to ~100 ns
         try:

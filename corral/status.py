@@ -9,6 +9,13 @@ control plane's rich details complete it:
   ``RetryInfo`` (``retry_delay``);
 - ``retry-after`` trailer (seconds) on RESOURCE_EXHAUSTED, preferred over ``RetryInfo`` for ``RateLimited``.
 
+RESOURCE_EXHAUSTED is a :class:`~corral.errors.RateLimited` only when it carries the control plane's
+rate-limit signal (a ``retry-after`` trailer or a ``RetryInfo`` detail, both sent by
+``control/api/status.py``). gRPC uses the same code for a request or an answer over the message size
+limit ("SERVER: Received message larger than max (N vs. M)"): that one is a
+:class:`~corral.errors.MessageTooLarge`, and any other a plain ``CorralError``, since waiting and
+sending the same call again would meet the same refusal for ever (or carry out a committed batch twice).
+
 Status codes without a class of their own (UNKNOWN, CANCELLED, ABORTED, UNIMPLEMENTED, ...) become a plain
 :class:`~corral.errors.CorralError` whose ``code`` is the status code's name.
 """
@@ -16,6 +23,7 @@ Status codes without a class of their own (UNKNOWN, CANCELLED, ABORTED, UNIMPLEM
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +31,7 @@ from typing import Any
 import grpc
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from corral.errors import ERRORS_BY_CODE, CorralError, InvalidArgument, RateLimited
+from corral.errors import ERRORS_BY_CODE, CorralError, InvalidArgument, MessageTooLarge, RateLimited
 
 __all__ = ["DEFAULT_RETRY_AFTER", "error_from_rpc", "error_from_status", "translate_errors"]
 
@@ -32,6 +40,16 @@ DEFAULT_RETRY_AFTER = 1.0
 
 _DETAILS_KEY = "grpc-status-details-bin"
 _RETRY_AFTER_KEY = "retry-after"
+_TOO_LARGE = re.compile(r"(?:\b(CLIENT|SERVER): )?(Sent|Received) message larger than max \((\d+) vs\. (\d+)\)")
+"""gRPC core's words for a message over the size limit, after the side that noticed (``CLIENT``/``SERVER``)
+when the gRPC in use names it; without the side, "Received" could be either message."""
+# Which message was too large, by the side that noticed and what it was doing.
+_WHICH = {
+    ("CLIENT", "Sent"): "request",
+    ("SERVER", "Received"): "request",
+    ("SERVER", "Sent"): "answer",
+    ("CLIENT", "Received"): "answer",
+}
 
 
 @contextmanager
@@ -73,7 +91,15 @@ def _error(name: str, message: str, trailers: dict[str, Any], status: status_pb2
             return InvalidArgument(first.field, first.description or message)
         return InvalidArgument("", message)
     if name == RateLimited.code:
-        return RateLimited(message, _retry_after(trailers.get(_RETRY_AFTER_KEY), status))
+        if _RETRY_AFTER_KEY in trailers or _unpack(status, error_details_pb2.RetryInfo) is not None:
+            return RateLimited(message, _retry_after(trailers.get(_RETRY_AFTER_KEY), status))
+        too_large = _TOO_LARGE.search(message)
+        if too_large is not None:
+            side, verb, size, limit = too_large.groups()
+            return MessageTooLarge(_WHICH.get((side, verb), "request or answer"), int(size), int(limit))
+        error = CorralError(message)
+        error.code = name
+        return error
     cls = ERRORS_BY_CODE.get(name)
     if cls is not None:
         return cls(message)

@@ -258,8 +258,9 @@ def operation(route: Route, schemas: Schemas, op_id: str) -> dict[str, Any]:
                 "in": "header",
                 "required": False,
                 "description": (
-                    "Same as the idempotencyKey field (the field wins when both are given): a quoted string "
-                    '(RFC 8941, as in the IETF Idempotency-Key draft: "order-42") or a bare key.'
+                    "Same as the idempotencyKey field: a quoted string (RFC 8941, as in the IETF "
+                    'Idempotency-Key draft: "order-42") or a bare key. When the body\'s idempotencyKey is given '
+                    "too, the two must be equal: a 400 (INVALID_ARGUMENT on idempotency_key) otherwise."
                 ),
                 "schema": {"type": "string"},
             }
@@ -269,7 +270,10 @@ def operation(route: Route, schemas: Schemas, op_id: str) -> dict[str, Any]:
                 "name": "X-Idempotency-Key",
                 "in": "header",
                 "required": False,
-                "description": "The same as Idempotency-Key, as a bare key; when both are given they must agree.",
+                "description": (
+                    "The same as Idempotency-Key, as a bare key; when both headers are given they must agree, "
+                    "and it must equal a non-empty idempotencyKey in the body (a 400 otherwise)."
+                ),
                 "schema": {"type": "string"},
             }
         )

@@ -4,7 +4,8 @@ In: strict JSON (UTF-8, no ``NaN`` literals, no number a double cannot hold, no 
 fields may be spelled either way (``timeoutSec`` or ``timeout_sec``), as grpc-gateway v2 accepts them.
 Unknown fields, wrong types, out-of-range numbers and unknown enum names are refused with
 :class:`~corral.errors.InvalidArgument` naming the field by its proto path (``jobs[2].priority``),
-the same path the gRPC API uses. Query strings map onto the same rules (:func:`query_to_json`).
+the same path the gRPC API uses. Query strings map onto the same rules (:func:`query_to_json`), once
+:func:`check_query_text` has found their percent-encoded bytes to be UTF-8.
 
 Out: lowerCamelCase names, enums by name, 64-bit integers as strings, scalars at their defaults
 included, integral numbers without a fractional part (as Go's protojson prints them).
@@ -18,6 +19,7 @@ import contextlib
 import json
 import math
 import re
+import urllib.parse
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -299,8 +301,13 @@ def _check_scalar(value: Any, field: FieldDescriptor, path: str) -> None:
             if value not in enum.values_by_name:
                 names = ", ".join(v.name for v in enum.values)
                 raise InvalidArgument(path, f"unknown value {value!r} (one of {names})")
-        elif _integer(value) is None or isinstance(value, str):
-            raise InvalidArgument(path, f"must be an enum name or number, got {_show(value)}")
+        else:
+            number = _integer(value)
+            if number is None or isinstance(value, str):
+                raise InvalidArgument(path, f"must be an enum name or number, got {_show(value)}")
+            low, high = PROTO_INT_RANGES[FieldDescriptor.CPPTYPE_INT32]
+            if not low <= number <= high:  # else protobuf's own "Value out of range", naming no field
+                raise InvalidArgument(path, f"must be an enum name or a number between {low} and {high}, got {number}")
 
 
 def _integer(value: Any) -> int | None:
@@ -343,6 +350,26 @@ def _show(value: Any) -> str:
 # ---- query string -> JSON value --------------------------------------------------------------------
 _TRUE = {"true", "1"}
 _FALSE = {"false", "0"}
+
+
+def check_query_text(raw: str) -> None:
+    """Refuse a raw (still percent-encoded) query string whose names or values are not UTF-8 once
+    decoded, naming the parameter. The URL parser decodes such bytes to U+FFFD, so ``?type=%ff`` listed
+    the jobs of the type "\ufffd" and answered 200 (the same bytes in the path are a 400)."""
+    for part in raw.split("&"):  # as the URL parser splits it: on "&" only
+        name, _, value = part.partition("=")
+        if not _utf8_encoded(name):
+            raise InvalidArgument(name, "the name of this query parameter is not valid UTF-8 once percent-decoded")
+        if not _utf8_encoded(value):
+            raise InvalidArgument(urllib.parse.unquote_plus(name), "is not valid UTF-8 once percent-decoded")
+
+
+def _utf8_encoded(text: str) -> bool:
+    try:
+        urllib.parse.unquote_to_bytes(text.replace("+", " ")).decode("utf-8")
+    except UnicodeError:  # also a str that holds a surrogate-escaped byte, which cannot be encoded back
+        return False
+    return True
 
 
 def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor], message: str) -> dict[str, Any]:

@@ -279,6 +279,7 @@ class Gateway:
                     protojson.to_message({route.body: value}, message)
         query = request.rel_url.query
         if query:
+            protojson.check_query_text(request.rel_url.raw_query_string)
             fields = route.query_fields()
             protojson.to_message(protojson.query_to_json(query.items(), fields, route.method.input_type.name), message)
         if params:

@@ -17,7 +17,7 @@ from getpass import getpass
 from corral.cli import login_file, render
 from corral.cli.commands import client_for
 from corral.cli.exitcode import ExitCode, fail
-from corral.cli.login_file import SavedLogin
+from corral.cli.login_file import LoginFileError, SavedLogin
 from corral.client import Client
 
 __all__ = ["delete_account", "end_logins", "list_accounts", "login", "logout", "passwd", "register", "whoami"]
@@ -47,7 +47,10 @@ def login(args: argparse.Namespace) -> int:
         else:
             print(value.token, flush=True)
         return ExitCode.OK
-    saved_to = login_file.save(SavedLogin(args.control, name, value.token, value.expires_at))
+    try:
+        saved_to = login_file.save(SavedLogin(args.control, name, value.token, value.expires_at))
+    except LoginFileError as exc:  # the control plane made the login: say so, with why it is not kept
+        return fail(f"logged in as {name}, but {exc.message}")
     if args.json:
         render.print_json({"name": name, "expires_at": value.expires_at.isoformat(), "saved_to": str(saved_to)})
     else:

@@ -22,10 +22,11 @@ from contextlib import ExitStack, closing
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.markup import escape
+
 from corral.cli import job_file, login_file, render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
-from corral.errors import InvalidArgument
 from corral.job import Changed, Job, JobState
 from corral.job_ids import MAX_WATCHED_JOBS
 from corral.limits import MAX_CANCELLED_PER_CALL, MAX_RETRIED_PER_CALL
@@ -68,8 +69,6 @@ def submit(args: argparse.Namespace) -> int:
         "notify": [dataclasses.replace(target, on=tuple(args.notify_on)) for target in args.notify],
         "start_when": args.start_when,
     }
-    if args.notify_on and not args.notify:
-        raise InvalidArgument("--notify-on", "says which ends to announce: give --notify too")
     with client_for(args) as client:
         if args.follow:
             job = client.submit(args.type, args.payload, **fields)
@@ -85,18 +84,18 @@ def submit(args: argparse.Namespace) -> int:
                 job = client.run(args.type, args.payload, **fields)
             else:
                 with (
-                    render.console(stderr=True).status(f"Submitting a {args.type} job...") as status,
+                    render.console(stderr=True).status(f"Submitting a {escape(args.type)} job...") as status,
                     closing(client.submit_and_watch(args.type, args.payload, **fields)) as updates,
                 ):
                     for job in updates:
-                        status.update(f"Job {job.id} ({job.type}) is {job.state.name}...")
+                        status.update(f"Job {job.id} ({escape(job.type)}) is {job.state.name}...")
             return _show_final(job, args.json)
         job = client.submit(args.type, args.payload, **fields)
     if args.json:
         render.print_json(job.to_dict())
     else:
         out = render.console()
-        out.print(f"Submitted job [bold]{job.id}[/] ({job.type}, ", render.state_text(job.state), ")", sep="")
+        out.print(f"Submitted job [bold]{job.id}[/] ({escape(job.type)}, ", render.state_text(job.state), ")", sep="")
     return ExitCode.OK
 
 

@@ -77,10 +77,17 @@ def save(login: SavedLogin, file: Path | None = None) -> Path:
     The directory is made (mode 0700) when missing; the file is written under a temporary name in the
     same directory, created 0600, and renamed over the old one, so the file is never readable by others
     and never half-written.
+
+    Raises:
+        LoginFileError: the file cannot be written (a read-only home, a directory in its place); the message
+            names it. Any login saved before is left as it was.
     """
     target = path() if file is None else file
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)  # mkstemp: mode 0600
+    try:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)  # mkstemp: mode 0600
+    except OSError as exc:
+        raise _unsaved(target, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(login.to_json(), f, indent=2)
@@ -88,9 +95,11 @@ def save(login: SavedLogin, file: Path | None = None) -> Path:
             f.flush()
             os.fsync(f.fileno())  # so a crash after the rename cannot leave an empty file in its place
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise _unsaved(target, exc) from None
         raise
     return target
 
@@ -142,6 +151,13 @@ def remove(file: Path | None = None) -> bool:
     except OSError as exc:
         raise LoginFileError(f"the saved login {target} cannot be removed: {exc.strerror or exc}") from None
     return True
+
+
+def _unsaved(target: Path, exc: OSError) -> LoginFileError:
+    return LoginFileError(
+        f"the login cannot be saved to {target}: {exc.strerror or exc}; set ${LOGIN_FILE_ENV} to a file that "
+        "can be written, or print the token with `corral login --print`"
+    )
 
 
 def _broken(source: Path, problem: str) -> LoginFileError:

@@ -27,6 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return config_check.main(args[1:])
     parser = build_parser()
     parsed = parser.parse_args(args)
+    check = getattr(parsed, "check", None)
+    if check is not None:
+        check(parsed)
     try:
         return int(parsed.handler(parsed))
     except Unavailable as exc:

@@ -1,7 +1,9 @@
 """The ``corral`` command line: every sub-command, its arguments, and the handler it runs.
 
 Each sub-parser sets ``handler`` (a function of the parsed ``argparse.Namespace`` returning the exit
-status). The client commands share ``--control``, ``--token``, ``--tls-ca``, ``--json`` and ``--rpc-timeout``
+status), and may set ``check``, run on the parsed arguments before the handler, for a usage error that
+no one argument shows alone (it exits 2 through the sub-parser's ``error``, as argparse does). The
+client commands share ``--control``, ``--token``, ``--tls-ca``, ``--json`` and ``--rpc-timeout``
 through one parent parser.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from corral.audit import ACTIONS as AUDIT_ACTIONS
@@ -156,6 +159,7 @@ def _client_parent(*, token: bool = True, defaults: bool = True) -> argparse.Arg
         # file cannot break --help or a usage error (corral.cli.commands reads it as it builds the client).
         parent.add_argument(
             "--token",
+            type=values.token,
             default=default(os.environ.get(TOKEN_ENV) or None),
             metavar="TOKEN",
             help=f"client token, sent as 'authorization: Bearer TOKEN' (default ${TOKEN_ENV}, else the token "
@@ -187,7 +191,7 @@ def _add_many_flags(p: argparse.ArgumentParser, what: str, limit_help: str) -> N
     p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
     _add_label_filter(p)
     p.add_argument("--all", action="store_true", help=f"every {what} (needed when nothing else narrows it)")
-    p.add_argument("--limit", type=values.positive_int, default=0, help=limit_help)
+    p.add_argument("--limit", type=values.positive_int32, default=0, help=limit_help)
 
 
 def _add_error_code_filter(p: argparse.ArgumentParser) -> None:
@@ -221,10 +225,10 @@ def _add_client_commands(
     p.add_argument("type", help="job type, e.g. add_numbers")
     p.add_argument("--payload", type=values.payload, default={}, help="JSON object, or @FILE holding one")
     p.add_argument("--name", default="", help="a name to find the job by")
-    p.add_argument("--priority", type=int, default=0, help="0..100, higher runs first (default 0)")
-    p.add_argument("--threads", type=int, help="threads the job wants (default 1)")
+    p.add_argument("--priority", type=values.int32, default=0, help="0..100, higher runs first (default 0)")
+    p.add_argument("--threads", type=values.int32, help="threads the job wants (default 1)")
     p.add_argument("--timeout", type=float, metavar="SEC", help="per-attempt deadline in seconds")
-    p.add_argument("--max-attempts", type=int, metavar="N", help="attempts before FAILED (default 3)")
+    p.add_argument("--max-attempts", type=values.int32, metavar="N", help="attempts before FAILED (default 3)")
     p.add_argument(
         "--at", type=values.when, metavar="TIME", help="start no earlier than: ISO 8601, or +30s / +5m / +1h"
     )
@@ -287,7 +291,7 @@ def _add_client_commands(
     )
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it SUCCEEDED")
     _add_follow_flag(p, "; exit 1 unless it SUCCEEDED")
-    p.set_defaults(handler=commands.submit)
+    p.set_defaults(handler=commands.submit, check=_needs_notify(p))
 
     _add_submit_many(sub, parent)
 
@@ -392,8 +396,8 @@ def _add_client_commands(
     )
     p.add_argument("--target", default="", help="only events about this job, worker or account")
     p.add_argument("--outcome", default="", help="only events with this outcome: OK, PERMISSION_DENIED, ...")
-    p.add_argument("--limit", type=values.positive_int, default=100, help="1..1000 (default 100)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    p.add_argument("--limit", type=values.positive_int32, default=100, help="1..1000 (default 100)")
+    p.add_argument("--offset", type=values.int32, default=0, help="skip this many (default 0)")
     p.set_defaults(handler=commands.audit)
 
 
@@ -505,6 +509,16 @@ def _add_account_commands(
     q.set_defaults(handler=account_commands.end_logins)
 
 
+def _needs_notify(p: argparse.ArgumentParser) -> Callable[[argparse.Namespace], None]:
+    """The check of ``corral submit`` that no one argument shows alone: ``--notify-on`` needs ``--notify``."""
+
+    def check(args: argparse.Namespace) -> None:
+        if args.notify_on and not args.notify:
+            p.error("argument --notify-on: says which ends to announce: give --notify too")  # exits 2
+
+    return check
+
+
 def _add_follow_flag(p: argparse.ArgumentParser, then: str = "") -> None:
     """``-f/--follow``: print what the job prints, as it prints it, until it ends (``then``: what the
     command does after, for the help)."""
@@ -520,5 +534,5 @@ def _add_page_flags(p: argparse.ArgumentParser) -> None:
     """The filters and paging of a command that lists jobs (``list``, ``queue``)."""
     p.add_argument("--type", default="", help="only jobs of this type")
     p.add_argument("--owner", default="", help="only jobs of this owner (a client token's name)")
-    p.add_argument("--limit", type=values.positive_int, default=50, help="1..1000 (default 50)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    p.add_argument("--limit", type=values.positive_int32, default=50, help="1..1000 (default 50)")
+    p.add_argument("--offset", type=values.int32, default=0, help="skip this many (default 0)")

@@ -452,7 +452,17 @@ def utc_time(value: datetime) -> str:
 
 
 def _time(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+    if not value:
+        return "-"
+    try:
+        return _clock(value.astimezone())
+    except (OverflowError, OSError):  # 0001-01-01 UTC is in year 0 west of Greenwich, which no datetime holds
+        return f"{_clock(value.astimezone(UTC))} UTC"
+
+
+def _clock(value: datetime) -> str:
+    # isoformat, not strftime: glibc's %Y writes the year 1 as "1", not "0001"
+    return value.replace(tzinfo=None).isoformat(sep=" ", timespec="seconds")
 
 
 def _counts(counts: Mapping[str, int]) -> str:

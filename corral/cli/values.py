@@ -14,10 +14,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
+
 from corral.addresses import AddressError, parse_addresses
+from corral.client import auth_metadata
 from corral.errors import InvalidArgument
 from corral.job import JobState, Notify
-from corral.limits import MAX_GPUS, MAX_MEMORY_MB
+from corral.limits import MAX_GPUS, MAX_MEMORY_MB, PROTO_INT_RANGES
 from corral.resources import ResourceError, parse_gpus
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "excerpt",
     "gpu_count",
     "gpus",
+    "int32",
     "job_state",
     "json_kind",
     "label",
@@ -33,7 +37,9 @@ __all__ = [
     "payload",
     "port",
     "positive_int",
+    "positive_int32",
     "readable_file",
+    "token",
     "when",
     "worker_memory_mb",
 ]
@@ -99,7 +105,15 @@ def when(text: str, now: datetime | None = None) -> datetime:
         raise argparse.ArgumentTypeError(
             f"invalid time {text!r}: use ISO 8601 (2030-01-02T15:04:05Z) or +N[ms|s|m|h|d] relative to now"
         ) from None
-    return moment if moment.tzinfo else moment.astimezone()
+    if moment.tzinfo:
+        return moment
+    try:
+        return moment.astimezone()
+    except (OverflowError, ValueError):  # Python finds no local offset within a day of year 1's start or 9999's end
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: too near the ends of the years 0001..9999 to read as local time; "
+            "give it an offset (0001-01-01T00:00:00Z)"
+        ) from None
 
 
 def label(text: str) -> tuple[str, str]:
@@ -159,6 +173,25 @@ def port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"invalid port {text!r}: use 0..65535 (0 picks a free port)")
     return int(text)
+
+
+def int32(text: str) -> int:
+    """An integer a request's int32 field can carry; the control plane checks its own rule (priority 0..100, ...)."""
+    return _int_in_range(text, *PROTO_INT_RANGES[FieldDescriptor.CPPTYPE_INT32])
+
+
+def positive_int32(text: str) -> int:
+    """An integer >= 1 that a request's int32 field can carry (a ``--limit``)."""
+    return _int_in_range(text, 1, PROTO_INT_RANGES[FieldDescriptor.CPPTYPE_INT32][1])
+
+
+def token(text: str) -> str:
+    """A client token: printable ASCII without spaces (:func:`corral.client.auth_metadata`'s rule)."""
+    try:
+        auth_metadata(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(f"invalid token: {exc.rule}") from None
+    return text
 
 
 def positive_int(text: str) -> int:

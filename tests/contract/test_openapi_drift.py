@@ -77,3 +77,13 @@ def test_routes_are_the_design_table_and_all_in_the_spec() -> None:
     documented = {(m.upper(), p) for p, ops in paths.items() for m in ops if p.startswith("/v1/")}
     assert documented == set(DESIGN_TABLE) | set(ADDED)
     assert {"/healthz", "/readyz", "/metrics"} <= set(paths)
+
+
+def test_idempotency_headers_say_a_key_that_differs_from_the_body_is_a_400() -> None:
+    # The server refuses a header that differs from a non-empty idempotencyKey (control/api/convert.py
+    # submission, README); the spec said the body's field won, so a client trusting it got a 400
+    for path in ("/v1/jobs", "/v1/jobs:run"):
+        headers = {p["name"]: p["description"] for p in spec()["paths"][path]["post"]["parameters"]}
+        for name in ("Idempotency-Key", "X-Idempotency-Key"):
+            assert "wins" not in headers[name]
+            assert "idempotencyKey" in headers[name] and "a 400" in headers[name], name

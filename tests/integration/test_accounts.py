@@ -300,6 +300,21 @@ def test_the_cli_logs_in_saves_the_login_and_uses_it(open_site: Site, tmp_path: 
     wrong = cli.corral("login", "alice", "--password-stdin", env=env, input="nope-nope")
     assert wrong.returncode != 0 and "wrong name or password" in wrong.stderr
     assert not (tmp_path / "login").exists()
+    # A login that cannot be saved (CORRAL_LOGIN_FILE names a directory) is one line naming the file, not a
+    # traceback after the control plane made it
+    (tmp_path / "a-directory").mkdir()
+    unsaved = cli.corral(
+        "login",
+        "alice",
+        "--password-stdin",
+        env={**env, "CORRAL_LOGIN_FILE": str(tmp_path / "a-directory")},
+        input=PASSWORD,
+    )
+    assert unsaved.returncode == 1 and unsaved.stdout == ""
+    assert unsaved.stderr.startswith(
+        f"corral: error: logged in as alice, but the login cannot be saved to {tmp_path / 'a-directory'}: Is a directory"
+    )
+    assert unsaved.stderr.count("\n") == 1
     done = cli.corral("login", "alice", "--password-stdin", env=env, input=PASSWORD + "\n")
     assert done.returncode == 0, done.stderr
     assert "alice" in done.stdout and (tmp_path / "login").stat().st_mode & 0o777 == 0o600

@@ -278,6 +278,57 @@ def test_bad_payload_json_is_a_usage_error(control_plane: ControlProc) -> None:
     assert "argument --payload: invalid JSON" in done.stderr and "line 1 column 2" in done.stderr
 
 
+def test_job_type_names_print_as_they_are_never_as_markup(control_plane: ControlProc, spawn_worker: Any) -> None:
+    # Given a worker with a job type whose name holds what Rich reads as a closing tag
+    spawn_worker(control_plane, threads=1, imports=("tests.support.jobtypes",))
+    address = control_plane.address
+    # When jobs of it are submitted, then each command prints the name (before, a MarkupError traceback,
+    # once the job had been accepted)
+    submitted = corral("submit", "markup[/v2]", "--control", address)
+    assert submitted.returncode == 0, submitted.stderr
+    assert re.fullmatch(r"Submitted job \S+ \(markup\[/v2\], (PENDING|RUNNING|SUCCEEDED)\)\n", submitted.stdout)
+    waited = corral("submit", "markup[/v2]", "--wait", "--control", address)
+    assert waited.returncode == 0, waited.stderr
+    assert re.search(r"type\s+markup\[/v2\]", waited.stdout) and "Traceback" not in waited.stderr
+    # and an unknown one is refused in one line
+    unknown = corral("submit", "resize[v2]", "--wait", "--control", address)
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("corral: error: INVALID_ARGUMENT: field 'type': unknown job type 'resize[v2]'")
+
+
+def test_times_at_the_ends_of_the_years_are_refused_or_shown_not_a_traceback(control_plane: ControlProc) -> None:
+    address = control_plane.address
+    # A time before 0001-01-01 in UTC is refused naming the field, before anything is sent
+    refused = corral("submit", "noop", "--at", "0001-01-01T00:00:00+05:00", "--control", address)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("corral: error: INVALID_ARGUMENT: field 'scheduled_at': must be between")
+    assert refused.stderr.count("\n") == 1
+    # A job scheduled at the first second there is, shown west of Greenwich (in the year 0 locally),
+    # is shown in UTC
+    submitted = corral("submit", "noop", "--at", "0001-01-01T00:00:00Z", "--json", "--control", address)
+    assert submitted.returncode == 0, submitted.stderr
+    shown = corral("get", json.loads(submitted.stdout)["id"], "--control", address, env={"TZ": "America/New_York"})
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"scheduled\s+0001-01-01 00:00:00 UTC", shown.stdout), shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (("stats", "--token", "t\u00f6k"), {}, "corral stats: error: argument --token: invalid token"),
+        (("stats",), {"CORRAL_TOKEN": "a-token\n"}, "corral stats: error: argument --token: invalid token"),
+        (("submit", "noop", "--priority", "99999999999"), {}, "corral submit: error: argument --priority"),
+        (("list", "--offset", "99999999999"), {}, "corral list: error: argument --offset"),
+    ],
+)
+def test_values_a_request_cannot_carry_are_usage_errors(args: tuple[str, ...], env: dict[str, str], said: str) -> None:
+    # They exited 1, and a token gRPC cannot send printed gRPC core's error lines, then INTERNAL
+    done = corral(*args, "--control", dead_address(), env=env)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].startswith(said) and done.stderr.startswith("usage: ")
+    assert "INTERNAL" not in done.stderr and "a-token" not in done.stderr
+
+
 def test_client_commands_read_and_change_jobs(served: ControlProc) -> None:
     address = served.address
     # A scheduled job can be listed, cancelled once, and not twice

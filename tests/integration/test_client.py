@@ -139,6 +139,19 @@ def test_errors_are_the_shared_classes(client: Any) -> None:
     client.cancel(slow.id)
 
 
+def test_a_submission_over_the_message_limit_is_too_large_not_rate_limited(client: Any) -> None:
+    # Given a batch larger than the control plane takes in one gRPC message (64 MiB)
+    specs = [JobSpec("noop", {"filler": "x" * (33 << 20)}) for _ in range(2)]
+    # When it is submitted, then the error says so; before, it was a RateLimited, and a caller that
+    # waited and sent it again (corral demo) did so for ever
+    with pytest.raises(errors.MessageTooLarge) as info:
+        client.submit_many(specs)
+    assert (info.value.which, info.value.limit) == ("request", 64 << 20)
+    assert not isinstance(info.value, errors.RateLimited)
+    assert "the request was too large for one gRPC message" in info.value.message
+    assert client.list().total == 0
+
+
 def test_stats_and_workers(client: Any) -> None:
     client.wait(client.submit("noop").id, timeout=30)
     stats = client.stats()

@@ -14,6 +14,8 @@
   until that file exists, then returns ``{"printed": lines}`` or, with ``fail``, fails ``CHATTY``.
 * ``leak`` {"mib"}: keeps ``mib`` MiB alive in its runner process for good (a plug-in that leaks) and
   returns the runner's pid.
+* ``markup[/v2]`` {}: succeeds at once; its name looks like Rich markup (a closing tag no tag opened),
+  which the CLI must print as it is.
 
 (``tests.support.probes`` has the ``pid_*`` variants that report their process id.)
 """
@@ -192,6 +194,18 @@ class Leak(JobType):
         if mib:
             _LEAKED.append(b"\x01" * (mib << 20))
         return {"pid": os.getpid()}
+
+
+@register
+class MarkupName(JobType):
+    """Succeed at once; only the name matters (see the module docstring)."""
+
+    name = "markup[/v2]"
+    schema = {"type": "object", "additionalProperties": False}
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Nothing to do."""
+        return {}
 
 
 @register

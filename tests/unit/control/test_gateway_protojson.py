@@ -53,6 +53,30 @@ def test_bad_fields_are_named(value: dict[str, Any], field: str, words: str) -> 
     assert err.field == field and words in err.rule
 
 
+@pytest.mark.parametrize(
+    ("value", "cls", "field"),
+    [
+        ({"startWhen": 99999999999}, jobs_pb2.SubmitJobRequest, "start_when"),
+        ({"startWhen": -(2**31) - 1}, jobs_pb2.SubmitJobRequest, "start_when"),
+        ({"status": ["PENDING", 2**31]}, jobs_pb2.ListJobsRequest, "status[1]"),
+    ],
+)
+def test_an_enum_number_beyond_int32_is_refused_naming_the_field(value: Any, cls: type, field: str) -> None:
+    # It was protobuf's own "Value out of range", naming no field
+    err = refused(value, cls)
+    assert err.field == field and "must be an enum name or a number between -2147483648 and 2147483647" in err.rule
+    # An unknown number within int32 passes, as protobuf keeps it (open enums)
+    assert parse({"startWhen": 2**31 - 1}).start_when == 2**31 - 1
+
+
+def test_query_bytes_that_are_not_utf8_are_refused_naming_the_parameter() -> None:
+    protojson.check_query_text("type=%C3%A9&labels%5Bk%5D=%EF%BF%BD&limit=5&x")  # é and U+FFFD itself pass
+    for raw, field in [("type=%ff", "type"), ("limit=1&labels[t%C3%A9am]=a%fe+b", "labels[téam]"), ("%fe=1", "%fe")]:
+        with pytest.raises(InvalidArgument) as info:
+            protojson.check_query_text(raw)
+        assert info.value.field == field and "not valid UTF-8" in info.value.rule
+
+
 def test_nested_paths_use_proto_names_and_indexes() -> None:
     err = refused({"jobs": [{"type": "noop"}, {"threadDemand": "x"}]}, jobs_pb2.SubmitJobsRequest)
     assert err.field == "jobs[1].thread_demand"

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import grpc
+import yarl
 
 from control.api import SERVICES
 from control.api.interceptors import request_id
@@ -92,6 +93,25 @@ def test_a_bug_is_500_status_json_and_query_params_reach_the_request() -> None:
         assert body["jobs"][0]["type"] == "sleep" and body["jobs"][0]["priority"] == 9 and body["total"] == "1"
         async with session.post(f"{url}/v1/jobs", data=b"x" * 2000) as resp:
             assert resp.status == 400 and "larger than 1024 bytes" in (await resp.json())["message"]
+
+    serve(check)
+
+
+def test_a_query_that_is_not_utf8_or_an_enum_number_beyond_int32_is_a_400_naming_the_parameter() -> None:
+    async def check(session: aiohttp.ClientSession, url: str, fake: FakeJobs, _: Any) -> None:
+        # ?type=%ff was decoded to U+FFFD and answered 200; the same byte in the path is a 400
+        async with session.get(yarl.URL(f"{url}/v1/jobs?limit=1&type=%ff", encoded=True)) as resp:
+            assert resp.status == 400
+            body = await resp.json()
+        assert body["details"][0]["fieldViolations"][0]["field"] == "type"
+        assert body["message"] == "type: is not valid UTF-8 once percent-decoded"
+        # ?status=99999999999 was a 400 naming no field ("Value out of range")
+        async with session.get(f"{url}/v1/jobs?status=99999999999") as resp:
+            assert resp.status == 400
+            body = await resp.json()
+        assert body["details"][0]["fieldViolations"][0]["field"] == "status[0]"
+        async with session.get(yarl.URL(f"{url}/v1/jobs?type=%C3%A9", encoded=True)) as resp:
+            assert resp.status == 200 and (await resp.json())["jobs"][0]["type"] == "é"
 
     serve(check)
 

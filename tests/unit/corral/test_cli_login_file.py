@@ -101,10 +101,24 @@ def test_a_failed_save_keeps_the_old_login_and_removes_its_temporary_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", refuse)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(LoginFileError, match=f"cannot be saved to {login_path}: No space left on device"):
         login_file.save(saved(token="new-token"))
     assert login_file.load() == saved(token="old-token")
     assert os.listdir(login_path.parent) == ["login"]
+
+
+@pytest.mark.parametrize("obstacle", ["directory", "file above"])
+def test_a_login_file_that_cannot_be_written_is_an_error_naming_it(login_path: Path, obstacle: str) -> None:
+    # (Not a read-only directory: the tests may run as root, who writes there anyway.)
+    if obstacle == "directory":
+        login_path.mkdir(parents=True)  # $CORRAL_LOGIN_FILE names a directory
+        target, why = login_path, "Is a directory"
+    else:
+        login_path.parent.parent.joinpath("conf").write_text("")  # a file where its directory should be
+        target, why = login_path, "File exists"
+    with pytest.raises(LoginFileError) as info:
+        login_file.save(saved())
+    assert info.value.message.startswith(f"the login cannot be saved to {target}: {why}; set $CORRAL_LOGIN_FILE")
 
 
 def test_remove_says_whether_there_was_a_login(login_path: Path) -> None:

@@ -114,6 +114,15 @@ def test_up_and_demo_defaults() -> None:
         (["get", "x", "--control", "nowhere"], "invalid address"),
         (["frobnicate"], "invalid choice"),
         ([], "required: COMMAND"),
+        # These exited 1 (a client-side INVALID_ARGUMENT), or, for the token, INTERNAL after gRPC's own lines
+        (["submit", "noop", "--notify-on", "failed"], "corral submit: error: argument --notify-on: says which ends"),
+        (["submit", "noop", "--priority", "99999999999"], "argument --priority: invalid value '99999999999'"),
+        (["submit", "noop", "--threads", "2147483648"], "argument --threads: invalid value '2147483648'"),
+        (["submit", "noop", "--max-attempts", "-2147483649"], "argument --max-attempts: invalid value"),
+        (["list", "--offset", "99999999999"], "corral list: error: argument --offset: invalid value '99999999999'"),
+        (["queue", "--limit", "99999999999"], "argument --limit: invalid value '99999999999': must be an integer 1.."),
+        (["audit", "--offset", "1e3"], "argument --offset: invalid value '1e3'"),
+        (["stats", "--token", "t\u00f6k"], "argument --token: invalid token: must be printable ASCII without spaces"),
     ],
 )
 def test_usage_errors_exit_2_and_say_what_is_wrong(
@@ -123,6 +132,17 @@ def test_usage_errors_exit_2_and_say_what_is_wrong(
         main(argv)
     assert info.value.code == ExitCode.USAGE
     assert needle in capsys.readouterr().err
+
+
+def test_a_token_from_the_environment_that_grpc_cannot_send_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, "secret-token\n")  # $(cat file) keeps no newline, but "$(cat file)\n" does
+    with pytest.raises(SystemExit) as info:
+        main(["stats", "--control", dead_address()])
+    err = capsys.readouterr().err
+    assert info.value.code == ExitCode.USAGE and "argument --token: invalid token" in err
+    assert "secret-token" not in err
 
 
 def test_control_and_worker_exec_their_module(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,9 +4,11 @@ what `corral stats`, `corral whoami` and `corral accounts` print."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from google.protobuf import timestamp_pb2
 from rich.console import Console, RenderableType
 
 from corral.account import Account, Identity
@@ -153,6 +155,25 @@ def test_accounts_shows_one_row_per_account_with_a_dash_for_what_is_unset() -> N
     assert alice[:3] == ["alice", "ml", "no"] and alice[-1] == "-"
     assert root[:3] == ["root", "-", "yes"] and root[3] == "-"
     assert len(alice) == 6 and len(root) == 6  # a date and a time, or a dash, in each time column
+
+
+@pytest.mark.parametrize(
+    ("name", "seconds", "shown"),
+    [
+        # Local times the datetime type cannot hold (years 0 and 10000): an OverflowError traceback before
+        ("America/New_York", -62_135_596_800, "0001-01-01 00:00:00 UTC"),
+        ("Asia/Tokyo", 253_402_300_799, "9999-12-31 23:59:59 UTC"),
+        # Those it can are local, with the year in four digits
+        ("America/New_York", 253_402_300_799, "9999-12-31 18:59:59"),
+        ("UTC", -62_135_596_800, "0001-01-01 00:00:00"),
+    ],
+)
+def test_times_a_zone_cannot_hold_are_shown_in_utc(
+    zone: Callable[[str], None], name: str, seconds: int, shown: str
+) -> None:
+    zone(name)
+    job = Job.from_proto(jobs_pb2.Job(id="j1", type="noop", scheduled_at=timestamp_pb2.Timestamp(seconds=seconds)))
+    assert rows_of(render.job_table(job))["scheduled"] == shown
 
 
 def test_utc_time_is_in_utc_to_the_second_whatever_the_zone_given() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -51,6 +52,17 @@ def test_iso_times_keep_their_offset_and_default_to_local_time() -> None:
     assert local.tzinfo is not None
     assert local.replace(tzinfo=None) == datetime(2030, 1, 2, 3, 4, 5)
     assert isinstance(local.tzinfo, timezone)
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00", "9999-12-31T23:59:59"])
+def test_a_local_time_at_the_ends_of_the_years_a_datetime_holds_is_a_usage_error(
+    zone: Callable[[str], None], text: str
+) -> None:
+    # Python finds no local offset there (ValueError "year 0 is out of range", or OverflowError): a traceback
+    zone("America/New_York")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"give it an offset \(0001-01-01T00:00:00Z\)"):
+        values.when(text)
+    assert values.when(text + "Z").tzinfo is not None
 
 
 def test_a_bad_time_names_both_forms() -> None:

@@ -43,6 +43,7 @@ EXPECTED = {
     "FailedPrecondition",
     "Internal",
     "InvalidArgument",
+    "MessageTooLarge",
     "NotFound",
     "PermissionDenied",
     "RateLimited",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -194,6 +194,17 @@ def test_integers_up_to_2_53_and_tuples_pass() -> None:
         ({"name": "\udc00"}, "name", "not valid UTF-8"),
         ({"labels": {"team": 1}}, "labels[team]", "must be strings"),
         ({"scheduled_at": 1e20}, "scheduled_at", "between 0001-01-01 and 9999-12-31"),
+        # In year 0 and 10000 in UTC, which no datetime holds: an OverflowError traceback before
+        (
+            {"scheduled_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))},
+            "scheduled_at",
+            "between 0001-01-01",
+        ),
+        (
+            {"scheduled_at": datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(-timedelta(hours=5)))},
+            "scheduled_at",
+            "between 0001-01-01 and 9999-12-31 in UTC, got 9999-12-31T23:59:59-05:00",
+        ),
     ],
 )
 def test_job_spec_fields_the_request_cannot_carry_are_named(fields: dict[str, Any], field: str, rule: str) -> None:
@@ -242,6 +253,12 @@ def test_job_spec_sets_only_the_optional_fields_it_has() -> None:
     assert struct_to_dict(full.payload) == {"seconds": 1}
 
 
+def test_job_spec_takes_the_first_and_last_seconds_a_timestamp_holds() -> None:
+    first = JobSpec("noop", scheduled_at=datetime(1, 1, 1, tzinfo=UTC)).to_proto()
+    last = JobSpec("noop", scheduled_at=datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)).to_proto()
+    assert (first.scheduled_at.seconds, last.scheduled_at.seconds) == (-62_135_596_800, 253_402_300_799)
+
+
 def test_job_spec_times_naive_datetimes_as_utc() -> None:
     naive = JobSpec("noop", scheduled_at=datetime(2030, 1, 2, 3, 4, 5)).to_proto()
     aware = JobSpec("noop", scheduled_at=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)).to_proto()
@@ -286,6 +303,19 @@ def test_a_client_refuses_a_call_timeout_that_would_fail_every_call(bad: Any) ->
         assert info.value.field == "timeout"
     with Client("127.0.0.1:1", timeout=None) as endless, Client("127.0.0.1:1", timeout=2) as two:
         assert endless.timeout is None and two.timeout == 2.0
+
+
+@pytest.mark.parametrize(("token", "bad"), [("t\u00f6ken-0123456789", "'\u00f6' at character 2"), ("secret-token\n", "'\\n' at character 13"),
+                                            ("two words", "' ' at character 4")])  # fmt: skip
+def test_a_client_refuses_a_token_grpc_cannot_send(token: str, bad: str) -> None:
+    # Each call failed INTERNAL "Invalid metadata", after gRPC core's own error lines on stderr
+    for make in (Client, AsyncClient):
+        with pytest.raises(InvalidArgument) as info:
+            make("127.0.0.1:1", token=token)
+        assert info.value.field == "token" and info.value.rule.startswith("must be printable ASCII without spaces")
+        assert bad in info.value.rule and token.strip() not in info.value.message  # a credential: never quoted
+    with Client("127.0.0.1:1", token="!~printable-ASCII~!") as client:
+        assert ("authorization", "Bearer !~printable-ASCII~!") in client.metadata
 
 
 def test_requests_by_id_name_an_id_that_is_not_a_string() -> None:

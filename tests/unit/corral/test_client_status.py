@@ -2,8 +2,9 @@
 
 The fake JobService below aborts GetJob with whatever the job id asks for (``CODE``, ``CODE:rich`` for a
 status detail trailer as the control plane always sends, ``CODE:field`` for a BadRequest detail, ``CODE:retry=<s>`` for a RetryInfo detail, ``CODE:after=<s>`` for a retry-after
-trailer); WatchJob streams PENDING, RUNNING and, unless the id is ``hang``, SUCCEEDED.
-Both clients are checked against the same cases.
+trailer) and answers ``huge`` with a job larger than a client takes; WatchJob streams PENDING, RUNNING
+and, unless the id is ``hang``, SUCCEEDED. A second server of the same service takes and sends messages
+of at most SMALL_LIMIT bytes. Both clients are checked against the same cases.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import any_pb2, duration_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 import corral
 from corral import errors
+from corral.status import error_from_status
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.support.ports import dead_address
 
@@ -29,7 +31,6 @@ CODES = [
     ("NOT_FOUND", errors.NotFound),
     ("ALREADY_EXISTS", errors.AlreadyExists),
     ("FAILED_PRECONDITION", errors.FailedPrecondition),
-    ("RESOURCE_EXHAUSTED", errors.RateLimited),
     ("UNAUTHENTICATED", errors.Unauthenticated),
     ("PERMISSION_DENIED", errors.PermissionDenied),
     ("UNAVAILABLE", errors.Unavailable),
@@ -48,6 +49,10 @@ class FakeJobs(jobs_pb2_grpc.JobServiceServicer):
     """Aborts GetJob as the id says; streams a short life for WatchJob."""
 
     def GetJob(self, request: jobs_pb2.GetJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        if request.id == "huge":  # over the clients' 64 MiB, though not over this server's own limit
+            return jobs_pb2.Job(id="x" * (64 << 20))
+        if request.id == "big":  # over the small server's limit
+            return jobs_pb2.Job(id="x" * SMALL_LIMIT)
         name, _, extra = request.id.partition(":")
         code = grpc.StatusCode[name]
         details: list[any_pb2.Any] = []
@@ -84,6 +89,21 @@ class FakeJobs(jobs_pb2_grpc.JobServiceServicer):
 @pytest.fixture(scope="module")
 def address() -> Iterator[str]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    jobs_pb2_grpc.add_JobServiceServicer_to_server(FakeJobs(), server)  # type: ignore[abstract]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(grace=None)
+
+
+SMALL_LIMIT = 1024
+"""Bytes the ``small_address`` server takes in and sends out in one message."""
+
+
+@pytest.fixture(scope="module")
+def small_address() -> Iterator[str]:
+    limits = [("grpc.max_receive_message_length", SMALL_LIMIT), ("grpc.max_send_message_length", SMALL_LIMIT)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=limits)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(FakeJobs(), server)  # type: ignore[abstract]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -144,6 +164,54 @@ def test_retry_info_detail_gives_the_delay_without_a_trailer(address: str, get: 
     with pytest.raises(errors.RateLimited) as info:
         get(address, "RESOURCE_EXHAUSTED:retry=")
     assert info.value.retry_after == 3.5
+
+
+@GETS
+@pytest.mark.parametrize("extra", ["", ":rich"])
+def test_resource_exhausted_without_a_retry_signal_is_not_rate_limited(address: str, get: Any, extra: str) -> None:
+    # Only the control plane's rate limiter says when to try again; a caller that waits and retries on
+    # RateLimited (corral demo) looped for ever on any other RESOURCE_EXHAUSTED
+    with pytest.raises(errors.CorralError) as info:
+        get(address, f"RESOURCE_EXHAUSTED{extra}")
+    assert type(info.value) is errors.CorralError
+    assert (info.value.code, info.value.message) == ("RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED happened")
+
+
+@GETS
+def test_a_request_over_the_servers_message_limit_is_too_large_not_rate_limited(small_address: str, get: Any) -> None:
+    with pytest.raises(errors.MessageTooLarge) as info:
+        get(small_address, "x" * SMALL_LIMIT)
+    assert (info.value.which, info.value.limit) == ("request", SMALL_LIMIT)
+    assert info.value.size is not None and info.value.size > SMALL_LIMIT
+    assert info.value.code == "RESOURCE_EXHAUSTED" and not isinstance(info.value, errors.RateLimited)
+    assert f"the request was too large for one gRPC message: {info.value.size:,} bytes, over the 1,024-byte limit" == (
+        info.value.message
+    )
+
+
+@GETS
+def test_an_answer_over_the_servers_message_limit_is_too_large(small_address: str, get: Any) -> None:
+    with pytest.raises(errors.MessageTooLarge) as info:
+        get(small_address, "big")
+    assert (info.value.which, info.value.limit) == ("answer", SMALL_LIMIT)
+    assert info.value.message.endswith("-byte limit; the request itself was carried out")
+
+
+@GETS
+def test_an_answer_over_the_clients_message_limit_is_too_large(address: str, get: Any) -> None:
+    with pytest.raises(errors.MessageTooLarge) as info:
+        get(address, "huge")
+    assert (info.value.which, info.value.limit) == ("answer", 64 << 20)
+    assert info.value.size is not None and info.value.size > 64 << 20
+
+
+def test_a_refusal_in_a_stream_is_rate_limited_only_with_retry_info() -> None:
+    # A RunJobs stream answers a refused submission with a google.rpc.Status: no trailers to read
+    retry = _detail(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2)))
+    limited = error_from_status(status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message="slow", details=[retry]))
+    assert isinstance(limited, errors.RateLimited) and limited.retry_after == 2
+    other = error_from_status(status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message="full"))
+    assert type(other) is errors.CorralError and other.code == "RESOURCE_EXHAUSTED"
 
 
 @GETS
