@@ -28,11 +28,15 @@ class JobFeeds:
         live_output: LiveOutput,
         get: Callable[[str], Awaitable[JobRecord]],
         get_many: Callable[[Sequence[str]], Awaitable[list[JobRecord]]],
+        unsettled: Callable[[str], bool],
     ) -> None:
+        """``get`` reads a job as committed, ``get_many`` reads many as they are now, and ``unsettled``
+        says whether a job carries a change not committed yet (control.unsettled)."""
         self._watchers = watchers
         self._live_output = live_output
         self._get = get
         self._get_many = get_many
+        self._unsettled = unsettled
 
     async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
         """The job now, then after each committed change, until a terminal state.
@@ -65,7 +69,8 @@ class JobFeeds:
     ) -> AsyncIterator[JobRecord]:
         """Each job now (in the order of ``job_ids``), then after each committed change, until every one
         is terminal; with ``ends_only``, only each job's terminal state. ``check`` is called with each job
-        before anything is yielded (access rules: it raises to refuse).
+        before anything is yielded (access rules: it raises to refuse). A job whose last change is not
+        committed yet comes first when it is, with the other changes, not in its place among the first.
 
         Raises:
             NotFound: an id that names no job.
@@ -78,15 +83,19 @@ class JobFeeds:
                 self._watchers.listen(job_id, q.put_nowait)
                 listening.append(job_id)
             jobs = [copy.copy(job) for job in await self._get_many(job_ids)]
+            # Taken with the copies, before any await: the commit of each of these has yet to announce it.
+            unsettled = {job.id for job in jobs if self._unsettled(job.id)}
             if check is not None:
                 for job in jobs:
                     check(job)
             last: dict[str, tuple[JobState, int, float]] = {}
             for job in jobs:
+                if job.id in unsettled:  # not shown before its commit, which announces it
+                    continue
                 last[job.id] = (job.state, job.attempts, job.updated_at)
                 if job.state.terminal or not ends_only:
                     yield job
-            waiting = {job.id for job in jobs if not job.state.terminal}
+            waiting = {job.id for job in jobs if job.id in unsettled or not job.state.terminal}
             while waiting:
                 update = await q.get()
                 if update is None:  # stopping (control.watch)
@@ -94,7 +103,7 @@ class JobFeeds:
                 if update.id not in waiting:
                     continue
                 key = (update.state, update.attempts, update.updated_at)
-                if key == last[update.id]:
+                if key == last.get(update.id):
                     continue
                 last[update.id] = key
                 if update.state.terminal:

@@ -71,8 +71,10 @@ class Intake:
             replays = set(self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field)) if keyed else set()
             found = await self.s.dependencies.find(subs, batch, owner, skip=replays)
             # A dependency's end still on its way to the store would decide this call (refused when it
-            # failed) on what a crash could undo: wait for its commit. No await after this until created.
-            while any(dep in self.s.unsettled for sub in subs for dep in sub.depends_on):
+            # failed) on what a crash could undo: wait for its commit. Only ends: a job that ended is
+            # changed again only by a retry, so this waits a commit or two, however busy the others.
+            # No await after this until the jobs are created.
+            while any(self._ending(dep) for sub in subs for dep in sub.depends_on):
                 await self.s.commit()
         now = self.s.clock.now()
         out: list[JobRecord | str] = []
@@ -129,6 +131,11 @@ class Intake:
         await self.s.commit()
         _log_submitted(fresh)
         return [o if isinstance(o, JobRecord) else await self.s.get(o) for o in out]
+
+    def _ending(self, job_id: str) -> bool:
+        """Whether the job ``job_id`` has ended and its end is not committed yet."""
+        job = self.s.active.get(job_id)
+        return job is not None and job.state.terminal and job_id in self.s.unsettled
 
     def _admit(self, fresh: list[JobRecord], rows: JobRows | None = None) -> None:
         """Store new jobs (in the open transaction; ``rows``: their rows, made already) and put each

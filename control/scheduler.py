@@ -110,7 +110,9 @@ class Scheduler:
         self.watchers = Watchers()
         self.live_output = LiveOutput()
         """What running jobs print, for WatchOutput (control.live_output)."""
-        self.feeds = JobFeeds(self.watchers, self.live_output, self.get, self.get_many)
+        self.feeds = JobFeeds(
+            self.watchers, self.live_output, self.get, self.get_many, lambda job_id: job_id in self.unsettled
+        )
         """The streams of each job's committed changes and of what it prints (control.feeds)."""
         self.active: dict[str, JobRecord] = {}
         self.recent = RecentJobs()
@@ -452,18 +454,18 @@ class Scheduler:
         return job
 
     async def get_many(self, job_ids: Sequence[str]) -> list[JobRecord]:
-        """The jobs ``job_ids`` name, in that order: from memory where they are, the rest in one read;
-        as committed, like :meth:`get`.
+        """The jobs ``job_ids`` name, in that order: from memory where they are, the rest in one read.
+
+        Unlike :meth:`get`, it does not wait for commits: among many jobs, some are nearly always
+        changing, and waiting until none is would wait for most of them to end. A record here may carry a
+        change not committed yet (``in self.unsettled``): a caller that shows one must wait for its
+        commit's announcement instead (``control.feeds``).
 
         Raises:
             NotFound: the first id that names no job.
-            Unavailable: the store cannot be written.
         """
         stored: dict[str, JobRecord | None] = {}  # read from the store (None: not there)
         while True:
-            while any(job_id in self.unsettled for job_id in job_ids):
-                await self.commit()
-            # From memory after the last await, with nothing unsettled: a job revived meanwhile reads live.
             found: list[JobRecord] = []
             unread: list[str] = []
             for job_id in job_ids:
@@ -476,8 +478,8 @@ class Scheduler:
                     unread.append(job_id)
             if not unread:
                 return found
-            # Then look again: one may be retired meanwhile (during the read, or a commit waited for
-            # above) and not kept among the recent ones, and so found in none of the three.
+            # Then look again: one may have been retired during the read, and not kept among the
+            # recent ones, so that it is found in none of the three.
             read = {job.id: job for job in await self.store.get_many(unread)}
             stored.update((job_id, read.get(job_id)) for job_id in unread)
 

@@ -170,25 +170,6 @@ def test_assignments_go_out_before_a_cancel_queued_after_them() -> None:
     run(main)
 
 
-def test_get_many_finds_a_job_retired_while_it_waited_for_its_commit(tmp_path: Path) -> None:
-    async def main() -> None:
-        async with plane(tmp_path) as p:
-            p.scheduler.recent.max_jobs = 0  # a busy control plane: finished jobs do not stay among the recent
-            (job,) = await p.scheduler.intake.submit([Submission("sleep", {"seconds": 60}, payload_json="{}")])
-            p.hold_commits()
-            cancel = asyncio.ensure_future(p.scheduler.actions.cancel(job.id))
-            await until(lambda: job.state is JobState.CANCELLED)
-            read = asyncio.ensure_future(p.scheduler.get_many([job.id]))
-            await turns()
-            p.release_commits()
-            await asyncio.wait_for(cancel, 10)
-            # Then it is read from the store once retired, not NOT_FOUND
-            (found,) = await asyncio.wait_for(read, 10)
-            assert (found.id, found.state) == (job.id, JobState.CANCELLED)
-
-    run(main)
-
-
 def test_an_owner_s_job_held_by_its_running_limit_starts_when_a_running_one_is_cancelled(tmp_path: Path) -> None:
     async def main() -> None:
         async with plane(tmp_path, CORRAL_OWNER_MAX_RUNNING="1") as p:

@@ -43,14 +43,8 @@ async def _first_of_many(job_id: str, scheduler: Scheduler) -> JobRecord:
     raise AssertionError("the watch ended without an event")
 
 
-async def _get_many(job_id: str, scheduler: Scheduler) -> JobRecord:
-    (job,) = await scheduler.get_many([job_id])
-    return job
-
-
 READS: dict[str, Callable[[str, Scheduler], Awaitable[JobRecord]]] = {
     "get": lambda job_id, s: s.get(job_id),
-    "get_many": _get_many,
     "watch": _first,
     "watch_many": _first_of_many,
 }
@@ -172,3 +166,45 @@ def test_a_job_written_again_while_a_commit_is_under_way_stays_unsettled_until_t
     second = unsettled.taking()
     second()
     assert len(unsettled) == 0
+
+
+def test_a_watch_of_many_shows_the_settled_ones_at_once_and_one_being_committed_once_it_is(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+
+    async def main() -> None:
+        store = SQLiteStore(str(db), sync="full")
+        scheduler = Scheduler(store, ControlConfig.from_env({"CORRAL_DB_SYNC": "full"}), SystemClock())
+        blocker = sqlite3.connect(db, isolation_level=None)
+        try:
+            # Given two queued jobs, the first one being cancelled while the writer cannot commit
+            sleep = Submission("sleep", {"seconds": 60}, payload_json="{}")
+            changing, steady = await scheduler.intake.submit([sleep, sleep])
+            blocker.execute("BEGIN IMMEDIATE")
+            cancel = asyncio.ensure_future(scheduler.actions.cancel(changing.id))
+            await until(lambda: changing.state is JobState.CANCELLED)
+            # When both are watched
+            seen: list[tuple[str, JobState]] = []
+
+            async def watch() -> None:
+                async for job in scheduler.feeds.watch_many([changing.id, steady.id]):
+                    seen.append((job.id, job.state))
+
+            watcher = asyncio.ensure_future(watch())
+            # Then the one with nothing on its way shows at once (a busy set of jobs, some always
+            # changing, does not hold up the others), and the other does not show yet
+            await until(lambda: seen == [(steady.id, JobState.PENDING)])
+            for _ in range(TURNS):
+                await asyncio.sleep(0)
+            assert seen == [(steady.id, JobState.PENDING)]
+            # and does once its cancel is committed
+            blocker.execute("ROLLBACK")
+            await asyncio.wait_for(cancel, 10)
+            await until(lambda: len(seen) == 2)
+            assert seen[1] == (changing.id, JobState.CANCELLED)
+            assert _committed_state(db, changing.id) is JobState.CANCELLED
+            watcher.cancel()
+        finally:
+            blocker.close()
+            store.close()
+
+    asyncio.run(main())
