@@ -28,6 +28,7 @@ def _running_on(cp: ControlProc, job_id: str, workers: list[Any]) -> tuple[Any, 
     return this, other
 
 
+@pytest.mark.serial  # times the reaping bound to half a second: beside other tests it would time their load
 def test_kill_9_of_a_worker_reruns_its_job_elsewhere(
     control_plane: ControlProc, spawn_worker: Any, tmp_path: Path
 ) -> None:

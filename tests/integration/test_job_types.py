@@ -259,6 +259,7 @@ def _runner_pids(worker: Any) -> list[int]:
     return children(worker.proc.pid)
 
 
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 def test_a_kernel_job_killed_at_its_timeout_leaves_no_process_and_the_worker_keeps_serving(
     control_plane: ControlProc, spawn_worker: Any
 ) -> None:

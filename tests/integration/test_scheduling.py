@@ -172,6 +172,7 @@ def test_cancel_a_queued_job_never_runs_it(control_plane: ControlProc, spawn_wor
     assert control_plane.get(victim.id).state == S.CANCELLED
 
 
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 def test_cancel_a_running_job_kills_its_process(control_plane: ControlProc, spawn_worker: Any, tmp_path: Path) -> None:
     spawn_worker(control_plane, threads=1)
     pid_file = tmp_path / "pid"
@@ -185,6 +186,7 @@ def test_cancel_a_running_job_kills_its_process(control_plane: ControlProc, spaw
     assert wait_done(control_plane, submit(control_plane, "noop").id).state == S.SUCCEEDED
 
 
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 @pytest.mark.parametrize("type_", ["pid_sleep", "pid_ignore_sigterm", "pid_native_block"])
 def test_timeout_stops_the_job_and_frees_the_slot(
     control_plane: ControlProc, spawn_worker: Any, tmp_path: Path, type_: str

@@ -160,6 +160,7 @@ def test_the_limit_is_on_top_of_the_idle_runner() -> None:
         ("monte_carlo_pi", {"samples": 10**12}),
     ],
 )
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 def test_a_compiled_kernel_is_killed_at_its_deadline_within_the_bound(type_: str, payload: dict[str, int]) -> None:
     async def body(p: Pool) -> None:
         await p.full()

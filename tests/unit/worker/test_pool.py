@@ -172,6 +172,7 @@ def test_the_same_attempt_is_not_taken_twice():
         ("native_block", {"seconds": 30}),
     ],
 )
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 def test_timeout_kills_within_the_bound_and_refills_the_pool(type_: str, payload: dict[str, object]):
     async def body(b: Bundle) -> None:
         await b.full()
@@ -211,6 +212,7 @@ def test_several_timeouts_at_once_keep_the_pool_at_its_size():
     scenario(3, body)
 
 
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 def test_cancel_running_and_queued():
     async def body(b: Bundle) -> None:
         b.submit("running", "sleep", {"seconds": 30})

@@ -91,6 +91,7 @@ def test_what_an_attempt_prints_comes_live_and_before_its_completion():
     scenario(body)
 
 
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 def test_an_attempt_that_prints_is_still_stopped_at_its_deadline():
     async def body(b: Bundle) -> None:
         # Given a job that prints every 0.1 s for 10 s, with a 0.5 s deadline

@@ -94,6 +94,7 @@ def test_a_retired_runner_that_hangs_as_it_exits_is_killed_and_replaced(
     scenario(body, **config)
 
 
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
 @pytest.mark.parametrize(("replacement", "import_sec"), [("slow to start", 1.5), ("never ready", 3600)])
 def test_a_queued_job_times_out_at_its_deadline_while_its_runner_is_replaced(
     replacement: str, import_sec: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
