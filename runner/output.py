@@ -185,7 +185,25 @@ class LiveFeed:
         self._forked = True
 
 
-class PrintBuffer(io.BufferedIOBase):
+class _JobStream:
+    """What a job's text stream and the binary one under it answer alike."""
+
+    _fd: int
+
+    def writable(self) -> bool:
+        """Always True: a job may write (and only write) to it."""
+        return True
+
+    def fileno(self) -> int:
+        """The real stream's descriptor (a child process given ``sys.stdout`` or its ``buffer`` writes there)."""
+        return self._fd
+
+    def isatty(self) -> bool:
+        """Always False: the text is kept, not shown, so libraries that check write no colour codes or redraws."""
+        return False
+
+
+class PrintBuffer(_JobStream, io.BufferedIOBase):
     """``sys.stdout.buffer`` or ``sys.stderr.buffer`` while a job runs: bytes are decoded (UTF-8, invalid
     bytes replaced) into the text of its :class:`PrintStream`, in order with it.
 
@@ -217,20 +235,8 @@ class PrintBuffer(io.BufferedIOBase):
         if text:
             self._add(text)
 
-    def writable(self) -> bool:
-        """Always True: a job may write (and only write) to it."""
-        return True
 
-    def fileno(self) -> int:
-        """The real stream's descriptor (a child process given ``sys.stdout.buffer`` writes there)."""
-        return self._fd
-
-    def isatty(self) -> bool:
-        """Always False, as for :meth:`PrintStream.isatty`."""
-        return False
-
-
-class PrintStream(io.TextIOBase):
+class PrintStream(_JobStream, io.TextIOBase):
     """``sys.stdout`` or ``sys.stderr`` while a job runs: text goes to a :class:`PrintTail`, or through a
     :class:`LiveFeed`; bytes written to its :attr:`buffer` join it."""
 
@@ -274,18 +280,6 @@ class PrintStream(io.TextIOBase):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         self._add(s)
         return len(s)
-
-    def writable(self) -> bool:
-        """Always True: a job may write (and only write) to it."""
-        return True
-
-    def fileno(self) -> int:
-        """The real stream's descriptor (a child process given ``sys.stdout`` writes there)."""
-        return self._fd
-
-    def isatty(self) -> bool:
-        """Always False: the text is kept, not shown, so libraries that check write no colour codes or redraws."""
-        return False
 
     @property
     def encoding(self) -> str:  # type: ignore[override]

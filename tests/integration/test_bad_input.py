@@ -10,27 +10,15 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from google.rpc import error_details_pb2, status_pb2
 
 from corral.v1 import admin_pb2, jobs_pb2
 from tests.conftest import ControlProc
-from tests.support.calls import nested, request, rpc_error
+from tests.support.calls import field_of, nested, request, rpc_error
 
 
 @pytest.fixture
 def control_plane(refusing_control_plane: ControlProc) -> ControlProc:
     return refusing_control_plane
-
-
-def _field(err: grpc.RpcError) -> str:
-    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                bad = error_details_pb2.BadRequest()
-                if detail.Unpack(bad):
-                    return str(bad.field_violations[0].field)
-    return ""
 
 
 def _stored(cp: ControlProc) -> int:
@@ -74,7 +62,7 @@ def test_bad_submission_names_the_field_and_stores_nothing(
     }
     for call, err in refusals.items():
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, call  # type: ignore[attr-defined]
-        assert _field(err) == field, call
+        assert field_of(err) == field, call
         assert (err.details() or "").startswith(field), call  # type: ignore[attr-defined]
     assert _stored(control_plane) == 0
 
@@ -90,14 +78,14 @@ def test_invalid_utf8_is_named(control_plane: ControlProc) -> None:
         data = req.SerializeToString().replace(b"MARK", b"\xff\xfe\xfd\xfc")
         err = rpc_error(raw, data)
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-        assert _field(err) == field
+        assert field_of(err) == field
     assert _stored(control_plane) == 0
 
 
 def test_a_bad_job_in_a_batch_rejects_the_whole_batch(control_plane: ControlProc) -> None:
     batch = jobs_pb2.SubmitJobsRequest(jobs=[request("noop"), request("noop", priority=1000), request("noop")])
     err = rpc_error(control_plane.jobs.SubmitJobs, batch)
-    assert _field(err) == "jobs[1].priority"
+    assert field_of(err) == "jobs[1].priority"
     assert _stored(control_plane) == 0
 
 
@@ -121,7 +109,7 @@ def test_bad_reads_name_the_field(control_plane: ControlProc, call: str, req: An
     stub = control_plane.admin if call == "DrainWorker" else control_plane.jobs
     err = rpc_error(getattr(stub, call), req)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert _field(err) == field
+    assert field_of(err) == field
 
 
 def test_unknown_job_is_not_found(control_plane: ControlProc) -> None:

@@ -11,11 +11,10 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
 
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
-from tests.support.calls import request, result, rpc_error, submit, wait_done
+from tests.support.calls import field_of, request, result, rpc_error, submit, wait_done
 from tests.support.processes import alive
 
 S = jobs_pb2.Job
@@ -24,16 +23,6 @@ IMPORTS = ("runner.extra.command",)
 
 def command_worker(cp: ControlProc, spawn_worker: Any, allow: str = "echo,sh,sleep", threads: int = 2) -> Any:
     return spawn_worker(cp, threads=threads, imports=IMPORTS, env={"CORRAL_COMMAND_ALLOW": allow})
-
-
-def _field(err: grpc.RpcError) -> str:
-    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
-        if key == "grpc-status-details-bin":
-            for detail in status_pb2.Status.FromString(value).details:
-                bad = error_details_pb2.BadRequest()
-                if detail.Unpack(bad):
-                    return str(bad.field_violations[0].field)
-    return ""
 
 
 def test_a_command_job_runs_end_to_end(control_plane: ControlProc, spawn_worker: Any) -> None:
@@ -83,7 +72,7 @@ def test_a_bad_payload_is_refused_at_submit_naming_the_field(
     err = rpc_error(control_plane.jobs.SubmitJob, request("command", payload))
     # Then it is INVALID_ARGUMENT naming the field, and nothing is stored
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert _field(err) == field, err.details()  # type: ignore[attr-defined]
+    assert field_of(err) == field, err.details()  # type: ignore[attr-defined]
     assert said in (err.details() or "")  # type: ignore[attr-defined]
     assert int(control_plane.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=1)).total) == 0
 

@@ -21,13 +21,12 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from google.rpc import error_details_pb2, status_pb2
 
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
 from runner import JobContext, execute
 from runner.arrays import encode_npy
 from tests.conftest import ROOT, ControlProc, wait_until
-from tests.support.calls import request, result, rpc_error, submit, wait_done
+from tests.support.calls import field_of, request, result, rpc_error, submit, wait_done
 from tests.support.ports import free_port
 from tests.support.processes import alive, children
 from tests.unit.runner.local_servers import local_http, local_smtp
@@ -167,17 +166,6 @@ def test_email_without_a_server_is_a_clear_failure(control_plane: ControlProc, s
 # -- bad payloads are refused at submit, naming the field ---------------------------------------------------
 
 
-def _field(err: grpc.RpcError) -> str:
-    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                bad = error_details_pb2.BadRequest()
-                if detail.Unpack(bad):
-                    return str(bad.field_violations[0].field)
-    return ""
-
-
 NPY = encode_npy(np.arange(3, dtype=np.int64))
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("sleep", {"seconds": -1}, "payload.seconds"),
@@ -241,7 +229,7 @@ def test_bad_payloads_are_refused_at_submit_naming_the_field(
     cp = refusing_control_plane  # shared by the cases: each leaves it with no job stored, and checks that
     err = rpc_error(cp.jobs.SubmitJob, request(job_type, payload))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert _field(err) == field, err.details()  # type: ignore[attr-defined]
+    assert field_of(err) == field, err.details()  # type: ignore[attr-defined]
     assert (err.details() or "").startswith(field)  # type: ignore[attr-defined]
     assert int(cp.jobs.ListJobs(jobs_pb2.ListJobsRequest(limit=1)).total) == 0
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
 
 from corral.v1 import workers_pb2
 from tests.conftest import ControlProc
+from tests.support.calls import field_of
 
 MARK = b"MARK"
 NOT_UTF8 = b"\xff\xfe\xfd\xfc"
@@ -31,16 +31,6 @@ def _register(worker_id: str) -> bytes:
     return msg.SerializeToString()
 
 
-def _field(err: grpc.RpcError) -> str:
-    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
-        if key == "grpc-status-details-bin":
-            for detail in status_pb2.Status.FromString(value).details:
-                bad = error_details_pb2.BadRequest()
-                if detail.Unpack(bad):
-                    return str(bad.field_violations[0].field)
-    return ""
-
-
 def _refused(cp: ControlProc, messages: list[bytes]) -> grpc.RpcError:
     def requests() -> Iterator[bytes]:
         yield from messages
@@ -54,7 +44,7 @@ def _refused(cp: ControlProc, messages: list[bytes]) -> grpc.RpcError:
 def test_a_register_that_does_not_decode_is_refused_naming_the_field(control_plane: ControlProc) -> None:
     err = _refused(control_plane, [_register("MARK").replace(MARK, NOT_UTF8)])
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert _field(err) == "register.worker_id"
+    assert field_of(err) == "register.worker_id"
     assert control_plane.workers() == []
 
 
@@ -63,4 +53,4 @@ def test_a_later_message_that_does_not_decode_ends_the_stream_naming_the_field(c
     heartbeat.output.attempt.job_id = "MARK"
     err = _refused(control_plane, [_register("w1"), heartbeat.SerializeToString().replace(MARK, NOT_UTF8)])
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert _field(err) == "output.attempt.job_id"
+    assert field_of(err) == "output.attempt.job_id"

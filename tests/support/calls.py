@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import grpc
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
+from google.rpc import error_details_pb2, status_pb2
 
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
 
@@ -126,3 +127,14 @@ def executions(path: Path) -> list[tuple[str, int]]:
         job_id, attempt, *_ = line.split()
         out.append((job_id, int(attempt)))
     return out
+
+
+def field_of(err: grpc.RpcError) -> str:
+    """The field an INVALID_ARGUMENT names in its BadRequest detail ("" when it names none)."""
+    for key, value in err.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == "grpc-status-details-bin":
+            for detail in status_pb2.Status.FromString(value).details:
+                bad = error_details_pb2.BadRequest()
+                if detail.Unpack(bad):
+                    return str(bad.field_violations[0].field)
+    return ""

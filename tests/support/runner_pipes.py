@@ -3,11 +3,13 @@ ends of its two pipes: tests send request frames and read its answers (:mod:`run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -86,3 +88,21 @@ def start_runner(*args: str, env: dict[str, str] | None = None) -> RunnerPipes:
         runner.close()
         raise
     return runner
+
+
+@contextlib.contextmanager
+def runners_importing(module: str) -> Iterator[Callable[..., RunnerPipes]]:
+    """A :func:`start_runner` whose runners import ``module`` (test job types), as the pool starts them;
+    every runner it started is closed on the way out (the body of a ``start_runner`` fixture)."""
+    started: list[RunnerPipes] = []
+
+    def start(*args: str) -> RunnerPipes:
+        runner = start_runner("--import", module, *args)
+        started.append(runner)
+        return runner
+
+    try:
+        yield start
+    finally:
+        for runner in started:
+            runner.close()

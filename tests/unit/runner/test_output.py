@@ -283,16 +283,8 @@ def _run(runner: RunnerPipes, job_type: str, payload: object) -> tuple[list[tupl
 @pytest.fixture
 def start_runner() -> Iterator[Callable[..., RunnerPipes]]:
     """Starts runner processes as the pool does (importing the test job types); ends them after."""
-    started: list[RunnerPipes] = []
-
-    def start(*args: str) -> RunnerPipes:
-        runner = runner_pipes.start_runner("--import", "tests.support.jobtypes", *args)
-        started.append(runner)
-        return runner
-
-    yield start
-    for runner in started:
-        runner.close()
+    with runner_pipes.runners_importing("tests.support.jobtypes") as start:
+        yield start
 
 
 def _lines(n: int) -> str:

@@ -102,16 +102,8 @@ def test_reconfigure_takes_what_a_real_stream_takes_and_changes_nothing() -> Non
 @pytest.fixture
 def start_runner() -> Iterator[Callable[..., RunnerPipes]]:
     """Starts runner processes as the pool does (importing the test job types); ends them after."""
-    started: list[RunnerPipes] = []
-
-    def start(*args: str) -> RunnerPipes:
-        runner = runner_pipes.start_runner("--import", "tests.unit.runner.untidy_plugin", *args)
-        started.append(runner)
-        return runner
-
-    yield start
-    for runner in started:
-        runner.close()
+    with runner_pipes.runners_importing("tests.unit.runner.untidy_plugin") as start:
+        yield start
 
 
 def _run(runner: RunnerPipes, job_type: str) -> Frame:
