@@ -86,21 +86,27 @@ __all__ = [
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 """Where the control plane listens for gRPC by default."""
 
-Metadata = Sequence[tuple[str, str]]
-"""gRPC metadata sent with every call, e.g. ``[("x-request-id", "abc")]``."""
+Metadata = Sequence[tuple[str, str | bytes]]
+"""gRPC metadata sent with every call, e.g. ``[("x-request-id", "abc")]``; a key ending in ``-bin`` takes bytes."""
 
 TlsCa = str | os.PathLike[str] | bytes
 """A CA for TLS: a PEM file's path, or the PEM bytes themselves."""
 
 
-def auth_metadata(token: str | None, metadata: Metadata = ()) -> tuple[tuple[str, str], ...]:
+def auth_metadata(token: str | None, metadata: Metadata = ()) -> tuple[tuple[str, str | bytes], ...]:
     """``metadata`` plus ``authorization: Bearer <token>`` when there is a token.
 
     Raises:
         InvalidArgument: on ``token`` when it is not printable ASCII without spaces, as every Corral token
             is. gRPC cannot send other characters in metadata: each call failed INTERNAL "Invalid
             metadata", after gRPC's own error lines on stderr. The message does not quote the token.
+            On ``metadata`` for an entry gRPC cannot send (a key that is not lowercase ASCII, a value
+            that is not printable ASCII, a ``-bin`` key without bytes), or an ``authorization`` entry
+            beside a token.
     """
+    pairs = tuple(metadata)
+    for i, pair in enumerate(pairs):
+        _check_metadata_pair(i, pair)
     if token:
         bad = next((i for i, ch in enumerate(token) if not "!" <= ch <= "~"), None)
         if bad is not None:
@@ -108,8 +114,46 @@ def auth_metadata(token: str | None, metadata: Metadata = ()) -> tuple[tuple[str
                 "token",
                 f"must be printable ASCII without spaces, got {token[bad]!r} at character {bad + 1} of {len(token)}",
             )
-        return (*metadata, ("authorization", f"Bearer {token}"))
-    return tuple(metadata)
+        if any(key == "authorization" for key, _ in pairs):
+            # Two would leave it to the server which one counts.
+            raise InvalidArgument("metadata", "must not hold 'authorization' when a token is given: pass one of them")
+        return (*pairs, ("authorization", f"Bearer {token}"))
+    return pairs
+
+
+_METADATA_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def _check_metadata_pair(index: int, pair: object) -> None:
+    """Refuse, before any call, a metadata entry gRPC cannot send. gRPC itself fails every call with
+    INTERNAL "Invalid metadata" (after its own error lines on stderr), or raises a bare TypeError.
+
+    Raises:
+        InvalidArgument: on ``metadata``, naming the entry and the rule.
+    """
+    if not (isinstance(pair, tuple | list) and len(pair) == 2):
+        raise InvalidArgument("metadata", f"entry {index + 1} must be a (key, value) pair, got {pair!r}")
+    key, value = pair
+    if not isinstance(key, str) or not key or not set(key) <= _METADATA_KEY_CHARS:
+        raise InvalidArgument(
+            "metadata",
+            f"entry {index + 1}: a key must be lowercase ASCII letters, digits, '-', '_' or '.', got {key!r}",
+        )
+    if key.endswith("-bin"):
+        if not isinstance(value, bytes):
+            raise InvalidArgument(
+                "metadata", f"{key!r}: a key ending in '-bin' takes bytes, got {type(value).__name__}"
+            )
+        return
+    if not isinstance(value, str):
+        raise InvalidArgument("metadata", f"{key!r}: the value must be a string, got {type(value).__name__}")
+    bad = next((i for i, ch in enumerate(value) if not " " <= ch <= "~"), None)
+    if bad is not None:
+        raise InvalidArgument(
+            "metadata",
+            f"{key!r}: the value must be printable ASCII (or the key end in '-bin' for bytes), "
+            f"got {value[bad]!r} at character {bad + 1}",
+        )
 
 
 def ssl_credentials(tls_ca: TlsCa) -> grpc.ChannelCredentials:

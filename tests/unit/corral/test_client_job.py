@@ -318,6 +318,38 @@ def test_a_client_refuses_a_token_grpc_cannot_send(token: str, bad: str) -> None
         assert ("authorization", "Bearer !~printable-ASCII~!") in client.metadata
 
 
+@pytest.mark.parametrize(
+    ("metadata", "rule"),
+    [
+        ([("x-request-id", "caf\u00e9")], "'x-request-id': the value must be printable ASCII"),
+        ([("x-request-id", "a\nb")], "got '\\n' at character 2"),
+        ([("X-Request-Id", "abc")], "entry 1: a key must be lowercase ASCII"),
+        ([("ok", "1"), ("x id", "abc")], "entry 2: a key must be lowercase ASCII"),
+        ([("", "abc")], "entry 1: a key must be lowercase"),
+        ([("x-trace-bin", "text")], "'x-trace-bin': a key ending in '-bin' takes bytes, got str"),
+        ([("x-n", 5)], "'x-n': the value must be a string, got int"),
+        ([("x-n",)], "entry 1 must be a (key, value) pair"),
+    ],
+)
+def test_a_client_refuses_metadata_grpc_cannot_send(metadata: Any, rule: str) -> None:
+    # gRPC failed each call INTERNAL "Invalid metadata", or raised a bare TypeError at the first call
+    for make in (Client, AsyncClient):
+        with pytest.raises(InvalidArgument) as info:
+            make("127.0.0.1:1", metadata=metadata)
+        assert info.value.field == "metadata" and rule in info.value.rule
+
+
+def test_a_client_sends_metadata_grpc_can_send_and_one_authorization() -> None:
+    fine: list[tuple[str, str | bytes]] = [("x-request-id", "abc 123 ~!"), ("x-trace-bin", b"\xff\x00"), ("x_y.z", "")]
+    with Client("127.0.0.1:1", metadata=fine, token="t" * 20) as client:
+        assert client.metadata == (*fine, ("authorization", "Bearer " + "t" * 20))
+    with pytest.raises(InvalidArgument) as info:
+        Client("127.0.0.1:1", metadata=[("authorization", "Bearer x")], token="t" * 20)
+    assert info.value.field == "metadata" and "not hold 'authorization' when a token is given" in info.value.rule
+    with Client("127.0.0.1:1", metadata=[("authorization", "Bearer " + "t" * 20)]) as client:
+        assert client.metadata == (("authorization", "Bearer " + "t" * 20),)
+
+
 def test_requests_by_id_name_an_id_that_is_not_a_string() -> None:
     assert by_id(jobs_pb2.GetJobRequest, "abc").id == "abc"
     with pytest.raises(InvalidArgument) as info:
