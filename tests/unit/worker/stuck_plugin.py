@@ -5,10 +5,14 @@
   replacements slow to start, or never ready (a plug-in that stopped importing).
 * ``leave_thread`` {"seconds"}: starts a non-daemon thread that sleeps ``seconds``, and returns at once
   ``{"pid": the runner's pid}``; the runner's ``sys.exit`` then waits for that thread.
+* ``hang_at_exit`` {"seconds"}: registers an exit handler that sleeps ``seconds``, and returns at once
+  ``{"pid": the runner's pid}``. It leaves nothing running, so the runner takes more jobs, and hangs
+  only when it exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -39,4 +43,17 @@ class LeaveThread(JobType):
     def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         """Start the thread, and return without waiting for it."""
         threading.Thread(target=time.sleep, args=(float(payload["seconds"]),), name="left-behind").start()
+        return {"pid": os.getpid()}
+
+
+@register
+class HangAtExit(JobType):
+    """Make the runner's exit hang, and return the runner's pid."""
+
+    name = "hang_at_exit"
+    schema = LeaveThread.schema
+
+    def run(self, payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+        """Register the exit handler, and return."""
+        atexit.register(time.sleep, float(payload["seconds"]))
         return {"pid": os.getpid()}

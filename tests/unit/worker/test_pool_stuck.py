@@ -69,16 +69,21 @@ def scenario(body: Callable[[Bundle], Awaitable[None]], **config: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("why", "config", "gpus"),
-    [("max_jobs", {"max_jobs": 1}, 0), ("renewed for a GPU job", {"gpus": ("0",)}, 1)],
+    ("why", "config", "gpus", "hang"),
+    [
+        ("max_jobs", {"max_jobs": 1}, 0, "leave_thread"),
+        # A job that leaves a thread is its runner's last; this one leaves the runner fit for more jobs.
+        ("renewed for a GPU job", {"gpus": ("0",)}, 1, "hang_at_exit"),
+    ],
 )
 def test_a_retired_runner_that_hangs_as_it_exits_is_killed_and_replaced(
-    why: str, config: dict[str, Any], gpus: int
+    why: str, config: dict[str, Any], gpus: int, hang: str
 ) -> None:
     async def body(b: Bundle) -> None:
         # Given one slot whose runner retires after its job (max_jobs=1), or is renewed before a GPU job,
-        # and a job that leaves a non-daemon thread running there (its sys.exit waits for it)
-        b.submit("leaves", "leave_thread", {"seconds": 600})
+        # and a job that makes its exit hang: a non-daemon thread left running (its sys.exit waits for
+        # it), or an exit handler that sleeps
+        b.submit("leaves", hang, {"seconds": 600})
         leaves = await b.result("leaves", 10)
         assert leaves.outcome is Outcome.SUCCEEDED, leaves.error_message
         old = json.loads(leaves.result_json)["pid"]
