@@ -7,7 +7,9 @@ Usage::
 
 ``control``: the HTTP liveness endpoint of the control plane in this container, at
 ``http://CORRAL_HOST:CORRAL_HTTP_PORT/healthz`` (a wildcard CORRAL_HOST such as 0.0.0.0 is reached on
-127.0.0.1). Liveness, not readiness: a control plane that has no worker yet is healthy.
+127.0.0.1), or ``https://`` when CORRAL_TLS_CERT is set: that port then speaks HTTPS only. The
+certificate is not verified: it names the service, not the address checked here, and the check is of
+this container's own process. Liveness, not readiness: a control plane that has no worker yet is healthy.
 
 ``worker``: a ``python -m worker`` process in this container has an ESTABLISHED TCP connection to
 the port of CORRAL_CONTROL_ADDR, read from /proc (its socket inodes against /proc/PID/net/tcp{,6}).
@@ -21,6 +23,7 @@ Exit status 0 healthy, 1 unhealthy (the reason on stderr), as Docker expects. St
 from __future__ import annotations
 
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -50,9 +53,16 @@ def check_control(environ: dict[str, str], timeout: float = 4.0) -> str:
     raw = environ.get("CORRAL_HTTP_PORT", "").strip() or "8080"
     if not raw.isdigit() or not 1 <= int(raw) <= 65535:
         raise Unhealthy(f"CORRAL_HTTP_PORT must be a port in 1..65535 for the health check, got {raw!r}")
-    url = f"http://{host}:{raw}/healthz"
+    tls = bool(environ.get("CORRAL_TLS_CERT", "").strip())
+    url = f"{'https' if tls else 'http'}://{host}:{raw}/healthz"
+    context = None
+    if tls:
+        # Whether this process is alive, not who it is: its certificate names the service, not this address.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             status = response.status
     except urllib.error.HTTPError as exc:
         status = exc.code

@@ -14,7 +14,12 @@ Modes (AUTOSCALE_MODE):
   drained and not removed yet still count toward MAX_WORKERS (they finish their jobs first).
 
 The backlog is the PENDING jobs less those a new worker could not run either: jobs that ask for GPUs
-(the containers it starts get none) and jobs parked in the gate of an execution rate limit (waiting
+(the containers it starts get none), jobs whose worker selector asks for a label a new container does
+not carry (it has only ``container=<its own id>`` and ``autoscale_group=<CORRAL_AUTOSCALE_GROUP>``:
+such jobs wait for the workers that carry it, and counting them would keep the fleet at MAX_WORKERS
+for as long as they wait), jobs of a type the new worker would not run (as the workers it is like
+registered their types: this group's containers in docker mode, the connected workers in recommend
+mode; while none has, every type counts) and jobs parked in the gate of an execution rate limit (waiting
 for its next token; once the gate released them they wait for a worker, and are backlog again).
 
 Every look's decision is counted by action and reason; actions are logged at info, and a change of
@@ -31,7 +36,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from control.autoscale.docker_backend import BackendError, ContainerSpec, DockerBackend
+from control.autoscale.docker_backend import WORKER_LABEL_GROUP, BackendError, ContainerSpec, DockerBackend
 from control.autoscale.fleet import ContainerFleet
 from control.autoscale.policy import Action, Decision, ScalePolicy, ScaleSettings, Snapshot
 from control.clock import Clock
@@ -225,11 +230,21 @@ class Autoscaler:
         ready_jobs = s.counts.get(JobState.PENDING, 0)
         threads = seen = unfit = 0
         oldest = None
+        # The one label a selector may ask for that a container about to be started carries (the other,
+        # container=<id>, names one existing container).
+        group = (WORKER_LABEL_GROUP, self.config.autoscale_group)
+        types = self._new_worker_types() if ready_jobs else None
         if ready_jobs:
             for job in s.active.values():
                 if job.state is JobState.PENDING:
                     seen += 1
-                    if job.gpu_count:  # the workers it starts have no GPUs: one more would not run it
+                    # The workers it starts have no GPUs, no labels but the group's, and the image's job
+                    # types: one more would not run such a job.
+                    if (
+                        job.gpu_count
+                        or any(pair != group for pair in job.worker_selector)
+                        or (types is not None and job.type not in types)
+                    ):
                         unfit += 1
                     else:
                         threads += min(job.thread_demand, tpw)
@@ -251,6 +266,19 @@ class Autoscaler:
         free = sum(max(0, w.free_threads) for w in s.registry.all() if w.accepts_work)
         age = max(0.0, self.clock.now() - oldest) if oldest is not None else 0.0
         return Snapshot(ready_jobs, threads, age, free, workers, starting, idle, retiring, held)
+
+    def _new_worker_types(self) -> frozenset[str] | None:
+        """The job types a worker it would start runs, as the workers of that kind registered them (docker
+        mode: this group's containers, connected or not; recommend mode: the connected workers); None
+        while none has registered, or when one runs any type."""
+        if self.fleet is not None:
+            found = (self.s.registry.get(wid) for wid in self.fleet.containers)
+            like = [w for w in found if w is not None]
+        else:
+            like = [w for w in self.s.registry.all() if w.connected]
+        if not like or any(not w.job_types for w in like):
+            return None
+        return frozenset().union(*(w.job_types for w in like))
 
     def _accepting_workers(self) -> int:
         return sum(1 for w in self.s.registry.all() if w.connected and not w.draining)

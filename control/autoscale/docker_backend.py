@@ -34,6 +34,8 @@ __all__ = [
     "LABEL_ROLE",
     "LABEL_WORKER",
     "TLS_DIR",
+    "WORKER_LABEL_CONTAINER",
+    "WORKER_LABEL_GROUP",
     "BackendError",
     "ContainerSpec",
     "DockerBackend",
@@ -44,6 +46,11 @@ __all__ = [
 LABEL_ROLE = "io.corral.role"
 LABEL_GROUP = "io.corral.group"
 LABEL_WORKER = "io.corral.worker-id"
+
+WORKER_LABEL_CONTAINER = "container"
+"""The worker label (CORRAL_WORKER_LABELS) naming a worker's own container: unique to each one."""
+WORKER_LABEL_GROUP = "autoscale_group"
+"""The worker label (CORRAL_WORKER_LABELS) every worker of one CORRAL_AUTOSCALE_GROUP carries."""
 
 TLS_DIR = "/run/corral-tls"
 """Where a container finds ca.pem (CORRAL_TLS_CA), and cert.pem / key.pem (CORRAL_WORKER_TLS_CERT/KEY)."""
@@ -170,7 +177,7 @@ class DockerBackend:
             "CORRAL_CONTROL_ADDR": spec.control_address,
             "CORRAL_WORKER_ID": worker_id,
             "CORRAL_WORKER_THREADS": str(spec.threads),
-            "CORRAL_WORKER_LABELS": f"container={worker_id},autoscale_group={spec.group}",
+            "CORRAL_WORKER_LABELS": f"{WORKER_LABEL_CONTAINER}={worker_id},{WORKER_LABEL_GROUP}={spec.group}",
             "PYTHONUNBUFFERED": "1",
         }
         if spec.token:

@@ -133,3 +133,32 @@ def test_jobs_that_ask_for_gpus_are_not_backlog_for_workers_without_them(
     assert (st["lastAction"], st["lastActionStep"]) == ("up", 2)
     for running in busy:
         cp.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=running.id))
+
+
+def test_jobs_whose_worker_selector_no_new_container_matches_are_not_backlog(
+    make_control_plane: Any, spawn_worker: Any
+) -> None:
+    cp: ControlProc = make_control_plane(**RECOMMEND)
+    rest = Rest(cp.http_port)
+    # Given a busy one-thread worker labelled pool=special, and four jobs that only it may run: a worker
+    # the autoscaler starts is labelled container=<its id> and autoscale_group=<group> only, so more
+    # of them would never run those jobs (and, counted as backlog, they would keep the fleet at MAX)
+    spawn_worker(cp, threads=1, env={"CORRAL_WORKER_LABELS": "pool=special"})
+    busy = submit_many(cp, [request("sleep", {"seconds": 30})])
+    wait_until(lambda: cp.get(busy[0].id).state == jobs_pb2.Job.RUNNING, what="the busy job to run")
+    submit_many(cp, [request("sleep", {"seconds": 1}, worker_selector={"pool": "special"}) for _ in range(4)])
+    # When three plain jobs, and one that asks for the autoscaler's own group, queue behind the busy one
+    plain = [request("sleep", {"seconds": 30}) for _ in range(3)]
+    plain.append(request("sleep", {"seconds": 30}, worker_selector={"autoscale_group": "corral"}))
+    submit_many(cp, plain)
+
+    # Then the backlog is those four, which a new container would run: 4 threads, 2 more workers
+    def backlog_of_four() -> dict[str, Any] | None:
+        st = status(rest)
+        return st if st.get("readyThreads") == 4 and st.get("lastActionReason") == "backlog" else None
+
+    st = until(backlog_of_four, what="a backlog recommendation for the jobs a container could run")
+    assert st["readyJobs"] == 4
+    assert (st["lastAction"], st["lastActionStep"]) == ("up", 2)
+    for running in busy:
+        cp.jobs.CancelJob(jobs_pb2.CancelJobRequest(id=running.id))
