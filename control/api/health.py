@@ -92,10 +92,17 @@ class Health:
         if ready == self.ready:
             return
         self.ready = ready
-        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
-        task = asyncio.ensure_future(self.servicer.set(READINESS, status))
+        task = asyncio.ensure_future(self._push())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _push(self) -> None:
+        """Give the health service readiness as it is when this runs, not as it was when it was asked
+        for: a push to SERVING still on its way when :meth:`shutdown` began would otherwise land after
+        the shutdown's NOT_SERVING and stay for the whole shutdown."""
+        ready = self.ready and not self.shutting_down
+        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        await self.servicer.set(READINESS, status)
 
     async def shutdown(self) -> None:
         """Readiness goes NOT_SERVING for good and open Watch streams end (NOT_SERVING, then UNAVAILABLE);

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ NOTIFY_LABEL = "corral.notify"
 """The label a notification job carries: the id of the job whose end it announces."""
 RESULT_CHARS = 2000
 """The most of a result, an error message or output an email quotes."""
+_HEADER_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
+"""Control characters and whatever ``str.splitlines`` breaks at: a job's name may hold them, a mail
+header may not (the email job type refuses such a subject, so each attempt of the notice would fail)."""
 
 
 class Notices:
@@ -69,7 +73,7 @@ def _submission(job: JobRecord, target: NotifyTarget, secret: bytes, now: int) -
         "labels": {NOTIFY_LABEL: job.id},
     }
     if target.email:
-        subject = f"[corral] job {job.name or job.id} ({job.type}) {job.state.name}"
+        subject = _HEADER_BREAKS.sub(" ", f"[corral] job {job.name or job.id} ({job.type}) {job.state.name}")
         mail = {"to": target.email, "subject": subject, "body": _account(job)}
         return Submission("email", mail, payload_json=_compact(mail), **common)
     # The body goes as a string, sent as it is: the bytes signed are the bytes sent.
