@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from control.jobs import JobRecord, JobState
@@ -17,6 +18,13 @@ from control.live_output import LiveOutput
 from control.watch import SHUTTING_DOWN, Watchers
 from corral.errors import Unavailable
 from corral.printed import OutputChunk, PrintedCursor, split_cut_note
+
+PENDING_CHARS = 256 * 1024
+"""The most of what a job prints that one output feed holds for a reader that is behind (a client that
+stopped reading): a few seconds at the most a runner forwards. Beyond it the oldest is left out, which
+the reader sees as a jump in offset."""
+PENDING_PIECES = 1024
+"""The most pieces of output one feed holds (pieces with text left out between them are not joined)."""
 
 
 class JobFeeds:
@@ -126,9 +134,9 @@ class JobFeeds:
             Unavailable: the control plane is stopping (control.watch).
         """
         # One queue for both: a piece an attempt printed comes before the change that ends the attempt.
-        q: asyncio.Queue[JobRecord | OutputChunk | None] = asyncio.Queue()
-        self._watchers.listen(job_id, q.put_nowait)
-        self._live_output.listen(job_id, q.put_nowait)
+        q = _OutputQueue()
+        self._watchers.listen(job_id, q.put)
+        self._live_output.listen(job_id, q.put)
         cursor = PrintedCursor()
         try:
             job = copy.copy(await self._get(job_id))
@@ -151,8 +159,68 @@ class JobFeeds:
                     job = item
                     chunks = _stored_output(job)
         finally:
-            self._watchers.forget(job_id, q.put_nowait)
-            self._live_output.forget(job_id, q.put_nowait)
+            self._watchers.forget(job_id, q.put)
+            self._live_output.forget(job_id, q.put)
+
+
+class _OutputQueue:
+    """An output feed's queue: the job's changes and the pieces it printed, in the order they came,
+    holding at most :data:`PENDING_CHARS` characters and :data:`PENDING_PIECES` pieces of output. A
+    reader that stops reading would otherwise keep everything the job prints from then on in memory.
+    Changes are never left out: a job has few, and each matters."""
+
+    def __init__(self) -> None:
+        self._items: deque[JobRecord | OutputChunk | None] = deque()
+        self._chars = 0
+        self._pieces = 0
+        self._ready = asyncio.Event()
+
+    def put(self, item: JobRecord | OutputChunk | None) -> None:
+        """Queue a change, a piece, or None (stopping); a piece that goes on from the last one queued
+        joins it."""
+        last = self._items[-1] if self._items else None
+        if isinstance(item, OutputChunk):
+            if isinstance(last, OutputChunk) and last.attempt == item.attempt and last.end == item.offset:
+                self._items[-1] = OutputChunk(last.attempt, last.offset, last.text + item.text)
+            else:
+                self._items.append(item)
+                self._pieces += 1
+            self._chars += len(item.text)
+            if self._chars > PENDING_CHARS or self._pieces > PENDING_PIECES:
+                self._shed()
+        else:
+            self._items.append(item)
+        self._ready.set()
+
+    def _shed(self) -> None:
+        """Leave out the oldest output until within both bounds."""
+        kept: deque[JobRecord | OutputChunk | None] = deque()
+        while self._items:
+            item = self._items.popleft()
+            if isinstance(item, OutputChunk) and (self._chars > PENDING_CHARS or self._pieces > PENDING_PIECES):
+                cut = (
+                    len(item.text)
+                    if self._pieces > PENDING_PIECES
+                    else min(len(item.text), self._chars - PENDING_CHARS)
+                )
+                self._chars -= cut
+                if cut == len(item.text):
+                    self._pieces -= 1
+                    continue
+                item = OutputChunk(item.attempt, item.offset + cut, item.text[cut:])
+            kept.append(item)
+        self._items = kept
+
+    async def get(self) -> JobRecord | OutputChunk | None:
+        """The oldest item, waiting for one."""
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        if isinstance(item, OutputChunk):
+            self._chars -= len(item.text)
+            self._pieces -= 1
+        return item
 
 
 def _stored_output(job: JobRecord) -> list[OutputChunk]:

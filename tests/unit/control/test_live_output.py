@@ -15,6 +15,7 @@ import pytest
 from control.admission import Submission
 from control.clock import FakeClock
 from control.config import ControlConfig
+from control.feeds import PENDING_CHARS, PENDING_PIECES
 from control.live_output import BACKLOG_CHARS, MAX_CHUNK_CHARS, LiveOutput
 from control.scheduler import Scheduler
 from control.sessions import Hello, Outcome, Report, WorkerSessions
@@ -121,6 +122,45 @@ def test_a_watch_is_answered_at_once_and_ends_unavailable_when_the_control_plane
             scheduler.watchers.close()
             with pytest.raises(Unavailable):
                 await asyncio.wait_for(watching, 5)
+        finally:
+            store.close()
+
+    asyncio.run(main())
+
+
+def test_a_watch_that_stops_reading_holds_only_the_end_of_what_the_job_prints(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, ControlConfig.from_env({}), FakeClock())
+        sessions, link = WorkerSessions(scheduler), RecordingLink()
+        try:
+            # Given a running job and a watch that read the first piece, then stopped reading
+            sessions.register(Hello("w1", threads=1, slots=1), link)
+            (job,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}")])
+            await _turns()
+            (a,) = link.assigned
+            sessions.printed("w1", job.id, a.attempt, 0, "start\n")
+            feed = scheduler.feeds.watch_output(job.id)
+            assert await anext(feed) == OutputChunk(1, 0, "start\n")
+            # When the job prints 40 MiB on, in pieces, and then pieces with text left out between them
+            piece, offset = "x" * 16 * 1024, 6
+            for _ in range(2560):
+                sessions.printed("w1", job.id, a.attempt, offset, piece)
+                offset += len(piece)
+            contiguous_end = offset
+            for i in range(3 * PENDING_PIECES):
+                sessions.printed("w1", job.id, a.attempt, offset + 1, str(i % 10))
+                offset += 2
+            # Then once it reads again, it gets the latest pieces only, the rest as jumps in offset
+            got: list[OutputChunk] = []
+            while not got or got[-1].end < offset:
+                got.append(await anext(feed))
+            assert len(got) <= PENDING_PIECES and sum(len(c.text) for c in got) <= PENDING_CHARS
+            assert got[-1] == OutputChunk(1, offset - 1, str((3 * PENDING_PIECES - 1) % 10))
+            assert got[0].offset >= contiguous_end  # none of the 40 MiB was still held
+            # and the feed goes on to the job's end as before
+            sessions.results("w1", [Report(job.id, a.attempt, Outcome.SUCCEEDED, "{}")], link)
+            assert [c async for c in feed] == []
         finally:
             store.close()
 
