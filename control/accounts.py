@@ -22,7 +22,15 @@ share go by it.
   :data:`MAX_FAILURES` failures for one name within :data:`FAILURE_WINDOW_SEC`, that name is refused
   (RESOURCE_EXHAUSTED, with the time to wait) until the oldest failure leaves the window. An attempt
   counts as a failure from its start until it succeeds, so a burst of guesses sent at once is held to
-  the same number.
+  the same number. A name that breaks the name rule (:func:`check_name`) cannot be an account's: it is
+  refused at once and kept nowhere, so that names of megabytes cannot fill memory. A login whose
+  password was checked while the account's password changed is refused: it was checked against a
+  password that is no longer the account's.
+* A change (a registration, a new password, a deletion, new keys) counts from the moment it is
+  durable: memory follows the store only once the store has committed it, so that what a caller saw
+  (a new password accepted, old logins refused) is never undone by a crash before that commit. The
+  changes of accounts are made one at a time, so that a deletion and a new password of one account,
+  or two registrations of one name, cannot cross between their check and their commit.
 
 A login's signature is checked at the first call that sends it (about 40 µs); the decoded login is
 then kept (4,096 at most, until it expires), so later calls cost a dict probe.
@@ -147,6 +155,9 @@ class Accounts:
         )
         self._hashing = 0
         self.max_waiting = MAX_WAITING
+        self._changing: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        """Held by each change from its last check to its commit and the memory after (see the module),
+        with the loop it belongs to."""
         # Checked when a name has no account, so that such a login costs what a real one does. Made on the
         # hashing threads: start-up does not wait the quarter of a second it takes.
         self._decoy = self._hasher.submit(bcrypt.hashpw, secrets.token_bytes(16), bcrypt.gensalt(rounds))
@@ -178,12 +189,13 @@ class Accounts:
         raw = check_password_rule(password)
         self._check_free(name)
         hashed = await self._hash(raw)
-        self._check_free(name)  # another registration of the name may have finished while we hashed
-        now = self._clock.now()
-        entry = AccountEntry(name, hashed, secrets.token_hex(16), now, now)
-        self._accounts[name] = entry
-        self.store.put_account(entry)
-        await self.store.commit()
+        async with self._changes():
+            self._check_free(name)  # another registration of the name may have finished while we hashed
+            now = self._clock.now()
+            entry = AccountEntry(name, hashed, secrets.token_hex(16), now, now)
+            self.store.put_account(entry)
+            await self.store.commit()
+            self._accounts[name] = entry
         logger.info(logs.ACCOUNT_REGISTERED, extra={"account": name})
         return entry
 
@@ -197,15 +209,16 @@ class Accounts:
         raw = check_password_rule(password)
         self._existing(name)
         hashed = await self._hash(raw)
-        entry = replace(
-            self._existing(name),
-            password_hash=hashed,
-            session=secrets.token_hex(16),
-            password_changed_at=self._clock.now(),
-        )
-        self._accounts[name] = entry
-        self.store.put_account(entry)
-        await self.store.commit()
+        async with self._changes():
+            entry = replace(
+                self._existing(name),  # deleted while we hashed: NotFound, and nothing stored
+                password_hash=hashed,
+                session=secrets.token_hex(16),
+                password_changed_at=self._clock.now(),
+            )
+            self.store.put_account(entry)
+            await self.store.commit()
+            self._accounts[name] = entry
         logger.info(logs.ACCOUNT_PASSWORD_CHANGED, extra={"account": name})
         return entry
 
@@ -216,18 +229,21 @@ class Accounts:
             NotFound: there is no such account.
         """
         self._existing(name)
-        del self._accounts[name]
-        self.store.delete_account(name)
-        await self.store.commit()
+        async with self._changes():
+            self._existing(name)  # deleted by another call while this one waited its turn
+            self.store.delete_account(name)
+            await self.store.commit()
+            del self._accounts[name]
         logger.info(logs.ACCOUNT_DELETED, extra={"account": name})
 
     async def end_all_logins(self) -> None:
         """End every login of every account: a new key signs logins from now on (passwords stay)."""
         key = os.urandom(_KEY_BYTES)
-        self._key = key
-        self._verified.clear()
-        self.store.replace_login_key(key)
-        await self.store.commit()
+        async with self._changes():
+            self.store.replace_login_key(key)
+            await self.store.commit()
+            self._key = key
+            self._verified.clear()
         logger.warning(logs.LOGINS_ENDED, extra={"accounts": len(self._accounts)})
 
     # ---- logging in ---------------------------------------------------------------------------
@@ -238,6 +254,10 @@ class Accounts:
             Unauthenticated: no such account, or another password (the same words for both).
             RateLimited: too many failures for ``name`` lately.
         """
+        if not PRINCIPAL_NAME.fullmatch(name):
+            # No account has such a name (the rule is public, so refusing at once tells nothing), and
+            # counting its failures would keep the name: megabytes each, for any caller without credentials.
+            raise Unauthenticated("wrong name or password")
         self._check_throttle(name)
         self._fail(name)  # until it succeeds: guesses sent together count before any of them is checked
         raw = password.encode("utf-8", "surrogatepass")
@@ -246,9 +266,12 @@ class Accounts:
         # bcrypt reads 72 bytes at most; a longer attempt cannot be any stored password.
         matches = await self._run(bcrypt.checkpw, raw[:MAX_PASSWORD_BYTES], hashed)
         matches = matches and len(raw) <= MAX_PASSWORD_BYTES
-        entry = self._accounts.get(name) if entry is not None else None  # deleted while we checked
-        if not matches or entry is None:
+        # Deleted, or given a new password, while we checked: the password checked is not the account's
+        # now, and a login signed for the account as it is now would outlive the change it raced.
+        current = self._accounts.get(name)
+        if not matches or entry is None or current is None or current.session != entry.session:
             raise Unauthenticated("wrong name or password")
+        entry = current
         self._failures.pop(name, None)
         return entry
 
@@ -324,6 +347,13 @@ class Accounts:
             raise AlreadyExists(f"account {name!r} already exists")
         if name in self.reserved():
             raise AlreadyExists(f"{name!r} is the name of a configured client token: choose another name")
+
+    def _changes(self) -> asyncio.Lock:
+        """The lock that makes changes one at a time (made on the running loop: tests run several)."""
+        loop = asyncio.get_running_loop()
+        if self._changing is None or self._changing[0] is not loop:
+            self._changing = (loop, asyncio.Lock())
+        return self._changing[1]
 
     def _check_throttle(self, name: str) -> None:
         failures = self._failures.get(name)

@@ -1,7 +1,8 @@
 """AccountServicer: registering, logging in, and managing accounts (control.accounts).
 
-Who manages accounts (registers them where registration is closed, lists them, resets another's
-password, deletes another's account): the principals in CORRAL_AUTH_ADMINS, and, with
+Who manages accounts (registers them where registration is closed, and the accounts of the names in
+CORRAL_AUTH_ADMINS where it is open, lists them, resets another's password, deletes another's
+account): the principals in CORRAL_AUTH_ADMINS, and, with
 CORRAL_JOB_VISIBILITY=all (no admins there), the holders of configured client tokens, who run the
 control plane. A logged-in account manages only itself.
 """
@@ -68,6 +69,11 @@ class AccountServicer:
                 + ("" if self.access.isolated else " and the holders of configured client tokens")
             )
 
+    @staticmethod
+    def _is_taken(accounts: Accounts, name: str) -> bool:
+        """Whether ``name`` is an account's or a configured client token's already."""
+        return accounts.get(name) is not None or name in accounts.reserved()
+
     def _account(self, entry: AccountEntry) -> accounts_pb2.Account:
         name = entry.name
         return convert.account(entry, self.access.group_of.get(name, ""), name in self.access.admins)
@@ -78,10 +84,24 @@ class AccountServicer:
         self, request: accounts_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.Account:
         """Create an account; answers it once stored. With CORRAL_ACCOUNTS=open anyone may, else only those who manage
-        accounts; ALREADY_EXISTS for a name an account or a client token has."""
+        accounts; ALREADY_EXISTS for a name an account or a client token has. A name in CORRAL_AUTH_ADMINS is an
+        admin's, which only those who manage accounts may create, even with open registration."""
         accounts = self._on()
+        caller = PRINCIPAL.get()
         if not accounts.open:
-            self._check_manages(PRINCIPAL.get(), "register accounts (CORRAL_ACCOUNTS=admin)")
+            self._check_manages(caller, "register accounts (CORRAL_ACCOUNTS=admin)")
+        elif (
+            request.name in self.access.admins
+            and not self._is_taken(accounts, request.name)
+            and not self._manages(caller)
+        ):
+            # Whoever came first would be an admin: see every job, reset everyone's password. That includes
+            # an admin's name whose account was deleted, and one that the operator has not registered yet.
+            # (A name taken already, by a token or an account, gets the ALREADY_EXISTS of any taken name.)
+            raise PermissionDenied(
+                f"{request.name!r} is named in CORRAL_AUTH_ADMINS: an admin's account is created by one who manages "
+                "accounts (an admin's client token or login), not by registering"
+            )
         return self._account(await accounts.register(request.name, request.password))
 
     @grpc_errors
