@@ -137,9 +137,18 @@ class SubmitRateLimiter:
         levels: list[tuple[TokenBucket, str]] = []
         if self.global_bucket is not None:
             levels.append((self.global_bucket, f"global limit of {self.per_min:g} jobs/min"))
+        new_bucket: TokenBucket | None = None
         if self.client_burst > 0:
             what = f"per-client limit of {self.client_per_min:g} jobs/min (client {client or 'unknown'})"
-            levels.append((self._client_bucket(client, now), what))
+            bucket = self._clients.get(client)
+            if bucket is None:
+                # Kept only once the call is admitted: a refused newcomer's bucket would still be full, and
+                # keeping it would let callers refused by the global limit grow the table without bound
+                # (only an admitted call prunes it).
+                bucket = new_bucket = TokenBucket(self.client_per_min / 60, self.client_burst, now)
+            else:
+                self._clients.move_to_end(client)
+            levels.append((bucket, what))
         wait, over = 0.0, ""
         for bucket, what in levels:
             w = bucket.wait(n, now)
@@ -159,15 +168,9 @@ class SubmitRateLimiter:
             )
         for bucket, _ in levels:
             bucket.take(n, now)
+        if new_bucket is not None:
+            self._clients[client] = new_bucket
         self._prune(now)
-
-    def _client_bucket(self, client: str, now: float) -> TokenBucket:
-        bucket = self._clients.get(client)
-        if bucket is None:
-            bucket = self._clients[client] = TokenBucket(self.client_per_min / 60, self.client_burst, now)
-        else:
-            self._clients.move_to_end(client)
-        return bucket
 
     def _prune(self, now: float) -> None:
         """Forget idle clients: full buckets from the least recently used end (a couple per call, so

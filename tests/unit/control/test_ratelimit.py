@@ -187,6 +187,21 @@ def test_idle_clients_are_forgotten_and_the_table_is_bounded() -> None:
     assert len(limiter) <= 50
 
 
+def test_callers_refused_by_the_global_limit_leave_no_bucket_behind() -> None:
+    clock = FakeClock()
+    limiter = SubmitRateLimiter(clock, per_min=60, client_per_min=60, max_clients=10)
+    limiter.admit("a", 60)  # the global bucket is empty now
+    # Given a flood of new callers while nobody gets through, the table stays within max_clients: a
+    # refused call made a bucket that no later admitted call pruned, one per caller without end.
+    for i in range(1000):
+        with pytest.raises(RateLimited, match="global limit"):
+            limiter.admit(f"n{i}", 1)
+    assert len(limiter) <= 10
+    # and a refused newcomer was charged nothing: once the global bucket refills, its own is full
+    clock.advance(60)
+    limiter.admit("n0", 60)
+
+
 def test_default_burst_is_a_minute_of_the_rate() -> None:
     assert default_burst(60) == 60 and default_burst(0.5) == 1 and default_burst(2.5) == 3
     limiter = SubmitRateLimiter(FakeClock(), per_min=30)
