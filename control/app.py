@@ -142,13 +142,13 @@ class ControlPlane:
         scheduler.on_change = self._update_readiness
         accounts = self.accounts = self._accounts()
         audit = AuditLog(self.store, self.clock, cfg.audit_retention_sec)
+        auth = Authenticator.from_config(cfg, accounts)
         servicers = (
-            JobServicer(scheduler, audit),
+            JobServicer(scheduler, audit, auth),
             WorkerServicer(sessions),
             AdminServicer(sessions, autoscaler=self.autoscaler, audit=audit),
             AccountServicer(accounts, scheduler.access, audit),
         )
-        auth = Authenticator.from_config(cfg, accounts)
         if accounts is not None and auth is not None:
             accounts.reserved = lambda: auth.token_names
         if auth is not None:

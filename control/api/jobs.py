@@ -17,12 +17,13 @@ from control.api.identity import PRINCIPAL, client_identity
 from control.api.run_jobs import RunJobsStream
 from control.api.status import grpc_errors
 from control.audit import AuditLog
+from control.auth import Authenticator, Role
 from control.jobs import JobRecord, JobState
 from control.registry import WorkerState
 from control.scheduler import Scheduler
 from control.selection import JobSelection
 from control.turns import in_turns
-from corral.errors import InvalidArgument
+from corral.errors import InvalidArgument, Unauthenticated
 from corral.job_ids import watched_ids
 from corral.limits import MAX_CANCELLED_PER_CALL, MAX_ERROR_CODE, MAX_RETRIED_PER_CALL
 from corral.v1 import jobs_pb2
@@ -49,10 +50,12 @@ def _refuse_call_key(context: grpc.aio.ServicerContext, instead: str) -> None:
 class JobServicer:
     """corral.v1.JobService."""
 
-    def __init__(self, scheduler: Scheduler, audit: AuditLog | None = None) -> None:
+    def __init__(self, scheduler: Scheduler, audit: AuditLog | None = None, auth: Authenticator | None = None) -> None:
         self.s = scheduler
         self.audit = audit
         """Where cancels and retries are recorded (None: nowhere)."""
+        self.auth = auth
+        """What checked each call's credentials (None: nothing needs any); RunJobs checks them again per job."""
 
     @grpc_errors
     async def SubmitJob(
@@ -301,11 +304,19 @@ class JobServicer:
         self, requests: AsyncIterator[jobs_pb2.RunJobsRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.RunJobsEvent]:
         """Submit a job per request and send each job's events under its request's tag (:class:`RunJobsStream`). An
-        ``idempotency-key`` in the call's metadata is INVALID_ARGUMENT: it would name every job of the stream."""
+        ``idempotency-key`` in the call's metadata is INVALID_ARGUMENT: it would name every job of the stream. Each
+        request's job is refused UNAUTHENTICATED once the stream's credentials no longer pass (a token removed, a
+        login ended, an account deleted), and the stream goes on."""
         _refuse_call_key(context, "on a RunJobs stream, give each job its own job.idempotency_key")
         client, owner = self._client(context), PRINCIPAL.get() or ""
+        auth = self.auth if self.auth is not None and self.auth.client_auth else None
+        authorization = _metadata(context, "authorization") or None
 
         async def submit(request: jobs_pb2.SubmitJobRequest) -> JobRecord:
+            # The credentials were checked when the stream opened, and a stream stays open for hours: a token
+            # removed, a login ended or an account deleted since must not go on submitting in its name.
+            if auth is not None and (auth.authenticate(Role.CLIENT, authorization) or "") != owner:
+                raise Unauthenticated("the stream's credentials now name another caller: open a new stream")
             (accepted,) = await self.s.intake.submit([convert.submission(request)], client=client, owner=owner)
             return accepted
 

@@ -194,6 +194,22 @@ def test_a_new_password_or_a_deleted_account_ends_its_logins(open_site: Site) ->
     _login(cp, "bob", "reset by ops").close()
 
 
+def test_an_open_run_stream_submits_nothing_once_its_login_is_ended(open_site: Site) -> None:
+    # Credentials are checked when a call starts, and the client keeps its RunJobs stream open from one
+    # run to the next: an account deleted since must not go on submitting in its name on it.
+    cp = open_site.cp
+    with corral.Client(cp.address) as anonymous:
+        anonymous.register("dave", PASSWORD)
+    dave = _login(cp, "dave")
+    assert dave.run("noop").state is corral.JobState.SUCCEEDED  # the stream is open, and kept
+    dave.delete_account("dave")
+    with pytest.raises(Unauthenticated, match="ended"):
+        dave.run("noop", name="after the delete")
+    dave.close()
+    with corral.Client(cp.address, token=open_site.ops) as ops:
+        assert [(j.owner, j.name) for j in ops.list().jobs] == [("dave", "")]
+
+
 def test_the_async_client_does_what_the_blocking_one_does(open_site: Site) -> None:
     address = open_site.cp.address
 
