@@ -11,7 +11,8 @@ Every write goes through the connection that holds the lock, so writing and lead
 when that session ends (the process dies, the server restarts, an operator terminates it), PostgreSQL
 drops the lock and no write of the old session can commit after it. The store then says it cannot be
 written and the old control plane stops (exit status 3); a probe each :data:`PROBE_SEC` checks the
-lock while nothing is written, so an idle control plane that lost it stops too.
+lock while nothing is written, so an idle control plane that lost it stops too. Reads hold no lock:
+a read connection whose session was ended is replaced at its next read, and the control plane reads on.
 
 Writes are queued and committed in groups on one thread (one round trip to the server per group).
 What a commit survives is the server's to say: with PostgreSQL's defaults (``fsync`` and
@@ -255,10 +256,12 @@ class PostgresStore:
         self._prober.start()
 
     def _replace(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        """A new connection in place of ``conn`` (closed)."""
+        """A new connection in place of ``conn`` (closed). ``conn`` may have been replaced before, by a
+        try that could not connect: it is then no longer among the connections to close."""
         with contextlib.suppress(psycopg.Error):
             conn.close()
-        self._connections.remove(conn)
+        with contextlib.suppress(ValueError):
+            self._connections.remove(conn)
         return self._connect()
 
     def _alive(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
@@ -488,13 +491,36 @@ class PostgresStore:
 
     # ---- reads --------------------------------------------------------------------------------
     async def _read(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
-        def run() -> _T:
-            try:
-                return fn(self._rconn)
-            except psycopg.Error as exc:
-                raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
+        return await asyncio.get_running_loop().run_in_executor(self._reader, self._on, "_rconn", fn)
 
-        return await asyncio.get_running_loop().run_in_executor(self._reader, run)
+    def _on(self, which: str, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``fn`` on the read connection named ``which`` (``_rconn`` or ``_kconn``), on a new one, once,
+        when that one's session has ended. Writes end with their session (see the module docstring),
+        but a read connection is no lock's: one that sat idle and was ended (a proxy or a server setting
+        that ends idle sessions, an operator's clean-up) failed every GetJob, ListJobs and idempotency
+        look-up of a control plane that led on, for as long as it ran.
+
+        Raises:
+            Unavailable: the read failed, or no new session could be had.
+        """
+        conn: psycopg.Connection[Any] = getattr(self, which)
+        try:
+            return fn(conn)
+        except psycopg.Error as exc:
+            # The query failed, not the session; or the store is closed, or failed and on its way out (a
+            # connect to a server that is gone would hold the event loop for up to CONNECT_TIMEOUT_SEC).
+            if not conn.closed or self._closed or self._error is not None:
+                raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
+        try:
+            conn = self._replace(conn)
+        except psycopg.Error as exc:
+            raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
+        setattr(self, which, conn)
+        logger.info("store_reconnected", extra={"db": self.where})
+        try:
+            return fn(conn)
+        except psycopg.Error as exc:
+            raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
 
     async def get(self, job_id: str) -> JobRecord | None:
         def q(c: psycopg.Connection[Any]) -> JobRecord | None:
@@ -579,10 +605,9 @@ class PostgresStore:
         ids = list(job_ids)
         if not ids:
             return {}
-        try:
-            rows = self._kconn.execute("SELECT id, state FROM jobs WHERE id = ANY(%s)", (ids,)).fetchall()
-        except psycopg.Error as exc:
-            raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
+        rows = self._on(
+            "_kconn", lambda c: c.execute("SELECT id, state FROM jobs WHERE id = ANY(%s)", (ids,)).fetchall()
+        )
         return {job_id: JobState(state) for job_id, state in rows}
 
     def max_seq(self) -> int:
@@ -598,12 +623,12 @@ class PostgresStore:
         return [IdempotencyEntry(*r) for r in reversed(rows)]
 
     def get_idempotency(self, key: str) -> IdempotencyEntry | None:
-        try:
-            row = self._kconn.execute(
+        row = self._on(
+            "_kconn",
+            lambda c: c.execute(
                 "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE key = %s", (key,)
-            ).fetchone()
-        except psycopg.Error as exc:
-            raise Unavailable(f"store cannot be read: {_reason(exc)}") from None
+            ).fetchone(),
+        )
         return IdempotencyEntry(*row) if row else None
 
     def load_job_types(self) -> list[JobTypeEntry]:

@@ -249,12 +249,15 @@ def test_states_read_on_the_event_loop_do_not_wait_for_the_reader_s_query(locati
 
 
 def test_states_of_a_postgres_store_that_lost_its_server_are_unavailable(postgres: Cluster) -> None:
-    # Given a leading store whose connections the server ended
+    # Given a leading store whose connections the server ended, and that cannot connect again (a read
+    # whose session ended is tried once on a new one: that one cannot be had either)
     url = postgres.new_database()
     s = opened(url)
     try:
-        postgres.sql(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid != pg_backend_pid() "
-                          "AND datname = current_database()")  # fmt: skip
+        database = url.rsplit("/", 1)[1]
+        postgres.sql(postgres.url("postgres"), f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+        postgres.sql(postgres.url("postgres"), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                               f"WHERE datname = '{database}'")  # fmt: skip
         # Then reading states says the store cannot be read, as other reads do, not a driver error
         with pytest.raises(Unavailable, match="store cannot be read"):
             s.states(["job-1"])
@@ -637,6 +640,22 @@ def test_a_database_is_held_by_one_store_at_a_time(tmp_path: Path) -> None:
     SQLiteStore(path).close()  # closing lets it go
 
 
+def test_a_database_reached_through_a_symlink_is_held_by_the_same_lock(tmp_path: Path) -> None:
+    # Given a control plane's store on corral.db, and another path that leads to the same file
+    path = tmp_path / "corral.db"
+    first = SQLiteStore(str(path))
+    (tmp_path / "current.db").symlink_to(path)
+    (tmp_path / "data").symlink_to(tmp_path, target_is_directory=True)
+    try:
+        # Then a second store on either path is refused: it would load and run the same queued jobs
+        for other in (tmp_path / "current.db", tmp_path / "data" / "corral.db"):
+            with pytest.raises(OSError, match=rf"in use by another control plane \(pid {os.getpid()}\)"):
+                SQLiteStore(str(other))
+    finally:
+        first.close()
+    SQLiteStore(str(tmp_path / "current.db")).close()  # and once the first let go, the symlink's opens
+
+
 def test_a_file_that_is_not_a_database_is_named_and_not_held(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("not a database, but a file someone keeps\n" * 100)
@@ -801,6 +820,41 @@ def test_a_postgres_store_whose_session_is_ended_stops_being_writable(postgres: 
     again = opened(url)
     assert run(again.get("job-1")) is None
     again.close()
+
+
+def test_a_leading_postgres_store_whose_read_sessions_are_ended_reads_on_with_new_ones(postgres: Cluster) -> None:
+    # Given a leading store with a job and a live idempotency key, committed
+    url = postgres.new_database()
+    s = opened(url)
+    s.insert([record(1)])
+    s.put_idempotency([IdempotencyEntry("k1", "h", "job-1", 9e9)])
+    run(s.commit())
+    # When every session of it but the one that holds the lock is ended (a proxy or the server's
+    # idle_session_timeout ending idle connections, an operator's clean-up)
+    ended = postgres.sql(
+        url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'corral-control %' "
+        f"AND pid NOT IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = {LOCK_KEY})",
+    )
+    assert len(ended) == 2  # its reader and its key look-ups
+    # Then it still leads, and every read, on the reader's thread or on the event loop, answers from
+    # new sessions rather than UNAVAILABLE for as long as it runs
+    try:
+        for _ in range(2):
+            got = run(s.get("job-1"))
+            assert got is not None and got.id == "job-1"
+            assert run(s.list_jobs([], "", 10, 0)).total == 1
+            assert s.states(["job-1", "job-9"]) == {"job-1": JobState.PENDING}
+            assert s.get_idempotency("k1") == IdempotencyEntry("k1", "h", "job-1", 9e9)
+        assert s.healthy
+        s.insert([record(2)])
+        run(s.commit())
+        assert run(s.get("job-2")) is not None
+    finally:
+        s.close()
+    # and closing it ends the new sessions too
+    left = postgres.sql(url, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'corral-control %'")
+    assert left == [(0,)]
 
 
 def test_nul_from_job_code_is_kept_as_a_replacement_character_not_a_failed_commit(postgres: Cluster) -> None:
