@@ -4,9 +4,11 @@ Two control planes on one SQLite file would each load the same queued jobs and d
 own workers, and both leases would commit: every such job would run twice. SQLite's own locks cannot
 prevent that (each transaction is fine on its own), so the store holds this lock from open to close.
 
-The kernel drops the lock when the process ends, ``kill -9`` included, so a crashed control plane
-never blocks the next one. The file stays (removing it would race with a control plane opening it);
-it holds the pid of its holder, for the message a second one prints.
+The lock file sits beside the database file itself, wherever the path given leads (through symlinks),
+so that every path to one database takes the same lock. The kernel drops the lock when the process
+ends, ``kill -9`` included, so a crashed control plane never blocks the next one. The file stays
+(removing it would race with a control plane opening it); it holds the pid of its holder, for the
+message a second one prints.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ class DatabaseLock:
             OSError: another process holds it (the message names the database and that process's pid),
                 or the lock file cannot be created.
         """
-        self.path = f"{database}.lock"
+        # Beside the file the path leads to: a control plane given a symlink to the database (or a path
+        # through one) locked ``<symlink>.lock``, and so opened a database another one held.
+        self.path = f"{os.path.realpath(database)}.lock"
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:  # no such directory, no write permission, a read-only file system, ...
