@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from control.jobs import JobState
+from control.store import sqlite_path
 from corral.dburl import describe, is_postgres_url
 
 __all__ = ["BackupError", "backup", "main"]
@@ -46,6 +47,7 @@ def backup(database: str, dest: str) -> dict[str, int]:
             f"{describe(database)} is a PostgreSQL database: back it up with PostgreSQL's own tools "
             "(pg_dump, or the server's continuous archiving); this command copies a SQLite store"
         )
+    database = sqlite_path(database)  # CORRAL_DB may name it as the control plane takes it: sqlite:///path
     if not os.path.isfile(database):
         raise BackupError(f"there is no database {database} (CORRAL_DB, --db)")
     if os.path.lexists(dest):

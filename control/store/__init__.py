@@ -31,6 +31,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "open_store",
+    "sqlite_path",
 ]
 
 
@@ -45,5 +46,9 @@ def open_store(url: str, *, sync: str = "normal") -> Store:
         from control.store.postgres import PostgresStore  # the driver only for the store that needs it
 
         return PostgresStore(url)
-    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    return SQLiteStore(path, sync=sync)
+    return SQLiteStore(sqlite_path(url), sync=sync)
+
+
+def sqlite_path(url: str) -> str:
+    """The file a SQLite store ``url`` names: a path, or ``sqlite:///path`` (``sqlite:////abs/path``)."""
+    return url.removeprefix("sqlite:///")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import subprocess
 import threading
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,18 @@ def test_a_backup_that_cannot_be_made_says_why_in_one_line_and_writes_nothing(
     assert done.stderr.startswith(f"corral backup: {expected}") and done.stderr.count("\n") == 1, done.stderr
     assert not Path(f"{dest}.partial").exists()
     assert dest.read_text() == "keep me" if case == "dest exists" else not dest.exists()
+
+
+def test_corral_backup_takes_the_database_as_the_control_plane_does_from_corral_db(
+    control_plane: ControlProc, tmp_path: Path
+) -> None:
+    # Given a control plane's database named as CORRAL_DB may name it (the control plane opens it so)
+    job = submit(control_plane, "noop").id
+    dest = tmp_path / "backup.db"
+    # When corral backup is run with that CORRAL_DB and no --db
+    done = corral("backup", str(dest), env={"CORRAL_DB": f"sqlite:///{control_plane.db}"}, timeout=120)
+    # Then it copies that database, rather than saying there is none
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"backed up sqlite:///{control_plane.db} to {dest}: 1 PENDING\n"
+    with closing(sqlite3.connect(dest)) as copy:
+        assert copy.execute("SELECT id FROM jobs").fetchall() == [(job,)]
