@@ -278,3 +278,7 @@ class ExecLimits:
     def parked(self) -> int:
         """Jobs a gate holds now (waiting for a token); those it released wait like any ready job."""
         return len(self._parked)
+
+    def is_parked(self, job_id: str) -> bool:
+        """Whether a gate holds the job now (see :meth:`parked`)."""
+        return job_id in self._parked

@@ -228,7 +228,13 @@ class Autoscaler:
     def _observe(self, workers: int, starting: int, idle: int, retiring: int = 0, held: float = 0.0) -> Snapshot:
         s, tpw = self.s, self.settings.threads_per_worker
         ready_jobs = s.counts.get(JobState.PENDING, 0)
-        threads = seen = unfit = 0
+        # Jobs a gate of an execution rate limit holds now wait for a token, not for a worker: not
+        # backlog. Once released they are (a fast limit releases a whole backlog long before the jobs
+        # start). They are told apart job by job, so that one that is also unfit below is not taken out
+        # twice, and the oldest is a job that waits for a worker.
+        limits = s.exec_limits
+        parked = limits.parked() if limits is not None else 0
+        threads = seen = seen_parked = unfit = 0
         oldest = None
         # The one label a selector may ask for that a container about to be started carries (the other,
         # container=<id>, names one existing container).
@@ -238,9 +244,11 @@ class Autoscaler:
             for job in s.active.values():
                 if job.state is JobState.PENDING:
                     seen += 1
+                    if parked and limits is not None and limits.is_parked(job.id):
+                        seen_parked += 1
                     # The workers it starts have no GPUs, no labels but the group's, and the image's job
                     # types: one more would not run such a job.
-                    if (
+                    elif (
                         job.gpu_count
                         or any(pair != group for pair in job.worker_selector)
                         or (types is not None and job.type not in types)
@@ -251,18 +259,14 @@ class Autoscaler:
                         oldest = job.ready_at if oldest is None else min(oldest, job.ready_at)
                     if seen >= SCAN_LIMIT:
                         break
-            if 0 < seen < ready_jobs:
-                threads = threads * ready_jobs // seen
-                unfit = unfit * ready_jobs // seen
-            ready_jobs -= unfit
-        # Jobs a gate of an execution rate limit holds now wait for a token, not for a worker: not
-        # backlog. Once released they are (a fast limit releases a whole backlog long before the jobs
-        # start). By count: their threads are taken out in proportion.
-        parked = s.exec_limits.parked() if s.exec_limits is not None else 0
-        if parked and ready_jobs:
-            waiting = max(0, ready_jobs - parked)
-            threads = threads * waiting // ready_jobs
-            ready_jobs = waiting
+            # Past the scan, the jobs not parked are taken to be like those seen.
+            waiting, waiting_seen = max(0, ready_jobs - parked), seen - seen_parked
+            if 0 < waiting_seen < waiting:
+                threads = threads * waiting // waiting_seen
+                unfit = unfit * waiting // waiting_seen
+            elif waiting_seen == 0:
+                threads = waiting  # every job seen was parked: a thread each, the least any asks for
+            ready_jobs = max(0, waiting - unfit)
         free = sum(max(0, w.free_threads) for w in s.registry.all() if w.accepts_work)
         age = max(0.0, self.clock.now() - oldest) if oldest is not None else 0.0
         return Snapshot(ready_jobs, threads, age, free, workers, starting, idle, retiring, held)

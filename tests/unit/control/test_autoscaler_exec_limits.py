@@ -94,3 +94,34 @@ def test_jobs_a_gate_holds_now_are_not_backlog(tmp_path: Path) -> None:
             b.close()
 
     asyncio.run(main())
+
+
+def test_a_held_job_that_no_new_worker_could_run_either_is_taken_out_once(tmp_path: Path) -> None:
+    """Held jobs were subtracted by count after the unfit ones (here, GPU jobs) were: a held GPU job went
+    out twice, and real backlog with it (11 jobs read as 2, and no scale-up)."""
+
+    async def main() -> None:
+        b = Bundle(tmp_path, "type:add_numbers=1/h")
+        scheduler, sessions, link, autoscaler, gate = b.scheduler, b.sessions, b.link, b.autoscaler, b.gate
+        try:
+            # Given a busy worker, one with two GPUs, and 10 GPU jobs behind a gate that lets one an
+            # hour go (one runs, 9 are parked), then 12 jobs that wait for a worker
+            sessions.register(Hello("w1", threads=2, slots=2), link)
+            await scheduler.intake.submit([Submission("noop", {}, payload_json="{}") for _ in range(2)])
+            await until(lambda: len(link.assigned) == 2, what="the worker to be busy")
+            sessions.register(Hello("g1", threads=2, slots=2, gpus=2), RecordingLink())
+            gpu = Submission("add_numbers", {"a": 1, "b": 2}, payload_json='{"a": 1, "b": 2}', gpu_count=1)
+            await scheduler.intake.submit([gpu for _ in range(10)])
+            await until(lambda: gate.waiting == 9 and len(scheduler.running) == 3, what="9 GPU jobs parked")
+            await scheduler.intake.submit([Submission("noop", {}, payload_json="{}") for _ in range(12)])
+            await until(lambda: len(scheduler.running) == 4, what="one of them on the GPU worker's other thread")
+            # Then the backlog is the 11 that wait, each taken out once: the GPU jobs, parked, are not
+            d = await autoscaler.look()
+            snap = autoscaler.state.snapshot
+            assert d is not None and snap is not None
+            assert (snap.ready_jobs, snap.ready_threads) == (11, 11)
+            assert (d.action, d.reason) == (Action.UP, "backlog")
+        finally:
+            b.close()
+
+    asyncio.run(main())
