@@ -27,6 +27,7 @@ from __future__ import annotations
 import codecs
 import io
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from corral.printed import cut_note
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
-__all__ = ["WINDOW_CHARS", "WINDOW_SEC", "LiveFeed", "PrintBuffer", "PrintStream", "PrintTail"]
+__all__ = ["WINDOW_CHARS", "WINDOW_SEC", "LiveFeed", "PrintBuffer", "PrintStream", "PrintTail", "keep_std_streams_open"]
 
 WINDOW_SEC = 0.2
 """How long printed text waits before it is sent live: what a job prints meanwhile goes in one frame."""
@@ -202,6 +203,11 @@ class _JobStream:
         """Always False: the text is kept, not shown, so libraries that check write no colour codes or redraws."""
         return False
 
+    def close(self) -> None:
+        """Accepted, and closes nothing: the runner's streams serve every job it runs, so a job that
+        closes one, or drops a wrapper over it (``io.TextIOWrapper(sys.stdout.buffer)`` closes the buffer
+        as it is collected), must not leave it closed under the next jobs, whose prints would fail."""
+
 
 class PrintBuffer(_JobStream, io.BufferedIOBase):
     """``sys.stdout.buffer`` or ``sys.stderr.buffer`` while a job runs: bytes are decoded (UTF-8, invalid
@@ -257,6 +263,12 @@ class PrintStream(_JobStream, io.TextIOBase):
         """End a job's output (see :meth:`PrintBuffer.finish`); the runner calls it as each job ends."""
         self._buffer.finish()
 
+    def detach(self) -> PrintBuffer:  # type: ignore[override]
+        """The binary stream under this one, as ``io.TextIOWrapper.detach`` gives it (a job that rewraps
+        its output: ``sys.stdout = io.TextIOWrapper(sys.stdout.detach(), encoding="utf-8")``). This stream
+        stays usable, unlike a real detached one: it serves the runner's later jobs too."""
+        return self._buffer
+
     def reconfigure(
         self,
         *,
@@ -285,3 +297,37 @@ class PrintStream(_JobStream, io.TextIOBase):
     def encoding(self) -> str:  # type: ignore[override]
         """``utf-8``: what the kept text is sent as (see :meth:`PrintTail.data`)."""
         return "utf-8"
+
+
+class _KeptOpen(io.BufferedWriter):
+    """A buffered writer that closing only flushes (see :func:`keep_std_streams_open`)."""
+
+    def close(self) -> None:
+        """Flush, and close nothing."""
+        if not self.raw.closed:
+            self.flush()
+
+
+def keep_std_streams_open() -> None:
+    """Make this process's ``sys.stdout`` and ``sys.stderr`` streams that closing only flushes.
+
+    A runner's standard streams serve every job it runs (when their output is not caught, and a
+    plug-in's prints otherwise). A job that closes one, or drops a wrapper over its buffer
+    (``io.TextIOWrapper(sys.stdout.buffer)`` closes the buffer as it is collected), would otherwise leave
+    it closed, and every later job of that runner that prints would fail. Each is replaced by a stream
+    on the same descriptor, with the same encoding and buffering.
+    """
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, io.TextIOWrapper) or stream.closed:
+            continue
+        stream.flush()
+        buffer = _KeptOpen(io.FileIO(stream.fileno(), "w", closefd=False))
+        kept = io.TextIOWrapper(
+            buffer,
+            encoding=stream.encoding,
+            errors=stream.errors,
+            line_buffering=stream.line_buffering,
+            write_through=stream.write_through,
+        )
+        setattr(sys, name, kept)

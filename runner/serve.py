@@ -51,7 +51,7 @@ from typing import BinaryIO
 from runner import JobContext, all_types, execute, load_plugins
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
-from runner.output import LiveFeed, PrintStream, PrintTail
+from runner.output import LiveFeed, PrintStream, PrintTail, keep_std_streams_open
 from runner.wire import (
     DEVICES_ENV,
     INHERIT_DEVICES,
@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     # children serve() counts as theirs, not a job's.
     adopt_orphans()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keep_std_streams_open()  # a job that closes one must not break the prints of the jobs after it
     # Jobs that start subprocesses must not hand them our pipes (they would hold them open).
     os.set_inheritable(args.in_fd, False)
     os.set_inheritable(args.out_fd, False)
