@@ -9,7 +9,8 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
   on which :mod:`runner._lifeline` kills its whole process group (what its jobs started included),
   then checks the parent did not die before that request, and it exits at end of file on its
   request pipe, so no runner, nor a process a job started, outlives its worker even after ``kill -9``;
-* imports the plug-in modules once, starts the compiled kernels' threads, applies the per-job
+* imports the plug-in modules once, starts the compiled kernels' threads (``--threads``: as many as a job
+  may use, so that none is started under the memory limit), applies the per-job
   memory limit (``--memory-limit-mb``, see :mod:`runner.limits`), then writes READY with the job
   types it runs (:func:`catalog`); a plug-in that does not import is answered ``FAILED``
   ``PLUGIN_IMPORT`` with the reason instead, and the process exits 2;
@@ -313,6 +314,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-jobs", type=int, default=0, help="exit after this many jobs (0: never)")
     parser.add_argument("--max-rss-mb", type=int, default=0, help="exit after a job that left us this large (0: never)")
     parser.add_argument("--output-bytes", type=int, default=0, help="keep this much of what each job prints (0: none)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="the most threads a job gets, started ahead (0: one per CPU)"
+    )
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     # Before the plug-ins load: what they leave in the background as they import is then among the
@@ -328,7 +332,10 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError as exc:  # said before READY: the worker reports it and exits 2, as for a bad setting
         _write_all(args.out_fd, encode_failure(PLUGIN_IMPORT, str(exc)))
         sys.exit(2)
-    warm_up_threads()
+    # As many as a job may use: under a memory limit, threads a job's kernel starts later would take
+    # their stacks from what the job may allocate, and libgomp ends the process when it cannot start one.
+    # (At least one per CPU, as before: plug-in code may use the kernels' default, one per CPU.)
+    warm_up_threads(max(args.threads, os.cpu_count() or 1, 2))
     feed = live_feed(args.out_fd, args.output_bytes) if args.output_bytes > 0 else None
     if args.memory_limit_mb > 0:
         if feed is not None:

@@ -41,6 +41,7 @@ class Agent:
                 max_rss_mb=config.runner_max_rss_mb,
                 output_bytes=config.job_output_bytes,
                 gpus=config.gpus,
+                threads=config.threads,
             ),
             on_result=self._on_result,
             on_printed=self._on_printed,

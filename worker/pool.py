@@ -112,6 +112,9 @@ class PoolConfig:
     gpus: tuple[str, ...] = ()
     """GPU device ids handed to attempts that hold GPUs, the lowest-listed free ones first (empty: the
     worker has none)."""
+    threads: int = 0
+    """The most threads a job gets (the worker's): each runner process starts that many kernel threads
+    before its memory limit, so that a job's threads do not count against it (0: one per CPU)."""
 
     def __post_init__(self) -> None:
         """Check the values."""
@@ -119,6 +122,8 @@ class PoolConfig:
             raise ValueError(f"gpus must be distinct non-empty ids without ',', got {self.gpus}")
         if self.slots < 1:
             raise ValueError(f"slots must be >= 1, got {self.slots}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0, got {self.threads}")
         if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
             raise ValueError(f"memory_limit_mb must be >= 0, got {self.memory_limit_mb}")
         if self.max_jobs < 0 or self.max_rss_mb < 0:
@@ -438,6 +443,7 @@ class RunnerPool:
             config.max_jobs,
             config.max_rss_mb,
             config.output_bytes,
+            config.threads,
         )
         self._procs.add(proc)
 

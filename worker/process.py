@@ -97,11 +97,13 @@ class RunnerProcess:
         max_jobs: int = 0,
         max_rss_mb: int = 0,
         output_bytes: int = 0,
+        threads: int = 0,
     ) -> None:
         """Start the process (from the loop's thread) and begin watching its pipe and its pidfd.
 
         ``memory_limit_mb`` > 0 limits what each job may allocate (see :mod:`runner.limits`);
-        ``max_jobs`` and ``max_rss_mb`` > 0 retire the process after that many jobs or past that size.
+        ``max_jobs`` and ``max_rss_mb`` > 0 retire the process after that many jobs or past that size;
+        ``threads`` > 0 is the most threads a job gets there (0: one per CPU).
         """
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
@@ -113,6 +115,7 @@ class RunnerProcess:
             ("--max-jobs", max_jobs),
             ("--max-rss-mb", max_rss_mb),
             ("--output-bytes", output_bytes),
+            ("--threads", threads),
         ):
             if value > 0:
                 argv += [flag, str(value)]
