@@ -331,14 +331,17 @@ class Dependencies:
         now = s.clock.now()
         cancelled: list[JobRecord] = []
         for job in blocked:
-            left = {d for d in job.depends_on if d in s.active and not s.active[d].state.terminal}
+            # A live dependency may have been cancelled by this recovery already (its own dependency had
+            # failed, and the crash came before the cancel reached it): its live state is what counts.
+            state_of = {d: s.active[d].state if d in s.active else stored.get(d) for d in job.depends_on}
+            left = {d for d, state in state_of.items() if d in s.active and state is not None and not state.terminal}
             broken = (
-                [d for d in job.depends_on if stored.get(d) in _BROKEN]
+                [(d, state) for d, state in state_of.items() if state is not None and state in _BROKEN]
                 if job.start_when is StartWhen.ALL_SUCCEEDED
                 else []
             )
             if broken:
-                message = f"job {broken[0]!r}, which it depends on, ended {stored[broken[0]].name}"
+                message = f"job {broken[0][0]!r}, which it depends on, ended {broken[0][1].name}"
                 s.moved(job, jobs.cancel(job, now, jobs.DEPENDENCY_FAILED, message))
                 cancelled.append(job)
             elif left:
