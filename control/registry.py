@@ -96,6 +96,9 @@ class WorkerEntry:
     step of the system time neither reaps live workers nor keeps dead ones (``last_seen`` is for people)."""
     link: WorkerLink | None = None
     draining: bool = False
+    drain_until: float | None = None
+    """When an operator's drain (DrainWorker, or the autoscaler retiring it) ends, on the monotonic clock;
+    None when none was asked. Kept while the worker is away, so that a reconnection does not undo it."""
     running: dict[AttemptKey, int] = field(default_factory=dict)
     last_assigned_at: float = 0.0
     jobs_completed: int = 0

@@ -22,6 +22,9 @@ from corral.errors import AlreadyExists, NotFound, StaleAttempt
 
 logger = logging.getLogger(__name__)
 
+MIN_DRAIN_SEC = 0.001
+"""The deadline sent to a worker back after its operator's drain deadline passed: hand back at once."""
+
 
 class Outcome(enum.IntEnum):
     """Values equal the proto's ``JobResult.Outcome``."""
@@ -90,6 +93,9 @@ class WorkerSessions:
             if s.catalog.add(entry_type):
                 s.store.put_job_type(entry_type, now)
         held: dict[AttemptKey, int] = dict(worker.running) if worker is not None else {}
+        # An operator's drain outlives the stream it was sent on, or asked while the worker was away: a
+        # reconnection that cleared it gave the worker new jobs, and the drain was silently undone.
+        drain_until = worker.drain_until if worker is not None else None
         if worker is None:
             worker = WorkerEntry(hello.worker_id, hello.threads, hello.slots, registered_at=now, last_seen=now)
         worker.heard(s.clock)
@@ -97,7 +103,7 @@ class WorkerSessions:
         worker.gpus, worker.memory_mb = hello.gpus, hello.memory_mb
         worker.labels, worker.hostname, worker.pid = hello.labels, hello.hostname, hello.pid
         worker.job_types = frozenset(t.name for t in hello.job_types)
-        worker.link, worker.draining = link, False
+        worker.link, worker.draining = link, drain_until is not None
 
         adopted: list[AttemptKey] = []
         rejected: list[AttemptKey] = []
@@ -148,6 +154,9 @@ class WorkerSessions:
             logs.WORKER_REGISTERED,
             extra={"worker_id": worker.id, "threads": worker.threads, "slots": worker.slots, "adopted": len(adopted)},
         )
+        if drain_until is not None:
+            # What is left of its deadline (at least a moment: 0 would mean the worker's own default).
+            link.drain(max(MIN_DRAIN_SEC, drain_until - s.clock.monotonic()))
         s.later(changed)
         s.workers_changed()
         return adopted, rejected
@@ -237,6 +246,7 @@ class WorkerSessions:
         if worker is None:
             raise NotFound(f"worker {worker_id!r} not found")
         worker.draining = True
+        worker.drain_until = self.s.clock.monotonic() + deadline_sec
         if worker.link is not None:
             worker.link.drain(deadline_sec)
         self.s.registry.changed(worker)
