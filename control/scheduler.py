@@ -182,6 +182,13 @@ class Scheduler:
             elif job.state is JobState.RUNNING:
                 self.running.add(job.id)
                 self.usage.started(job)
+                if job.lease_expires_at is not None:
+                    # The time this process was down is nobody's silence (as a pause is, control.reaper):
+                    # its worker may have finished the attempt meanwhile and be on its way back with the
+                    # result. It has until the reaper would call it lost to come back; then its adoption
+                    # sets the lease anew (control.jobs.adopt), or its result ends the attempt.
+                    floor = now + self.config.heartbeat_timeout_sec + self.config.lease_grace_sec
+                    job.lease_expires_at = max(job.lease_expires_at, floor)
                 self.track_lease(job)
                 ghost = self.registry.get(job.worker_id)
                 if ghost is None:
