@@ -17,6 +17,10 @@ The worker has no port of its own; that connection is its Connect stream, the th
 useful. A worker whose control plane restarts reconnects with backoff; the check's retries ride
 that out.
 
+Flags given after the image name (``docker run corral-control --http-port 9000``, a worker's
+``--control HOST:PORT``) win over the environment, as they do for the process itself: they are read
+from the command line of the container's main process, PID 1 (``tini -- python -m control ...``).
+
 Exit status 0 healthy, 1 unhealthy (the reason on stderr), as Docker expects. Standard library only.
 """
 
@@ -35,17 +39,52 @@ ESTABLISHED = "01"
 
 WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
+CONTROL_FLAGS = {"--host": "CORRAL_HOST", "--http-port": "CORRAL_HTTP_PORT", "--tls-cert": "CORRAL_TLS_CERT"}
+"""The control plane's flags a check reads, and the settings they stand for."""
+WORKER_FLAGS = {"--control": "CORRAL_CONTROL_ADDR"}
+"""The worker's flag a check reads, and the setting it stands for."""
+
 
 class Unhealthy(Exception):
     """Raised when a check fails; the message says why."""
 
 
-def check_control(environ: dict[str, str], timeout: float = 4.0) -> str:
-    """GET /healthz of the control plane configured by ``environ``; returns a one-line summary.
+def main_flags(module: str, names: dict[str, str], proc: Path = Path("/proc")) -> dict[str, str]:
+    """The settings that flags ``names`` (flag -> variable) give the container's main process, when it
+    runs ``python -m module``: ``--flag VALUE`` or ``--flag=VALUE``, the last one winning, as argparse
+    takes them. Empty when PID 1 runs something else (a check run outside such a container)."""
+    try:
+        argv = [
+            a.decode("utf-8", "surrogateescape")
+            for a in (proc / "1" / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        ]
+    except OSError:
+        return {}
+    for i in range(len(argv) - 1):
+        if argv[i : i + 2] == ["-m", module]:
+            args = argv[i + 2 :]
+            break
+    else:
+        return {}
+    found: dict[str, str] = {}
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in names:
+            if eq:
+                found[names[flag]] = value
+            elif i + 1 < len(args):
+                found[names[flag]] = args[i + 1]
+    return found
+
+
+def check_control(environ: dict[str, str], timeout: float = 4.0, proc: Path = Path("/proc")) -> str:
+    """GET /healthz of the control plane configured by ``environ`` and the main process's flags;
+    returns a one-line summary.
 
     Raises:
         Unhealthy: the port is not an integer, the request failed, or the answer was not 200.
     """
+    environ = {**environ, **main_flags("control", CONTROL_FLAGS, proc)}
     host = environ.get("CORRAL_HOST", "").strip()
     host = "127.0.0.1" if host in WILDCARDS else host
     if ":" in host and not host.startswith("["):
@@ -73,17 +112,22 @@ def check_control(environ: dict[str, str], timeout: float = 4.0) -> str:
     return f"{url} answered 200"
 
 
-def control_port(environ: dict[str, str]) -> int:
-    """The port of CORRAL_CONTROL_ADDR (default 127.0.0.1:50051, as the worker's own default).
+def control_ports(environ: dict[str, str]) -> set[int]:
+    """The ports of CORRAL_CONTROL_ADDR (default 127.0.0.1:50051, as the worker's own default): one, or
+    one per address of a control plane and its standbys (``HOST:PORT,HOST:PORT``), any of which the
+    worker may be connected to.
 
     Raises:
-        Unhealthy: the address is not HOST:PORT.
+        Unhealthy: an address is not HOST:PORT.
     """
-    addr = environ.get("CORRAL_CONTROL_ADDR", "").strip() or "127.0.0.1:50051"
-    _, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise Unhealthy(f"CORRAL_CONTROL_ADDR must be HOST:PORT, got {addr!r}")
-    return int(port)
+    addrs = environ.get("CORRAL_CONTROL_ADDR", "").strip() or "127.0.0.1:50051"
+    ports = set()
+    for addr in addrs.split(","):
+        _, sep, port = addr.strip().rpartition(":")
+        if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise Unhealthy(f"CORRAL_CONTROL_ADDR must be HOST:PORT or a comma-separated list of them, got {addrs!r}")
+        ports.add(int(port))
+    return ports
 
 
 def worker_pids(proc: Path) -> list[int]:
@@ -119,8 +163,8 @@ def socket_inodes(proc: Path, pid: int) -> set[int]:
     return inodes
 
 
-def established_to(proc: Path, pid: int, port: int) -> bool:
-    """Whether process ``pid`` has an established TCP connection (v4 or v6) to remote ``port``."""
+def established_to(proc: Path, pid: int, ports: set[int]) -> bool:
+    """Whether process ``pid`` has an established TCP connection (v4 or v6) to one of remote ``ports``."""
     inodes = socket_inodes(proc, pid)
     for table in ("tcp", "tcp6"):
         try:
@@ -133,25 +177,27 @@ def established_to(proc: Path, pid: int, port: int) -> bool:
             if len(fields) < 10 or fields[3] != ESTABLISHED:
                 continue
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port == port and int(fields[9]) in inodes:
+            if remote_port in ports and int(fields[9]) in inodes:
                 return True
     return False
 
 
 def check_worker(environ: dict[str, str], proc: Path = Path("/proc")) -> str:
-    """Whether a worker agent here is connected to its control plane; returns a one-line summary.
+    """Whether a worker agent here is connected to its control plane (as ``environ`` and the main
+    process's flags name it); returns a one-line summary.
 
     Raises:
         Unhealthy: no worker process, or none connected to the control plane's port.
     """
-    port = control_port(environ)
+    ports = control_ports({**environ, **main_flags("worker", WORKER_FLAGS, proc)})
+    named = ("port " if len(ports) == 1 else "ports ") + ", ".join(str(p) for p in sorted(ports))
     pids = worker_pids(proc)
     if not pids:
         raise Unhealthy("no `python -m worker` process is running")
     for pid in pids:
-        if established_to(proc, pid, port):
-            return f"worker pid {pid} is connected to port {port}"
-    raise Unhealthy(f"worker pid {pids[0]} has no established connection to the control plane's port {port}")
+        if established_to(proc, pid, ports):
+            return f"worker pid {pid} is connected to {named}"
+    raise Unhealthy(f"worker pid {pids[0]} has no established connection to the control plane's {named}")
 
 
 CHECKS: dict[str, Callable[[dict[str, str]], str]] = {"control": check_control, "worker": check_worker}

@@ -153,6 +153,48 @@ def test_a_worker_container_registers_runs_jobs_and_drains_on_stop(
     )
 
 
+def test_containers_given_flags_after_the_image_name_turn_healthy(
+    docker_client: Any,
+    control_image: str,
+    worker_image: str,
+    docker_labels: dict[str, str],
+    make_control_plane: Callable[..., ControlProc],
+) -> None:
+    # Given a control-plane container whose ports are flags after the image name, not settings, and a
+    # worker container given its control plane (after one that is down) the same way
+    http_port = free_port()
+    control = docker_client.containers.run(
+        control_image,
+        ["--host", "127.0.0.1", "--grpc-port", str(free_port()), f"--http-port={http_port}"],
+        detach=True,
+        network_mode="host",
+        tmpfs={"/tmp": ""},
+        environment={"CORRAL_DB": "/tmp/corral.db"},
+        healthcheck=FAST_HEALTHCHECK,
+        labels=docker_labels,
+    )
+    cp = make_control_plane(CORRAL_WORKER_TOKEN=WORKER_TOKEN)
+    worker = docker_client.containers.run(
+        worker_image,
+        ["--control", f"127.0.0.1:{free_port()},{cp.address}", "--threads", "1"],
+        detach=True,
+        network_mode="host",
+        environment={"CORRAL_WORKER_TOKEN": WORKER_TOKEN},
+        tmpfs={"/tmp": ""},
+        healthcheck=FAST_HEALTHCHECK,
+        labels=docker_labels,
+    )
+    # Then the images' checks go by the flags, as the processes do: both turn healthy (they stayed
+    # unhealthy for good, checking the default ports)
+    wait_until(lambda: health(control) == "healthy", 60, 0.2, what="the control-plane container to be healthy")
+    wait_until(lambda: health(worker) == "healthy", 60, 0.2, what="the worker container to be healthy")
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz", timeout=10) as reply:
+        assert reply.status == 200
+    assert any(w.threads == 1 for w in cp.workers())
+    for container in (worker, control):
+        container.stop(timeout=40)
+
+
 def test_a_container_stopped_while_it_starts_stops_at_once(
     docker_client: Any, control_image: str, docker_labels: dict[str, str]
 ) -> None:
