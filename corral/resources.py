@@ -157,7 +157,10 @@ def gpus_setting(devices: tuple[str, ...]) -> str:
 
 def share_gpus(devices: tuple[str, ...], workers: int) -> list[tuple[str, ...]]:
     """``devices`` shared out among ``workers`` in contiguous runs whose sizes differ by at most one
-    (the first ones get the extra devices; a worker gets none when there are fewer devices than workers)."""
+    (the first ones get the extra devices; a worker gets none when there are fewer devices than workers).
+    No workers get no shares (``corral up --workers 0``: a control plane alone)."""
+    if workers <= 0:
+        return []
     base, extra = divmod(len(devices), workers)
     out: list[tuple[str, ...]] = []
     start = 0

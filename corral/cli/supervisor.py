@@ -195,13 +195,14 @@ class Supervisor:
                 config.log_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise SupervisorError(f"log_dir: cannot make {config.log_dir}: {exc.strerror or exc}") from None
+        # Before the run directory is made: a host that cannot be listened on leaves nothing behind.
+        self.http_port = config.http_port or _free_port(config.host)
         self._run_dir = Path(tempfile.mkdtemp(prefix="corral-up-"))
         self._port_file = self._run_dir / "control.port"
         self._stop_requested = threading.Event()
         self._kill_requested = threading.Event()
         self._stopped = False
         self.grpc_port = 0
-        self.http_port = config.http_port or _free_port(config.host)
         self._auth_env = _auth_env(config)
         self.control = ChildProcess("control plane", self._control_argv(), self._env(), self._log("control"))
         self.workers: list[_WorkerSlot] = []
@@ -445,10 +446,20 @@ def _read_port(path: Path) -> int:
 
 
 def _free_port(host: str) -> int:
+    """A free port on ``host`` for the HTTP gateway (``--http-port 0``).
+
+    Raises:
+        SupervisorError: ``host`` is not an address of this machine (or does not resolve), said in one
+            line as the control plane says it for a fixed port, rather than a traceback from ``bind``.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    except OSError as exc:  # socket.gaierror is one: a name that does not resolve
+        reason = exc.strerror or str(exc)
+        raise SupervisorError(f"cannot listen on {host!r}: {reason} (is it an address of this machine?)") from None
 
 
 def _indent(text: str) -> str:

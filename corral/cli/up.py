@@ -55,8 +55,11 @@ def up(args: argparse.Namespace) -> int:
         try:
             out.print(f"Starting the control plane ([dim]{config.host}, db {describe(config.db)}[/])...")
             supervisor.start()
-            if supervisor.grpc_port:
-                if not supervisor.wait_for_workers():
+            registered = bool(supervisor.grpc_port) and supervisor.wait_for_workers()
+            # A stop asked for while starting (Ctrl-C as the workers came up) ends the wait early: that
+            # is neither "up" nor a timeout, so neither is said; the finally block stops what started.
+            if supervisor.grpc_port and not supervisor.stop_requested:
+                if not registered:
                     err.print(
                         f"[yellow]corral up:[/] not every worker registered within {config.ready_timeout_sec:g} s"
                     )
