@@ -6,7 +6,10 @@ through :func:`print_json` (one document; :func:`print_json_line` for streams su
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -63,11 +66,32 @@ WORKER_STYLES: dict[WorkerState, str] = {
 }
 
 
+class _Console(Console):
+    """A rich Console whose reader going away is a ``BrokenPipeError``, as it is for ``print``.
+
+    Rich's own answer to a broken pipe is ``SystemExit(1)``: ``corral list | head -1`` exited 1, a failure
+    (under ``set -o pipefail`` a script stopped there), where ``corral list --json | head -1`` exited 0.
+    :func:`corral.cli.main.main` turns the error into exit 0 for both."""
+
+    def on_broken_pipe(self) -> None:
+        """Print nothing more (a stop's last lines, say), send the stream's later writes (Python's flush at
+        exit among them) to the null device, and raise ``BrokenPipeError``."""
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError):  # a stream with no descriptor: nothing to redirect
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.file.fileno())
+            finally:
+                os.close(devnull)
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+
 def console(stderr: bool = False) -> Console:
-    """A console on stdout (or stderr); wide and colourless when not a terminal, so pipes get whole lines."""
+    """A console on stdout (or stderr); wide and colourless when not a terminal, so pipes get whole lines.
+    A reader that goes away (``corral list | head``) raises ``BrokenPipeError``."""
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
-    return Console(file=stream, highlight=False, width=None if tty else 200, soft_wrap=not tty)
+    return _Console(file=stream, highlight=False, width=None if tty else 200, soft_wrap=not tty)
 
 
 def print_json(value: Any) -> None:
