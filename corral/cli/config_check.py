@@ -29,6 +29,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from corral.cli.exitcode import discard_writes
+
 __all__ = [
     "CHECK_FLAG",
     "Setting",
@@ -197,11 +199,15 @@ def check(
         print(f"configuration error: {exc}", file=err)
         return EXIT_BAD_CONFIG
     settings = effective(config, environ, flagged)
-    if fmt == "json":
-        json.dump([dataclasses.asdict(s) for s in settings], out, indent=2)
-        out.write("\n")
-    else:
-        _table(settings, out)
+    try:
+        if fmt == "json":
+            json.dump([dataclasses.asdict(s) for s in settings], out, indent=2)
+            out.write("\n")
+        else:
+            _table(settings, out)
+        out.flush()
+    except BrokenPipeError:  # `corral config --check | head`: the reader left, which is no failure
+        discard_writes(out)
     return EXIT_OK
 
 

@@ -1,11 +1,15 @@
-"""The exit statuses of the ``corral`` command, and the one function that prints a failure."""
+"""The exit statuses of the ``corral`` command, the one function that prints a failure, and what is left
+to do when the reader of its output went away (``corral list | head``), which is no failure."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import os
 import sys
+from typing import IO
 
-__all__ = ["ExitCode", "fail"]
+__all__ = ["ExitCode", "discard_writes", "fail"]
 
 
 class ExitCode(enum.IntEnum):
@@ -28,3 +32,14 @@ def fail(message: str, code: ExitCode = ExitCode.FAILED) -> ExitCode:
     one_line = " ".join(message.split())
     print(f"corral: error: {one_line}", file=sys.stderr, flush=True)
     return code
+
+
+def discard_writes(stream: IO[str]) -> None:
+    """Send ``stream``'s later writes (Python's flush at exit among them) to the null device: its reader
+    went away, and writing on would cost a traceback at exit."""
+    with contextlib.suppress(OSError, ValueError):  # a stream with no descriptor: nothing to redirect
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)

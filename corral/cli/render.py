@@ -6,10 +6,8 @@ through :func:`print_json` (one document; :func:`print_json_line` for streams su
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
-import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -22,6 +20,7 @@ from rich.text import Text
 
 from corral.account import Account, Identity
 from corral.audit import AuditEvent
+from corral.cli.exitcode import discard_writes
 from corral.cluster import Shares, Stats, WorkerInfo, WorkerState
 from corral.job import Job, JobState, Notify
 
@@ -77,12 +76,7 @@ class _Console(Console):
         """Print nothing more (a stop's last lines, say), send the stream's later writes (Python's flush at
         exit among them) to the null device, and raise ``BrokenPipeError``."""
         self.quiet = True
-        with contextlib.suppress(OSError, ValueError):  # a stream with no descriptor: nothing to redirect
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, self.file.fileno())
-            finally:
-                os.close(devnull)
+        discard_writes(self.file)
         raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
 
 
