@@ -14,7 +14,7 @@ Modules, one concern each:
 - ``child``       one supervised child process.
 - ``supervisor``  runs a control plane and N workers; restarts crashed workers; stops them in order.
 - ``up``          ``corral up``: the supervisor in the foreground.
-- ``demo``        ``corral demo``: every built-in job type on an embedded (or given) Corral.
+- ``demo``        ``corral demo``: the built-in job types on an embedded (or given) Corral.
 - ``demoboard``   the demo's live scoreboard and results table.
 """
 

@@ -1,4 +1,4 @@
-"""``corral demo``: run a mix of every built-in job type and show them finish.
+"""``corral demo``: run a mix of the built-in job types and show them finish.
 
 Without ``--control`` it starts an embedded Corral with the same :class:`Supervisor` as ``corral up``
 (free ephemeral ports, a database in a temporary directory, 2 workers x 2 threads, children's logs in that
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import signal
 import tempfile
 import time
@@ -53,8 +54,9 @@ class DemoJob:
 
 
 def demo_jobs(count: int, run_id: str) -> list[DemoJob]:
-    """``count`` jobs cycling through every built-in type, with results the demo can check."""
-    makers = [_noop, _sleep, _add, _reverse, _array_sum, _resize, _cpu, _failing]
+    """``count`` jobs cycling through the built-in types that need no server of their own to talk to
+    (all but ``network_intensive``, ``webhook`` and ``email``), with results the demo can check."""
+    makers = [_noop, _sleep, _add, _reverse, _array_sum, _resize, _cpu, _failing, _matmul, _monte_carlo, _io]
     jobs = []
     for i in range(count):
         job = makers[i % len(makers)](i)
@@ -237,3 +239,27 @@ def _cpu(i: int) -> DemoJob:
 def _failing(i: int) -> DemoJob:
     payload = {"fail_attempts": 1, "message": "the first attempt fails on purpose"}
     return DemoJob(JobSpec("failing", payload, max_attempts=3), lambda r: r == {"attempt": 2})
+
+
+def _matmul(i: int) -> DemoJob:
+    payload = {"n": 128, "m": 128, "k": 128, "seed": i}
+    return DemoJob(
+        JobSpec("matmul", payload, thread_demand=2),
+        lambda r: r is not None and (r["rows"], r["cols"], r["inner"]) == (128, 128, 128),
+    )
+
+
+def _monte_carlo(i: int) -> DemoJob:
+    samples = 2_000_000
+    # Off by more than 0.01 is over 6 standard deviations at this many samples.
+    return DemoJob(
+        JobSpec("monte_carlo_pi", {"samples": samples, "seed": i}),
+        lambda r: r is not None and r["samples"] == samples and abs(r["pi"] - math.pi) < 0.01,
+    )
+
+
+def _io(i: int) -> DemoJob:
+    size = 8 << 20
+    return DemoJob(
+        JobSpec("io_intensive", {"size_bytes": size, "seed": i}), lambda r: r is not None and r["bytes"] == size
+    )

@@ -117,8 +117,9 @@ def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
-        help="run a mix of every built-in job type and show the results",
-        description="Submit a mix of every built-in job type, show them finish, print a results table. "
+        help="run a mix of the built-in job types and show the results",
+        description="Submit a mix of the built-in job types (all but those that talk to a server: network_intensive, "
+        "webhook, email), show them finish, print a results table. "
         "Without --control, starts an embedded Corral (2 workers x 2 threads) and stops it at the end.",
     )
     p.add_argument(

@@ -374,3 +374,5 @@ def test_demo_runs_every_job_type_and_exits_0() -> None:
     for job_type in ("noop", "sleep", "add_numbers", "reverse_string", "large_array_sum", "resize_image"):
         assert job_type in done.stdout
     assert "cpu_intensive" in done.stdout and "failing" in done.stdout
+    for job_type in ("matmul", "monte_carlo_pi", "io_intensive"):
+        assert job_type in done.stdout
