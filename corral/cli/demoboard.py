@@ -67,7 +67,8 @@ class DemoBoard:
             table.add_column(column, justify="right" if column.endswith("ms") or column == "attempts" else "left")
         rows = list(self.jobs.values())
         for job in rows[:MAX_ROWS]:
-            table.add_row(
+            render.add_row(
+                table,
                 render.short_id(job.id),
                 job.type,
                 render.state_text(job.state),

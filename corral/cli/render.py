@@ -26,6 +26,7 @@ from corral.job import Job, JobState, Notify
 
 __all__ = [
     "accounts_table",
+    "add_row",
     "audit_table",
     "batch_table",
     "console",
@@ -39,6 +40,7 @@ __all__ = [
     "print_json",
     "print_json_line",
     "short_id",
+    "shown",
     "state_text",
     "stats_table",
     "summary",
@@ -108,11 +110,22 @@ def short_id(job_id: str, length: int = 8) -> str:
     return job_id[:length]
 
 
-def _row(table: Table, *cells: RenderableType) -> None:
+def add_row(table: Table, *cells: RenderableType) -> None:
     """Add a row whose text cells show as they are: a job's name, error, output or label that holds
     [brackets] is data, never Rich markup (``[/x]`` raised an error and ``[bold]`` restyled the rest, so
-    one job could break ``corral list`` for everyone)."""
-    table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells))
+    one job could break ``corral list`` for everyone), and its control characters are shown escaped
+    (:func:`shown`)."""
+    table.add_row(*(Text(shown(cell)) if isinstance(cell, str) else cell for cell in cells))
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t"}
+
+
+def shown(text: str) -> str:
+    """``text`` with its control characters (but line breaks and tabs) written as ``\\xNN``. A job's name,
+    error or result is anyone's text: an escape sequence in it would reach the terminal of whoever lists
+    jobs (Rich drops some control characters, not ESC and CSI), to recolour, retitle or rewrite the screen."""
+    return text.translate(_CONTROLS)
 
 
 def millis(seconds: float) -> str:
@@ -166,7 +179,7 @@ def job_table(job: Job) -> Table:
         ("output", _last_lines(job.output, 10) or "-"),
     ]
     for name, value in rows:
-        _row(table, name, value)
+        add_row(table, name, value)
     return table
 
 
@@ -242,7 +255,7 @@ def jobs_table(jobs: Iterable[Job], title: str | None = None) -> Table:
             _time(job.created_at),
             millis(job.total_seconds),
         ]
-        _row(table, *cells, *([job.owner or "-"] if owners else []))
+        add_row(table, *cells, *([job.owner or "-"] if owners else []))
     return table
 
 
@@ -258,7 +271,7 @@ def batch_table(jobs: Sequence[Job]) -> Table:
     for index, job in enumerate(jobs):
         in_batch = [str(place[d]) for d in job.depends_on if d in place]
         others = [short_id(d) for d in job.depends_on if d not in place]
-        _row(table, str(index), job.id, job.type, state_text(job.state), ", ".join(in_batch + others) or "-")
+        add_row(table, str(index), job.id, job.type, state_text(job.state), ", ".join(in_batch + others) or "-")
     return table
 
 
@@ -284,7 +297,7 @@ def queue_table(jobs: Iterable[Job], now: datetime) -> Table:
             duration(waited),
             "unknown" if starts is None else f"~{duration(starts)}",
         ]
-        _row(table, *cells, *([job.owner or "-"] if owners else []))
+        add_row(table, *cells, *([job.owner or "-"] if owners else []))
     return table
 
 
@@ -312,11 +325,11 @@ def job_line(job: Job) -> Text:
     line.append(state_text(job.state))
     line.append(f"  attempt {job.attempts}/{job.max_attempts}")
     if job.worker_id:
-        line.append(f"  worker {job.worker_id}")
+        line.append(f"  worker {shown(job.worker_id)}")
     if job.state is JobState.SUCCEEDED:
-        line.append(f"  result {summary(job.result, 120)}", style="green")
+        line.append(f"  result {shown(summary(job.result, 120))}", style="green")
     if job.error:
-        line.append(f"  {job.error.code}: {job.error.message}", style="red")
+        line.append(f"  {shown(job.error.code)}: {shown(job.error.message)}", style="red")
     return line
 
 
@@ -325,16 +338,16 @@ def stats_table(stats: Stats) -> Table:
     table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
     table.add_column("name", style="bold")
     table.add_column("value")
-    _row(table, "queue depth", str(stats.queue_depth))
-    _row(table, "scheduled", str(stats.scheduled))
-    _row(table, "running", str(stats.running))
-    _row(table, "dead letter", str(stats.dead_letter))
-    _row(table, "workers", f"{stats.workers}  {_counts(stats.workers_by_state)}")
-    _row(table, "jobs", _counts(stats.jobs_by_status) or "-")
+    add_row(table, "queue depth", str(stats.queue_depth))
+    add_row(table, "scheduled", str(stats.scheduled))
+    add_row(table, "running", str(stats.running))
+    add_row(table, "dead letter", str(stats.dead_letter))
+    add_row(table, "workers", f"{stats.workers}  {_counts(stats.workers_by_state)}")
+    add_row(table, "jobs", _counts(stats.jobs_by_status) or "-")
     finished = stats.jobs_by_status.get("SUCCEEDED", 0) + stats.jobs_by_status.get("FAILED", 0)
     # A rate over no finished job is no rate: "-", as the dashboard shows, not a 0% that reads as all failing.
-    _row(table, "success rate", f"{stats.success_rate:.1%}" if finished else "-")
-    _row(table, "uptime", f"{stats.uptime_seconds:,.0f} s")
+    add_row(table, "success rate", f"{stats.success_rate:.1%}" if finished else "-")
+    add_row(table, "uptime", f"{stats.uptime_seconds:,.0f} s")
     return table
 
 
@@ -357,7 +370,7 @@ def workers_table(workers: Iterable[WorkerInfo]) -> Table:
     for column in columns:
         table.add_column(column, no_wrap=column in ("id", "memory free/total"))
     for w in workers:
-        _row(
+        add_row(
             table,
             w.id,
             Text(w.state.name, style=WORKER_STYLES.get(w.state, "")),
@@ -395,7 +408,7 @@ def shares_table(shares: Shares) -> Table:
             column, no_wrap=column == "share", justify="left" if column in ("share", "owners") else "right"
         )
     for row in shares.shares:
-        _row(
+        add_row(
             table,
             row.name or NO_TOKEN,
             ", ".join(o or NO_TOKEN for o in row.owners) or "-",
@@ -430,7 +443,7 @@ def accounts_table(accounts: Iterable[Account]) -> Table:
     for column in ("name", "group", "admin", "created", "password changed"):
         table.add_column(column, no_wrap=column == "name")
     for account in accounts:
-        _row(
+        add_row(
             table,
             account.name,
             account.group or "-",
@@ -457,10 +470,10 @@ def identity_table(identity: Identity, now: datetime) -> Table:
     else:
         left = (identity.expires_at - now).total_seconds()
         expires = f"{utc_time(identity.expires_at)} ({f'in {duration(left)}' if left > 0 else 'expired'})"
-    _row(table, "name", identity.name or "-")
-    _row(table, "admin", "yes" if identity.admin else "no")
-    _row(table, "account", account)
-    _row(table, "expires", expires)
+    add_row(table, "name", identity.name or "-")
+    add_row(table, "admin", "yes" if identity.admin else "no")
+    add_row(table, "account", account)
+    add_row(table, "expires", expires)
     return table
 
 
@@ -494,5 +507,5 @@ def audit_table(events: Iterable[AuditEvent]) -> Table:
         table.add_column(column, no_wrap=column in ("time", "action", "outcome"))
     for e in events:
         outcome = Text(e.outcome, style="green" if e.outcome == "OK" else "red")
-        _row(table, _time(e.time), e.actor or "-", e.action, e.target or "-", outcome, e.request_id or "-")
+        add_row(table, _time(e.time), e.actor or "-", e.action, e.target or "-", outcome, e.request_id or "-")
     return table

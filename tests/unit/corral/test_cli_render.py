@@ -237,3 +237,32 @@ def test_text_from_jobs_shows_as_it_is_never_as_markup() -> None:
     assert shown["error"] == "ERROR: bad [/x] thing [bold]"
     assert shown["labels"] == "team=[red]ops"
     assert shown["output"] == "[/] printed"
+
+
+def test_control_characters_from_jobs_reach_no_terminal() -> None:
+    """Rich drops some control characters, not ESC and CSI: a job named with an escape sequence could
+    recolour, retitle or rewrite the terminal of whoever listed, got or watched jobs."""
+    job = Job.from_proto(
+        jobs_pb2.Job(
+            id="j1",
+            name="\x1b]0;owned\x07\x1b[2Jname",
+            type="failing",
+            state=jobs_pb2.Job.FAILED,
+            worker_id="w\x9b31m1",
+            error=jobs_pb2.JobError(code="ERROR", message="two\nlines\tand \x1b[31mred"),
+        )
+    )
+    out = io.StringIO()
+    terminal = Console(file=out, width=200, force_terminal=True, color_system="standard", highlight=False)
+    for renderable in (render.jobs_table([job]), render.job_table(job), render.job_line(job)):
+        terminal.print(renderable)
+    printed = out.getvalue()
+    # Then none of the job's own control characters is printed (Rich's colours are its own ESC [ ... m)
+    assert "\x07" not in printed and "\x9b" not in printed and "\x1b]" not in printed and "\x1b[2J" not in printed
+    assert "\x1b[31mred" not in printed
+    # and each is shown escaped, where a person can see it; line breaks and tabs stay
+    assert "\\x1b]0;owned\\x07\\x1b[2Jname" in text_of(render.jobs_table([job]))
+    assert "w\\x9b31m1" in text_of(render.job_line(job))
+    got = text_of(render.job_table(job)).splitlines()
+    at = next(i for i, line in enumerate(got) if "ERROR: two" in line)
+    assert got[at + 1].strip().startswith("lines") and "\\x1b[31mred" in got[at + 1]
