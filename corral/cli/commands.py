@@ -417,10 +417,10 @@ def drain(args: argparse.Namespace) -> int:
 
 def client_for(args: argparse.Namespace) -> Client:
     """The client a command's arguments ask for, with the token it should send (see the module docstring)."""
-    return Client(args.control, timeout=args.rpc_timeout, token=_token(args), tls_ca=args.tls_ca)
+    return Client(args.control, timeout=args.rpc_timeout, token=token_for(args), tls_ca=args.tls_ca)
 
 
-def _token(args: argparse.Namespace) -> str | None:
+def token_for(args: argparse.Namespace) -> str | None:
     """``--token`` or ``$CORRAL_TOKEN`` (the parser's default), else the saved login's token when it was made
     with this ``--control`` and has not expired (otherwise it is left alone, and no token is sent)."""
     if args.token:

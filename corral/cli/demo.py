@@ -17,6 +17,7 @@ import math
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -25,7 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from corral.aio import AsyncClient
-from corral.cli import render
+from corral.cli import commands, render
 from corral.cli.demoboard import Check, DemoBoard
 from corral.cli.exitcode import ExitCode, fail
 from corral.cli.supervisor import ClusterConfig, Supervisor, SupervisorError
@@ -72,7 +73,10 @@ def demo(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if args.control:
-            return asyncio.run(_run(out, args.control, jobs, None, args.timeout))
+            token, control, tls_ca = commands.token_for(args), args.control, args.tls_ca
+            return asyncio.run(
+                _run(out, lambda: AsyncClient(control, token=token, tls_ca=tls_ca), jobs, None, args.timeout)
+            )
         with tempfile.TemporaryDirectory(prefix="corral-demo-") as tmp:
             return _embedded(out, err, Path(tmp), jobs, args.timeout)
     except KeyboardInterrupt:
@@ -95,7 +99,8 @@ def _embedded(out: Console, err: Console, tmp: Path, jobs: list[DemoJob], timeou
             f"Corral is up: gRPC [bold]{supervisor.grpc_address}[/], HTTP {supervisor.http_address}, "
             f"{config.workers} workers x {config.threads} threads"
         )
-        return asyncio.run(_run(out, supervisor.grpc_address, jobs, supervisor, timeout))
+        address = supervisor.grpc_address
+        return asyncio.run(_run(out, lambda: AsyncClient(address), jobs, supervisor, timeout))
     except SupervisorError as exc:
         first, *rest = str(exc).splitlines() or [""]
         code = fail(first)
@@ -108,9 +113,15 @@ def _embedded(out: Console, err: Console, tmp: Path, jobs: list[DemoJob], timeou
 
 
 async def _run(
-    out: Console, address: str, jobs: list[DemoJob], supervisor: Supervisor | None, time_limit: float
+    out: Console,
+    connect: Callable[[], AsyncClient],
+    jobs: list[DemoJob],
+    supervisor: Supervisor | None,
+    time_limit: float,
 ) -> int:
-    async with AsyncClient(address) as client:
+    """Submit ``jobs``, follow them to their ends and print the results; ``connect`` makes the client on
+    this loop (a gRPC channel belongs to the loop it was made on)."""
+    async with connect() as client:
         try:
             submitted = await _submit(client, [j.spec for j in jobs])
         except CorralError as exc:

@@ -128,6 +128,20 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="HOST:PORT[,HOST:PORT...]",
         help="use this control plane (or a list of one and its standbys) instead of an embedded one",
     )
+    p.add_argument(
+        "--token",
+        type=values.token,
+        default=os.environ.get(TOKEN_ENV) or None,
+        metavar="TOKEN",
+        help=f"with --control: the client token (default ${TOKEN_ENV}, else the token `corral login` saved for it)",
+    )
+    p.add_argument(
+        "--tls-ca",
+        type=values.readable_file,
+        default=os.environ.get(TLS_CA_ENV) or None,
+        metavar="FILE",
+        help=f"with --control: speak TLS, verifying the control plane against this CA (default ${TLS_CA_ENV})",
+    )
     p.add_argument("--jobs", type=values.positive_int, default=48, help="jobs to submit (default %(default)s)")
     p.add_argument(
         "--timeout", type=values.positive_seconds, default=120.0, help="give up after this many seconds (default 120)"

@@ -376,3 +376,18 @@ def test_demo_runs_every_job_type_and_exits_0() -> None:
     assert "cpu_intensive" in done.stdout and "failing" in done.stdout
     for job_type in ("matmul", "monte_carlo_pi", "io_intensive"):
         assert job_type in done.stdout
+
+
+def test_demo_against_a_control_plane_with_tokens_sends_its_token(make_control_plane: Any, spawn_worker: Any) -> None:
+    # Given a control plane that needs a client token, and a worker
+    worker_token, token = "w" * 24, "demo-client-token-0123456789"
+    cp = make_control_plane(CORRAL_AUTH_TOKENS=f"ops:{token}", CORRAL_WORKER_TOKEN=worker_token)
+    cp.token = token  # for the fixture's own calls
+    spawn_worker(cp, threads=2, env={"CORRAL_WORKER_TOKEN": worker_token})
+    # Then the demo runs there with --token (it had no such option: every call was UNAUTHENTICATED)
+    done = corral("demo", "--control", cp.address, "--token", token, "--jobs", "11", timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "11 succeeded of 11 jobs" in done.stdout
+    # and without one it is refused in one line
+    refused = corral("demo", "--control", cp.address, "--jobs", "1", timeout=60, env={"CORRAL_TOKEN": ""})
+    assert refused.returncode == 1 and refused.stderr.startswith("corral: error: UNAUTHENTICATED")
