@@ -1,10 +1,13 @@
 """Cancel and retry: what callers do to jobs already submitted, one at a time or by the thousand.
 
 CancelJob ends an unfinished job at once: a queued one never runs, a running one's process is stopped
-by its worker once the cancel is committed. RetryJob re-drives a FAILED job (from the dead-letter
-queue) under a fresh attempt count, and brings back what its failure cancelled down a dependency
-chain (control.dependencies). CancelJobs and RetryJobs do the same for every job a selection matches
-(control.selection), oldest first and up to a limit, in chunks that let other calls in between.
+by its worker once the cancel is committed. CancelJob then answers once that worker has reported the
+attempt ended (its process gone), or is gone itself, or CANCEL_CONFIRM_SEC passed: an assignment already
+on its way to the worker may start the job's process before the cancel reaches it, and an answer at the
+commit alone let a job start after its cancel was acknowledged. RetryJob re-drives a FAILED job (from
+the dead-letter queue) under a fresh attempt count, and brings back what its failure cancelled down a
+dependency chain (control.dependencies). CancelJobs and RetryJobs do the same for every job a selection
+matches (control.selection), oldest first and up to a limit, in chunks that let other calls in between.
 
 Every change goes through ``control.jobs`` and the scheduler's commit, like any other: nothing is
 announced before it is committed.
@@ -12,12 +15,14 @@ announced before it is committed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from control import jobs
 from control.jobs import JobRecord, JobState
+from control.registry import AttemptKey, WorkerEntry
 from control.selection import JobSelection
 from control.store import JobPage
 from control.turns import in_turns
@@ -27,13 +32,17 @@ from corral.errors import FailedPrecondition
 if TYPE_CHECKING:
     from control.scheduler import Scheduler
 
-__all__ = ["CANCEL_CHUNK", "JobActions"]
+__all__ = ["CANCEL_CHUNK", "CANCEL_CONFIRM_SEC", "JobActions"]
 
 logger = logging.getLogger(__name__)
 
 CANCEL_CHUNK = 250
 """Jobs one CancelJobs transaction cancels; a loop turn goes between chunks (a call that waits behind a
 cancel of 10,000 jobs needs several turns to be answered: `bench cancel_many`'s ``other_get_p99_ms``)."""
+CANCEL_CONFIRM_SEC = 2.0
+"""The longest CancelJob waits for the worker of a running job to report it stopped (less when
+WORKER_HEARTBEAT_TIMEOUT_SEC is less): a worker that does not answer in that time is hung or gone, and
+the cancel is answered anyway."""
 
 
 class JobActions:
@@ -41,6 +50,20 @@ class JobActions:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.s = scheduler
+        self._stopping: dict[AttemptKey, asyncio.Future[None]] = {}
+        """Cancelled attempts whose worker was told to stop them, until it reports them ended
+        (:meth:`reported`) or is gone (:meth:`worker_gone`): CancelJob waits for that."""
+
+    def reported(self, key: AttemptKey) -> None:
+        """A worker reported the attempt ``key`` ended (whatever its outcome): its process is gone."""
+        waiter = self._stopping.pop(key, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def worker_gone(self, worker: WorkerEntry) -> None:
+        """``worker`` left, was lost or its stream closed: none of its attempts will be reported soon."""
+        for key in worker.running:
+            self.reported(key)
 
     async def cancel(self, job_id: str) -> JobRecord:
         """Cancel the unfinished job ``job_id``; returns it once the cancel is committed.
@@ -56,7 +79,17 @@ class JobActions:
         if job is None or job.state.terminal:
             found = await self.s.get(job_id)
             raise FailedPrecondition(f"job {job_id!r} is {found.state.name}; only unfinished jobs can be cancelled")
-        await self._cancel_now([job])
+        stopping = await self._cancel_now([job], confirm=True)
+        if stopping:
+            # The worker stops the process once the cancel reaches it; an assignment sent before the
+            # cancel may start it meanwhile. Answer once that is over (or the worker counts as lost).
+            try:
+                within = min(CANCEL_CONFIRM_SEC, self.s.config.heartbeat_timeout_sec)
+                await asyncio.wait(stopping, timeout=within)
+            finally:
+                for key, waiter in list(self._stopping.items()):
+                    if waiter in stopping and not waiter.done():  # not reported in time: wait no more
+                        del self._stopping[key]
         return job
 
     async def cancel_matching(
@@ -149,9 +182,11 @@ class JobActions:
     def _unfinished(self, job: JobRecord) -> bool:
         return self.s.active.get(job.id) is job and not job.state.terminal
 
-    async def _cancel_now(self, chosen: list[JobRecord]) -> None:
+    async def _cancel_now(self, chosen: list[JobRecord], confirm: bool = False) -> list[asyncio.Future[None]]:
         """Cancel ``chosen`` (live, unfinished) in one transaction; once it is committed, stop their
-        running attempts and tell their watchers."""
+        running attempts and tell their watchers. With ``confirm``: returns a future for each attempt a
+        worker was told to stop, done once it reports that attempt ended or is gone."""
+        stopping: list[asyncio.Future[None]] = []
         now = self.s.clock.now()
         was: list[tuple[JobRecord, JobState, int, str]] = []
         for job in chosen:
@@ -170,12 +205,19 @@ class JobActions:
                     worker = self.s.registry.get(worker_id)
                     if worker is not None and worker.link is not None:
                         worker.link.cancel(job.id, attempt)
+                        key = (job.id, attempt)
+                        if confirm and key in worker.running:
+                            waiter = self._stopping.get(key)
+                            if waiter is None:
+                                waiter = self._stopping[key] = asyncio.get_running_loop().create_future()
+                            stopping.append(waiter)
                 self.s.tell(job)
 
         # Not after the await: a caller gone meanwhile would leave a cancelled job's process running,
         # its watchers waiting and its record live.
         self.s.on_commit(stop_and_tell)
         await self.s.commit()
+        return stopping
 
     async def retry(self, job_id: str) -> JobRecord:
         """Re-drive the FAILED job ``job_id``, and what its failure cancelled down the chain; returns

@@ -68,6 +68,7 @@ class Reaper:
             if steady - worker.heard_at <= timeout:
                 continue
             s.registry.remove(worker.id)
+            s.actions.worker_gone(worker)
             self.reaped += 1
             logger.warning(
                 logs.WORKER_STALE,

@@ -127,6 +127,7 @@ class WorkerSessions:
                     logger.info(logs.JOB_ADOPTED, extra={"job_id": key[0], "attempt": key[1], "worker_id": worker.id})
             except StaleAttempt:
                 rejected.append(key)
+                s.actions.reported(key)  # the worker kills it as it reads this answer
         # Attempts leased to this worker that it neither runs nor has a result for are lost. Its entry
         # holds every attempt leased to it (kept while it is away, rebuilt from the store after a
         # restart), so this costs what the worker held, not every running job: a thousand workers
@@ -140,6 +141,7 @@ class WorkerSessions:
                 # the assignment goes out on this one.
                 running[key], needs[key] = held[key], needs_of(job)
                 continue
+            s.actions.reported(key)  # not running there: nothing to wait for (a cancel of it)
             if (
                 job is not None
                 and job.state is JobState.RUNNING
@@ -180,6 +182,7 @@ class WorkerSessions:
             acks.append(key)
             if worker is not None:
                 s.registry.release(worker, key)
+            s.actions.reported(key)
             job = s.active.get(r.job_id)
             exec_seconds = max(0.0, r.finished_at - r.started_at) if r.started_at else 0.0
             try:
@@ -260,6 +263,7 @@ class WorkerSessions:
         if worker is None or worker.link is not link:
             return
         worker.link = None
+        self.s.actions.worker_gone(worker)
         if worker.draining and not worker.running:
             self.s.registry.remove(worker_id)
             logger.info(logs.WORKER_LEFT, extra={"worker_id": worker_id})
