@@ -20,6 +20,11 @@ address at most once per call, only when its failure proves that no control plan
   socket: a grpcio that words it otherwise makes a client stop at the first address and raise, as a
   client of one address does, never resend.
 
+- the client itself proved the request never left: an ``UNAVAILABLE`` it made whose message begins
+  with :data:`NOT_SENT_PREFIX` (an asyncio ``RunJobs`` stream that the server ended before its request
+  could be written, e.g. a standby's refusal racing the write; gRPC then reports only
+  ``INTERNAL: Internal error from Core``, which hid the refusal and stopped the call at the standby).
+
 Any other failure is raised, and the address where it happened becomes current: an answer, even an
 error, and ``UNAVAILABLE`` after the request may have reached a server (``Stream removed (Socket
 closed)``: a connection reset mid-call, or a control plane killed between calls before this process
@@ -28,8 +33,17 @@ caller decides whether to submit again). The address that took a call becomes cu
 go straight to the active control plane. When every address passed the call on, :meth:`Attempts.exhausted`
 is an :class:`~corral.errors.Unavailable` naming each address and its reason.
 
+A call that a stopping control plane cut is :class:`~corral.errors.Unavailable` too, never a bare
+``CorralError`` with gRPC's ``CANCELLED`` (:func:`cut_by_stop`): gRPC cancels the calls a server had
+received but not yet taken up when it stops (a SIGTERM, a store that failed), and those still running
+at the end of its shutdown grace. Such a call may or may not have been carried out, as with any
+``Unavailable`` after the request left, so it is raised and never sent elsewhere; a caller that keyed
+it submits again with the key (found by the failover soak: 14 of 16 submissions in flight when the
+active control plane got SIGTERM came back ``CorralError('CANCELLED')``).
+
 A client of one address never fails over: its errors are raised as they come (exactly as before
-lists), and its channel keeps gRPC's reconnect schedule; a list's channels use :data:`RECONNECT_OPTIONS`.
+lists, but for :func:`cut_by_stop`), and its channel keeps gRPC's reconnect schedule; a list's channels
+use :data:`RECONNECT_OPTIONS`.
 
 During a takeover (about a second) no control plane takes calls: the old one is gone and the standby
 still refuses, so calls fail :class:`~corral.errors.Unavailable` (following a job with
@@ -45,13 +59,26 @@ from typing import Generic, TypeVar
 from corral.addresses import AddressError, parse_addresses
 from corral.errors import STANDBY_PREFIX, CorralError, InvalidArgument, Unavailable
 
-__all__ = ["NEVER_SENT", "RECONNECT_OPTIONS", "Attempts", "Failover", "client_addresses", "moves_on"]
+__all__ = [
+    "NEVER_SENT",
+    "NOT_SENT_PREFIX",
+    "RECONNECT_OPTIONS",
+    "Attempts",
+    "Failover",
+    "client_addresses",
+    "cut_by_stop",
+    "moves_on",
+]
 
 C = TypeVar("C")
 
 NEVER_SENT = ("failed to connect to all addresses", "errors resolving ", "DNS resolution failed")
 """How grpcio begins the message of an ``UNAVAILABLE`` it made itself because the call got no
 connection (see the module docstring): the request was never sent."""
+
+NOT_SENT_PREFIX = "not sent: "
+"""How the message of an ``UNAVAILABLE`` begins that the client made itself for a request it knows it
+never sent (a write that gRPC refused because the call had already ended): any address may take it."""
 
 RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -93,7 +120,26 @@ def moves_on(error: CorralError) -> bool:
         return False
     if error.message.startswith(STANDBY_PREFIX):
         return True
-    return not error.answered and error.message.startswith(NEVER_SENT)
+    return not error.answered and error.message.startswith((*NEVER_SENT, NOT_SENT_PREFIX))
+
+
+def cut_by_stop(error: CorralError) -> CorralError:
+    """``error``, or the :class:`~corral.errors.Unavailable` it stands for when it is gRPC's ``CANCELLED``
+    that no control plane answered (no ``google.rpc.Status`` trailer, which every error a control plane
+    sends carries): a server that stopped under the call cancelled it (see the module docstring). Not
+    ``answered``, and not passed on by :func:`moves_on`: the request had reached a control plane.
+
+    (Its ``__cause__`` stays unset: :mod:`corral.follow` reads a ``CorralError`` cause as a call that
+    every address passed on.)"""
+    if error.code != "CANCELLED" or error.answered or isinstance(error, Unavailable):
+        return error
+    if "Locally cancelled" in error.message:  # this process cancelled it (grpcio's words): no server stopped
+        return error
+    cut = Unavailable(
+        f"the control plane stopped under the call ({error.message}): it may or may not have been carried out"
+    )
+    cut.answered = False
+    return cut
 
 
 class Failover(Generic[C]):
@@ -187,11 +233,12 @@ class Attempts(Generic[C]):
         address when :func:`moves_on` allows (and there is a list).
 
         Raises:
-            CorralError: ``error``, when the call must not go on; ``address`` becomes current.
+            CorralError: ``error`` (:func:`cut_by_stop`), when the call must not go on; ``address``
+                becomes current.
         """
         if len(self._failover.addresses) == 1 or not moves_on(error):
             self.took(address)
-            raise error
+            raise cut_by_stop(error)
         self._refusals.append((address, error))
 
     def exhausted(self) -> Unavailable:
