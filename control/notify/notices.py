@@ -77,7 +77,7 @@ def _submission(job: JobRecord, target: NotifyTarget, secret: bytes, now: int) -
         mail = {"to": target.email, "subject": subject, "body": _account(job)}
         return Submission("email", mail, payload_json=_compact(mail), **common)
     # The body goes as a string, sent as it is: the bytes signed are the bytes sent.
-    body = _compact(_job_json(job))
+    body = _compact(_job_json(job, target.webhook_url))
     headers = {"Content-Type": "application/json", "X-Corral-Event": "job.ended"}
     if secret:
         headers["X-Corral-Timestamp"] = str(now)
@@ -90,13 +90,17 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _job_json(job: JobRecord) -> Any:
-    """The job as GetJob's JSON (REST's answer to ``GET /v1/jobs/{id}``)."""
+def _job_json(job: JobRecord, webhook_url: str) -> Any:
+    """The job as GetJob's JSON (REST's answer to ``GET /v1/jobs/{id}``), whose ``notify`` lists only the
+    target at ``webhook_url``: the others are not its to read (a webhook URL often holds a secret, as a
+    chat service's incoming-hook URLs do, and an email address is a person's)."""
     # Here, not at the top: the API's conversions import the scheduler, which imports this module.
     from control.api.convert import job as job_proto
     from control.gateway.protojson import to_json
 
-    return to_json(job_proto(job))
+    data = to_json(job_proto(job))
+    data["notify"] = [n for n in data.get("notify", []) if n.get("webhookUrl") == webhook_url]
+    return data
 
 
 def _account(job: JobRecord) -> str:

@@ -103,6 +103,10 @@ def test_each_wanted_end_sends_one_email_or_webhook(control_plane: ControlProc, 
         assert seen.headers["X-Corral-Event"] == "job.ended" and "X-Corral-Signature" not in seen.headers
         assert set(job) == set(rest)
         assert _posts(http, "/echo/bad") == []
+        # except that its notify lists only this webhook: the job's other targets are not its to read (a
+        # webhook URL often holds a secret; they all got every target before)
+        assert len(rest["notify"]) == 2
+        assert job["notify"] == [{"email": "", "webhookUrl": f"{http.url}/echo", "on": ["SUCCEEDED"]}]
 
 
 def test_an_announcement_is_committed_with_the_end(control_plane: ControlProc, spawn_worker: Any) -> None:
