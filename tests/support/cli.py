@@ -25,3 +25,19 @@ def corral(
         check=False,
         input=input,
     )
+
+
+def into_a_closed_pipe(*args: str) -> tuple[int, str]:
+    """Run `corral ARGS` with its stdout a pipe that nobody reads any more; its exit status and stderr."""
+    proc = subprocess.Popen(
+        [*CORRAL, *args],
+        cwd=ROOT,
+        env=base_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader left before the first line (as `head` does after its lines)
+    err = proc.stderr.read().decode()
+    return proc.wait(60), err

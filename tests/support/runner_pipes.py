@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from runner.wire import READY, RESPONSE
+from runner.wire import PRINTED, READY, RESPONSE, encode_request
 from tests.conftest import ROOT
 
 WITHIN = 30.0
@@ -59,6 +59,14 @@ class RunnerPipes:
         if frame is None:
             pytest.fail(f"no answer from the runner within {WITHIN} s")
         return frame
+
+    def answer_to(self, job_type: str) -> Frame:
+        """Send one job of ``job_type`` with an empty payload; its answer (PRINTED frames before it skipped)."""
+        os.write(self.requests, encode_request(b"job", job_type.encode(), b"{}", 1, 1, 0.0))
+        while True:
+            frame = self.frame()
+            if frame[0] != PRINTED:
+                return frame
 
     def close(self) -> None:
         """End the process (end of file on its requests, then a kill if it is still there)."""

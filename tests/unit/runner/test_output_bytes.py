@@ -4,7 +4,6 @@ works, as on a real stream; in a real ``python -m runner.serve`` too, with outpu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -13,9 +12,9 @@ from typing import IO, cast
 import pytest
 
 from runner.output import LiveFeed, PrintStream, PrintTail
-from runner.wire import OK, OUTPUT, PRINTED, encode_request, split_output
+from runner.wire import OK, OUTPUT, split_output
 from tests.support import runner_pipes
-from tests.support.runner_pipes import Frame, RunnerPipes
+from tests.support.runner_pipes import RunnerPipes
 
 
 def test_bytes_join_the_text_in_order_decoded_as_utf8_with_replacement() -> None:
@@ -106,15 +105,6 @@ def start_runner() -> Iterator[Callable[..., RunnerPipes]]:
         yield start
 
 
-def _run(runner: RunnerPipes, job_type: str) -> Frame:
-    """Send one job; its answer (PRINTED frames before it skipped)."""
-    os.write(runner.requests, encode_request(b"job", job_type.encode(), b"{}", 1, 1, 0.0))
-    while True:
-        frame = runner.frame()
-        if frame[0] != PRINTED:
-            return frame
-
-
 @pytest.mark.parametrize("caught", [True, False], ids=["output caught", "output not caught"])
 def test_a_job_writing_bytes_and_reconfiguring_stdout_succeeds(
     caught: bool, start_runner: Callable[..., RunnerPipes]
@@ -122,7 +112,7 @@ def test_a_job_writing_bytes_and_reconfiguring_stdout_succeeds(
     runner = start_runner(*(("--output-bytes", "4096") if caught else ()))
     for _ in range(2):
         # Given a job that reconfigures sys.stdout and writes bytes to sys.stdout.buffer, twice
-        kind, flags, code, body = _run(runner, "byte_writer")
+        kind, flags, code, body = runner.answer_to("byte_writer")
         # Then it succeeds, and, when output is caught, its bytes are in its output with its text, the
         # character it left unfinished as U+FFFD, none of it carried into the next job's
         assert (kind, code) == (OK, b""), body

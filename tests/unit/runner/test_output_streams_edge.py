@@ -4,15 +4,14 @@ leaves them working for the next jobs of its runner, with output caught or not; 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from runner.output import PrintStream, PrintTail
-from runner.wire import OK, PRINTED, encode_request, split_output
+from runner.wire import OK, split_output
 from tests.support import runner_pipes
-from tests.support.runner_pipes import Frame, RunnerPipes
+from tests.support.runner_pipes import RunnerPipes
 
 
 def test_closing_a_caught_stream_leaves_it_open_and_detach_gives_its_buffer() -> None:
@@ -34,15 +33,6 @@ def start_runner() -> Iterator[Callable[..., RunnerPipes]]:
         yield start
 
 
-def _run(runner: RunnerPipes, job_type: str) -> Frame:
-    """Send one job; its answer (PRINTED frames before it skipped)."""
-    os.write(runner.requests, encode_request(b"job", job_type.encode(), b"{}", 1, 1, 0.0))
-    while True:
-        frame = runner.frame()
-        if frame[0] != PRINTED:
-            return frame
-
-
 @pytest.mark.parametrize("caught", [True, False], ids=["output caught", "output not caught"])
 def test_jobs_that_close_wrap_or_detach_their_streams_leave_them_working_for_the_next_jobs(
     caught: bool, start_runner: Callable[..., RunnerPipes]
@@ -51,7 +41,7 @@ def test_jobs_that_close_wrap_or_detach_their_streams_leave_them_working_for_the
     expected = {"stream_wrapper": "wrapped é\nafter\n", "stream_detacher": "detached\n"}
     # Given jobs, one after another in one runner, that close a stream or the buffer under it, or detach it
     for job_type in ["stream_wrapper", "stream_wrapper", "stream_detacher", "stream_wrapper", "stream_detacher"]:
-        kind, flags, code, body = _run(runner, job_type)
+        kind, flags, code, body = runner.answer_to(job_type)
         # Then each succeeds, the later ones too, and what it printed is caught when output is
         assert (kind, code) == (OK, b""), (job_type, body)
         output, _ = split_output(flags, body)
