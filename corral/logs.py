@@ -41,6 +41,7 @@ WORKER_MESSAGE_REFUSED = "worker_message_refused"
 WORKER_HEARTBEAT = "worker_heartbeat"
 WORKER_DISCONNECTED = "worker_disconnected"
 WORKER_STALE = "worker_stale"
+WORKER_STALLED = "worker_stalled"
 WORKER_DRAINING = "worker_draining"
 WORKER_LEFT = "worker_left"
 # Processes

@@ -41,6 +41,14 @@ that the writer takes whole, so completions that arrive while a write is in flig
 Results message. Other messages wait in an outbox, which the writer empties before each Results
 message: an attempt's output, queued before its result, goes out before it.
 
+A worker that stood still longer than the control plane's heartbeat timeout (the process stopped or
+frozen with its VM, its event loop blocked) may have been counted lost meanwhile, and its jobs given to
+others. The assignments it then reads were sent before that: it starts none of them, hands each back
+(HANDED_BACK costs the job no attempt; the control plane ignores it if the attempt moved on), ends the
+session and registers again, listing what still runs so the control plane keeps or kills each. A
+watchdog task ticks a few times per timeout; a gap between ticks longer than the timeout is such a
+stand-still, and so is an assignment read when the last tick is that old (the reader may run first).
+
 Live output is best effort: an attempt's JobOutput is dropped (and counted) while no session is
 registered, or when :data:`MAX_QUEUED_OUTPUT` of them already wait (a stalled stream); the end of
 what the attempt printed travels with its result anyway.
@@ -61,7 +69,14 @@ from importlib import metadata
 
 import grpc
 
-from corral.logs import WORKER_CONNECTING, WORKER_DISCONNECTED, WORKER_HEARTBEAT, WORKER_REFUSED, WORKER_REGISTERED
+from corral.logs import (
+    WORKER_CONNECTING,
+    WORKER_DISCONNECTED,
+    WORKER_HEARTBEAT,
+    WORKER_REFUSED,
+    WORKER_REGISTERED,
+    WORKER_STALLED,
+)
 from corral.transport import keepalive
 from corral.v1 import workers_pb2 as pb
 from corral.v1 import workers_pb2_grpc as pb_grpc
@@ -161,6 +176,12 @@ class Connection:
         """Set while a session is registered (cleared when the stream breaks)."""
         self.heartbeat_interval_sec = 0.0
         """The interval the control plane asked for in the last Registered."""
+        self.heartbeat_timeout_sec = 0.0
+        """The silence after which the control plane counts this worker lost (last Registered; 0: not said)."""
+        self.stalls = 0
+        """Sessions given up because the worker stood still longer than the heartbeat timeout."""
+        self._ticked_at = 0.0  # loop time of the watchdog's last tick (or of the registration)
+        self._stalled = False  # this session outlived a stand-still: start nothing read on it
         self.sessions = 0
         """Sessions registered so far (1 + reconnects)."""
         self.connect_attempts = 0
@@ -280,7 +301,7 @@ class Connection:
                 reason = f"{exc.code().name}: {exc.details()}"
                 if exc.code() in _REFUSALS:  # not the network: somebody has to change something
                     event = WORKER_REFUSED
-            except (TimeoutError, ConnectionError, asyncio.InvalidStateError, ProtocolError) as exc:
+            except (TimeoutError, ConnectionError, asyncio.InvalidStateError, ProtocolError, Stalled) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             finally:
                 self.registered.clear()
@@ -312,6 +333,7 @@ class Connection:
                     asyncio.create_task(self._reader(call)),
                     asyncio.create_task(self._writer(call)),
                     asyncio.create_task(self._heartbeats()),
+                    asyncio.create_task(self._watchdog()),
                 ]
                 try:
                     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -350,6 +372,9 @@ class Connection:
         for ref in registered.rejected:
             self._pool.kill(ref.job_id, ref.attempt, None)
         self.heartbeat_interval_sec = registered.heartbeat_interval_sec
+        self.heartbeat_timeout_sec = registered.heartbeat_timeout_sec
+        self._ticked_at = asyncio.get_running_loop().time()
+        self._stalled = False
         self.sessions += 1
         self.output_dropped += self._queued_output  # output of the broken session is not resent
         self._queued_output = 0
@@ -385,6 +410,8 @@ class Connection:
                     self._all_acked.set()
             if message.HasField("assign"):
                 self._on_assign(message.assign)
+                if self._stalled:
+                    raise Stalled(self.heartbeat_timeout_sec)
             kind = message.WhichOneof("msg")
             if kind == "cancel":
                 ref = message.cancel.attempt
@@ -394,19 +421,18 @@ class Connection:
                     self._on_drain(message.drain.deadline_sec)
             elif kind == "registered":
                 self.heartbeat_interval_sec = message.registered.heartbeat_interval_sec
+                self.heartbeat_timeout_sec = message.registered.heartbeat_timeout_sec
                 for ref in message.registered.rejected:
                     self._pool.kill(ref.job_id, ref.attempt, None)
 
     def _on_assign(self, assign: pb.Assign) -> None:
         now = time.time()
         pool = self._pool
+        stalled = self._stood_still()
         for a in assign.assignments:
-            if self._draining:
-                self.report(
-                    Completion(
-                        a.job_id, a.attempt, Outcome.HANDED_BACK, "", "HANDED_BACK", "worker is draining", now, now
-                    )
-                )
+            if self._draining or stalled:
+                why = "worker is draining" if self._draining else "worker stood still past the heartbeat timeout"
+                self.report(Completion(a.job_id, a.attempt, Outcome.HANDED_BACK, "", "HANDED_BACK", why, now, now))
                 continue
             if (a.job_id, a.attempt) in self._unacked:
                 continue  # already finished here; its result is on its way
@@ -463,6 +489,30 @@ class Connection:
                 timer.cancel()
         self._wake.set()  # re-arm for whatever arrived meanwhile
 
+    def _stood_still(self) -> bool:
+        """Whether this session outlived a stand-still longer than the heartbeat timeout (see the module)."""
+        if not self._stalled and self.heartbeat_timeout_sec > 0:
+            silent = asyncio.get_running_loop().time() - self._ticked_at
+            if silent > self.heartbeat_timeout_sec:
+                self._stalled = True
+                self.stalls += 1
+                logger.warning(
+                    WORKER_STALLED,
+                    extra={"worker_id": self._config.worker_id, "seconds": round(silent, 3)},
+                )
+        return self._stalled
+
+    async def _watchdog(self) -> None:
+        """Tick a few times per heartbeat timeout; end the session (:class:`Stalled`) once it outlived a
+        stand-still longer than the timeout."""
+        loop = asyncio.get_running_loop()
+        while True:
+            timeout = self.heartbeat_timeout_sec
+            await asyncio.sleep(max(0.05, timeout / 4) if timeout > 0 else 1.0)
+            if self._stood_still():
+                raise Stalled(self.heartbeat_timeout_sec)
+            self._ticked_at = loop.time()
+
     async def _heartbeats(self) -> None:
         interval = self.heartbeat_interval_sec if self.heartbeat_interval_sec > 0 else 5.0
         while True:
@@ -492,6 +542,13 @@ def channel_credentials(config: WorkerConfig) -> grpc.ChannelCredentials | None:
 
 class ProtocolError(Exception):
     """Raised when the control plane breaks the stream's protocol (no Registered first)."""
+
+
+class Stalled(Exception):
+    """Raised to end a session that outlived a stand-still of the worker past the heartbeat timeout."""
+
+    def __init__(self, timeout_sec: float) -> None:
+        super().__init__(f"stood still past the heartbeat timeout ({timeout_sec:g} s)")
 
 
 def _cut(results: list[pb.JobResult]) -> tuple[list[pb.JobResult], list[pb.JobResult]]:

@@ -136,6 +136,7 @@ class WorkerServicer:
         reply = workers_pb2.ControlMessage()
         reply.registered.worker_id = hello.worker_id
         reply.registered.heartbeat_interval_sec = s.config.heartbeat_interval_sec
+        reply.registered.heartbeat_timeout_sec = s.config.heartbeat_timeout_sec
         reply.registered.adopted.extend(convert.attempt_refs(adopted))
         reply.registered.rejected.extend(convert.attempt_refs(rejected))
         reader = asyncio.ensure_future(self._read(hello.worker_id, request_iterator, link))

@@ -395,8 +395,14 @@ class Registered(_message.Message):
     HEARTBEAT_INTERVAL_SEC_FIELD_NUMBER: _builtins.int
     ADOPTED_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_TIMEOUT_SEC_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     heartbeat_interval_sec: _builtins.float
+    heartbeat_timeout_sec: _builtins.float
+    """Silence after which the control plane counts the worker lost (0: not said). A worker that stood
+    still longer than this (stopped, frozen, its event loop blocked) may have been reaped meanwhile:
+    it starts none of the assignments it then reads on that stream, hands them back and connects again.
+    """
     @_builtins.property
     def adopted(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttemptRef]:
         """Running attempts the control plane recognised and keeps leased to this worker."""
@@ -412,10 +418,11 @@ class Registered(_message.Message):
         heartbeat_interval_sec: _builtins.float = ...,
         adopted: _abc.Iterable[Global___AttemptRef] | None = ...,
         rejected: _abc.Iterable[Global___AttemptRef] | None = ...,
+        heartbeat_timeout_sec: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adopted", b"adopted", "heartbeat_interval_sec", b"heartbeat_interval_sec", "rejected", b"rejected", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adopted", b"adopted", "heartbeat_interval_sec", b"heartbeat_interval_sec", "heartbeat_timeout_sec", b"heartbeat_timeout_sec", "rejected", b"rejected", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
