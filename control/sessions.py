@@ -51,6 +51,9 @@ class Hello:
     running: dict[AttemptKey, int] = field(default_factory=dict)
     finished: set[AttemptKey] = field(default_factory=set)
     job_types: list[JobTypeEntry] = field(default_factory=list)
+    registered_since: float = 0.0
+    """When this worker process first registered (the control plane's time; 0: it never did): what was
+    leased to this worker id since then was leased to this process."""
 
 
 @dataclass(slots=True)
@@ -67,6 +70,17 @@ class Report:
     finished_at: float = 0.0
     output: str = ""
     """The end of what the attempt printed."""
+
+
+NOT_RECEIVED = "NOT_RECEIVED"
+"""Why an attempt leased to a worker process that never got it (its assignment was lost with a broken
+stream, or with a control plane killed before sending it) went back in line."""
+
+
+def _never_reached(job: jobs.JobRecord, hello: Hello) -> bool:
+    """Whether the worker process saying ``hello`` held this worker id when ``job``'s attempt was leased
+    (so it would list the attempt had it got it). Both times are the control plane's clock."""
+    return 0 < hello.registered_since <= (job.started_at or 0.0)
 
 
 class WorkerSessions:
@@ -148,7 +162,13 @@ class WorkerSessions:
                 and job.attempts == key[1]
                 and job.worker_id == worker.id
             ):
-                s.fail(job, key[1], jobs.WORKER_LOST, f"worker {worker.id} restarted without this attempt")
+                if _never_reached(job, hello):
+                    before = job.state
+                    jobs.hand_back(job, key[1], now)
+                    s.moved(job, before)
+                    logger.info(logs.JOB_REQUEUED, extra={"job_id": job.id, "attempt": key[1], "reason": NOT_RECEIVED})
+                else:
+                    s.fail(job, key[1], jobs.WORKER_LOST, f"worker {worker.id} restarted without this attempt")
                 changed.append(job)
         s.registry.hold_only(worker, running, needs)
         s.registry.add(worker)

@@ -5,8 +5,10 @@ One session of the stream::
     worker                                   control plane
       Register{id, threads, slots, gpus,
                memory_mb, types,
-               running, finished}      --->
-                                       <---  Registered{heartbeat_interval_sec, adopted, rejected}
+               running, finished,
+               registered_since}       --->
+                                       <---  Registered{heartbeat_interval_sec, heartbeat_timeout_sec,
+                                                        registered_at, adopted, rejected}
       (kill rejected attempts; resend every unacknowledged result)
       Heartbeat{running}  every interval --->
       JobOutput{attempt, offset, text} --->  (what a running attempt printed lately; before its result)
@@ -21,7 +23,10 @@ A broken stream (control plane killed, restarted, network) never stops the worke
 running, their results are kept, and the connection retries with exponential backoff and jitter
 (the n-th retry waits uniform(d/2, d) with d = min(reconnect_max_sec, 0.05 * 2**n)), re-registers
 under the same worker_id listing what still runs (``running``) and what finished unacknowledged
-(``finished``), then resends those results. Every result is kept until an Ack names its attempt.
+(``finished``), then resends those results. Every result is kept until an Ack names its attempt. It
+also sends back the time of its first registration (``registered_since``): an attempt leased to it since
+then that it lists in neither was never received (lost with the stream, or with a control plane killed
+before sending it), and goes back in line without costing the job an attempt.
 
 Failover: CORRAL_CONTROL_ADDR may list several control planes (one serving, standbys on the same
 database). A session uses one address; :class:`worker.reconnect.AddressRotation` picks the next. An attempt that does
@@ -179,6 +184,9 @@ class Connection:
         self.heartbeat_timeout_sec = 0.0
         """The silence after which the control plane counts this worker lost (last Registered; 0: not said)."""
         self.stalls = 0
+        self.registered_since = 0.0
+        """The control plane's time of this process's first registration (sent back in every Register, so
+        that an attempt leased since then which this process never got costs its job no attempt)."""
         """Sessions given up because the worker stood still longer than the heartbeat timeout."""
         self._ticked_at = 0.0  # loop time of the watchdog's last tick (or of the registration)
         self._stalled = False  # this session outlived a stand-still: start nothing read on it
@@ -365,6 +373,7 @@ class Connection:
                 running_threads=[threads for _, _, threads in attempts],
                 job_types=self._job_types,
                 finished=[pb.AttemptRef(job_id=job_id, attempt=attempt) for job_id, attempt in self._unacked],
+                registered_since=self.registered_since,
             )
         )
 
@@ -373,6 +382,8 @@ class Connection:
             self._pool.kill(ref.job_id, ref.attempt, None)
         self.heartbeat_interval_sec = registered.heartbeat_interval_sec
         self.heartbeat_timeout_sec = registered.heartbeat_timeout_sec
+        if not self.registered_since:
+            self.registered_since = registered.registered_at
         self._ticked_at = asyncio.get_running_loop().time()
         self._stalled = False
         self.sessions += 1

@@ -254,6 +254,8 @@ def hello(reg: workers_pb2.Register) -> Hello:
         raise InvalidArgument("register.gpus", f"must be between 0 and {MAX_GPUS}, got {reg.gpus}")
     if not 0 <= reg.memory_mb <= MAX_MEMORY_MB:
         raise InvalidArgument("register.memory_mb", f"must be between 0 and {MAX_MEMORY_MB}, got {reg.memory_mb}")
+    if not (math.isfinite(reg.registered_since) and reg.registered_since >= 0):
+        raise InvalidArgument("register.registered_since", f"must be a finite time >= 0, got {reg.registered_since}")
     labels = dict(reg.labels)
     check_labels(labels, "register.labels")  # they show in ListWorkers, the CLI and the dashboards
     threads = list(reg.running_threads)
@@ -270,6 +272,7 @@ def hello(reg: workers_pb2.Register) -> Hello:
         running=running,
         finished={(a.job_id, a.attempt) for a in reg.finished},
         job_types=[JobTypeEntry(t.name, t.payload_schema_json, t.description) for t in reg.job_types if t.name],
+        registered_since=reg.registered_since,
     )
 
 

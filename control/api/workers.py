@@ -137,6 +137,7 @@ class WorkerServicer:
         reply.registered.worker_id = hello.worker_id
         reply.registered.heartbeat_interval_sec = s.config.heartbeat_interval_sec
         reply.registered.heartbeat_timeout_sec = s.config.heartbeat_timeout_sec
+        reply.registered.registered_at = s.clock.now()  # before any lease to it: nothing awaited since
         reply.registered.adopted.extend(convert.attempt_refs(adopted))
         reply.registered.rejected.extend(convert.attempt_refs(rejected))
         reader = asyncio.ensure_future(self._read(hello.worker_id, request_iterator, link))

@@ -122,6 +122,7 @@ class Register(_message.Message):
     FINISHED_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     MEMORY_MB_FIELD_NUMBER: _builtins.int
+    REGISTERED_SINCE_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Stable across reconnects of one agent process."""
     threads: _builtins.int
@@ -135,6 +136,10 @@ class Register(_message.Message):
     """GPUs this worker gives to jobs (jobs that ask for GPUs need them free here)."""
     memory_mb: _builtins.int
     """Memory this worker gives to jobs, in MiB (jobs that ask for memory need it free here)."""
+    registered_since: _builtins.float
+    """The `registered_at` of this process's first Registered (0: none yet): every attempt leased to
+    this worker id since then was leased to this process, which reports each one it received.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -152,7 +157,9 @@ class Register(_message.Message):
     @_builtins.property
     def finished(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttemptRef]:
         """Attempts that finished while disconnected, whose results follow right after Registered.
-        An attempt leased to this worker that is in neither list is lost (requeued as WORKER_LOST).
+        An attempt leased to this worker that is in neither list is lost (requeued as WORKER_LOST), unless
+        it was leased since `registered_since`: this process then never got it, and it goes back in line
+        without costing the job an attempt.
         """
 
     def __init__(
@@ -171,10 +178,11 @@ class Register(_message.Message):
         finished: _abc.Iterable[Global___AttemptRef] | None = ...,
         gpus: _builtins.int = ...,
         memory_mb: _builtins.int = ...,
+        registered_since: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "gpus", b"gpus", "hostname", b"hostname", "job_types", b"job_types", "labels", b"labels", "memory_mb", b"memory_mb", "pid", b"pid", "running", b"running", "running_threads", b"running_threads", "slots", b"slots", "threads", b"threads", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished", b"finished", "gpus", b"gpus", "hostname", b"hostname", "job_types", b"job_types", "labels", b"labels", "memory_mb", b"memory_mb", "pid", b"pid", "registered_since", b"registered_since", "running", b"running", "running_threads", b"running_threads", "slots", b"slots", "threads", b"threads", "version", b"version", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -396,12 +404,17 @@ class Registered(_message.Message):
     ADOPTED_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
     HEARTBEAT_TIMEOUT_SEC_FIELD_NUMBER: _builtins.int
+    REGISTERED_AT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     heartbeat_interval_sec: _builtins.float
     heartbeat_timeout_sec: _builtins.float
     """Silence after which the control plane counts the worker lost (0: not said). A worker that stood
     still longer than this (stopped, frozen, its event loop blocked) may have been reaped meanwhile:
     it starts none of the assignments it then reads on that stream, hands them back and connects again.
+    """
+    registered_at: _builtins.float
+    """The control plane's time of this registration (seconds since the epoch); the worker sends the
+    first one back in every later Register as `registered_since`.
     """
     @_builtins.property
     def adopted(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttemptRef]:
@@ -419,10 +432,11 @@ class Registered(_message.Message):
         adopted: _abc.Iterable[Global___AttemptRef] | None = ...,
         rejected: _abc.Iterable[Global___AttemptRef] | None = ...,
         heartbeat_timeout_sec: _builtins.float = ...,
+        registered_at: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adopted", b"adopted", "heartbeat_interval_sec", b"heartbeat_interval_sec", "heartbeat_timeout_sec", b"heartbeat_timeout_sec", "rejected", b"rejected", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adopted", b"adopted", "heartbeat_interval_sec", b"heartbeat_interval_sec", "heartbeat_timeout_sec", b"heartbeat_timeout_sec", "registered_at", b"registered_at", "rejected", b"rejected", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -365,3 +365,29 @@ def test_a_worker_cut_off_by_a_silent_partition_reconnects_and_keeps_its_job(
         done = wait_done(cp, job.id, timeout=30)
         assert (done.state, done.attempts, done.worker_id) == (S.SUCCEEDED, 1, worker.worker_id)
         assert executions(log) == [(job.id, 1)]
+
+
+@pytest.mark.slow
+def test_an_assignment_lost_with_a_cut_connection_costs_its_job_no_attempt(
+    make_control_plane: Any, spawn_worker: Any, tmp_path: Path
+) -> None:
+    # Given a worker that reaches the control plane through a relay, and a connection that goes silent
+    # (heartbeat timeout 10 s, the default: the worker is back before it)
+    cp = make_control_plane(WORKER_HEARTBEAT_TIMEOUT_SEC=10)
+    log = tmp_path / "runs.log"
+    with PartitionableRelay(cp.port) as relay:
+        worker = spawn_worker(cp, threads=1, address=relay.address)
+        assert relay.cut() == 1
+        # When a job with one attempt is leased to it then: its assignment is lost with the connection
+        job = submit(cp, "record", {"path": str(log)}, max_attempts=1)
+        wait_until(lambda: cp.get(job.id).state == S.RUNNING, what="the job leased to the cut-off worker")
+        assert relay.connections == 1
+        # Then the worker, back on a new connection without it, is given it again, and it runs once:
+        # before, the control plane counted it lost with the worker (WORKER_LOST) and, its one attempt
+        # spent, the job ended FAILED without having run
+        done = wait_done(cp, job.id, timeout=30)
+        assert relay.connections >= 2
+    assert (done.state, done.worker_id) == (S.SUCCEEDED, worker.worker_id), done.error
+    assert executions(log) == [(job.id, done.attempts)]
+    requeued = [e for e in cp.events("job_requeued") if e.get("job_id") == job.id]
+    assert [e["reason"] for e in requeued] == ["NOT_RECEIVED"]

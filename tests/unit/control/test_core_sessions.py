@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from control.admission import Submission
 from control.clock import SystemClock
 from control.config import ControlConfig
@@ -64,6 +66,50 @@ def test_a_drain_asked_while_the_worker_was_away_holds_when_it_reconnects(tmp_pa
                 await asyncio.sleep(0)
             assert fresh.state is JobState.PENDING and again.assigned == []
             assert running.state is JobState.RUNNING  # its own job goes on
+        finally:
+            store.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("since", "lost"),
+    [
+        ("first registration", False),  # the process that held the id when it was leased: it never got it
+        ("never", True),  # a new process: the old one may have run it
+        ("after the lease", True),  # this process came after the lease: another one held the id then
+    ],
+)
+def test_an_attempt_missing_from_a_reconnection_is_lost_only_if_another_process_may_have_had_it(
+    tmp_path: Path, since: str, lost: bool
+) -> None:
+    """An assignment lost with a stream (or with a control plane killed before sending it) cost the job
+    an attempt as WORKER_LOST: a job with one attempt ended FAILED without having run."""
+
+    async def main() -> None:
+        store = SQLiteStore(str(tmp_path / "c.db"))
+        scheduler = Scheduler(store, ControlConfig.from_env({}), SystemClock())
+        sessions = WorkerSessions(scheduler)
+        try:
+            # Given a worker process registered at some time, and a job with one attempt leased to it
+            registered_at = scheduler.clock.now()
+            first = RecordingLink()
+            sessions.register(Hello("w1", threads=1, slots=1, hostname="h", pid=7), first)
+            (job,) = await scheduler.intake.submit([Submission("noop", {}, payload_json="{}", max_attempts=1)])
+            await until(lambda: bool(first.assigned), 5, "the job to be leased")
+            sessions.disconnected("w1", first)
+            # When a process with that id registers again, listing neither running nor finished it
+            again = RecordingLink()
+            told = {"first registration": registered_at, "never": 0.0, "after the lease": scheduler.clock.now()}
+            sessions.register(Hello("w1", threads=1, slots=1, hostname="h", pid=7, registered_since=told[since]), again)
+            if lost:
+                # Then the attempt is lost, and with it the job's only one
+                assert (job.state, job.error_code) == (JobState.FAILED, "WORKER_LOST")
+            else:
+                # Then it goes back in line uncharged, and is given to the worker again
+                assert job.charged_attempts == 0 and job.error_code == ""
+                await until(lambda: bool(again.assigned), 5, "the job to be leased again")
+                assert job.state is JobState.RUNNING and job.attempts == 2
         finally:
             store.close()
 
