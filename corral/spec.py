@@ -89,7 +89,10 @@ class JobSpec:
         put(request, "priority", self.priority)
         put(request, "idempotency_key", self.idempotency_key)
         for name in ("labels", "worker_selector"):
-            for key, value in (getattr(self, name) or {}).items():
+            pairs = getattr(self, name) or {}
+            if not isinstance(pairs, Mapping):  # a list of pairs, a "k=v" string: an AttributeError, naming nothing
+                raise InvalidArgument(name, f"must be a mapping of strings to strings, got {type(pairs).__name__}")
+            for key, value in pairs.items():
                 if not isinstance(key, str) or not isinstance(value, str):
                     raise InvalidArgument(f"{name}[{key}]", f"keys and values must be strings, got {value!r}")
                 put(getattr(request, name), key, value, f"{name}[{key}]")

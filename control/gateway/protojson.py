@@ -381,6 +381,8 @@ def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor
     by_name = {f.name: f for f in fields} | {f.json_name: f for f in fields}
     out: dict[str, Any] = {}
     for key, raw in pairs:
+        if not key:
+            raise InvalidArgument("", f"a query parameter has no name (={raw}): write name=value")
         if "[" in key:
             _map_entry(out, key, raw, by_name, message)
             continue

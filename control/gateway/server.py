@@ -283,6 +283,7 @@ class Gateway:
             fields = route.query_fields()
             protojson.to_message(protojson.query_to_json(query.items(), fields, route.method.input_type.name), message)
         if params:
+            _check_path_agrees(message, params)
             protojson.to_message(_nest(params), message)
         return message
 
@@ -322,6 +323,24 @@ async def _shielded(call: Coroutine[Any, Any, Message]) -> Message:
     task = asyncio.ensure_future(call)
     task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
     return await asyncio.shield(task)
+
+
+def _check_path_agrees(message: Message, params: dict[str, str]) -> None:
+    """Refuse a body that sets a field the path sets too, to another value: ``POST /v1/jobs/a:cancel``
+    with ``{"id": "b"}`` cancelled ``a`` and said nothing of ``b``. The same value twice is taken."""
+    for path, value in params.items():
+        target: Any = message
+        *heads, last = path.split(".")
+        for head in heads:
+            if not target.HasField(head):
+                break
+            target = getattr(target, head)
+        else:
+            given = getattr(target, last)
+            if given and str(given) != value:
+                raise InvalidArgument(
+                    path, f"is {value!r} in the path and {given!r} in the body: give it once, or the same in both"
+                )
 
 
 def _nest(params: dict[str, str]) -> dict[str, Any]:

@@ -73,7 +73,9 @@ def parse(text: str, source: str = "the job file") -> list[JobSpec]:
         InvalidArgument: as :func:`load`.
     """
     try:
-        document = json.loads(text)
+        document = values.loads_strict(text)
+    except values.DuplicateKey as exc:
+        raise InvalidArgument("", f"invalid JSON in {source}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InvalidArgument(
             "",

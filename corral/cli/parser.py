@@ -43,6 +43,30 @@ exit status: 0 ok; 1 the server refused or failed the request (or a waited-for j
 """
 
 
+class _Pairs(argparse.Action):
+    """``append`` for ``K=V`` options (``--label``, ``--on``): a key given again with another value is a
+    usage error naming both, where a dict of them kept the last and dropped the first without a word
+    (the same key with the same value again changes nothing, and is taken)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, tuple)
+        key, value = values
+        pairs = list(getattr(namespace, self.dest, None) or [])  # a copy: the default list is shared
+        for old_key, old_value in pairs:
+            if old_key == key and old_value != value:
+                raise argparse.ArgumentError(
+                    self, f"key {key!r} given twice ({key}={old_value} and {key}={value}): give each key once"
+                )
+        pairs.append((key, value))
+        setattr(namespace, self.dest, pairs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The complete ``corral`` parser."""
     parser = argparse.ArgumentParser(
@@ -226,7 +250,7 @@ def _add_label_filter(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--label",
         type=values.label,
-        action="append",
+        action=_Pairs,
         default=[],
         metavar="K=V",
         help="only jobs with this label (repeatable: all of them), e.g. --label corral.notify=JOB_ID",
@@ -248,12 +272,12 @@ def _add_client_commands(
         "--at", type=values.when, metavar="TIME", help="start no earlier than: ISO 8601, or +30s / +5m / +1h"
     )
     p.add_argument("--idempotency-key", default="", metavar="KEY", help="resubmitting with it returns the same job")
-    p.add_argument("--label", type=values.label, action="append", default=[], metavar="K=V", help="repeatable")
+    p.add_argument("--label", type=values.label, action=_Pairs, default=[], metavar="K=V", help="repeatable")
     p.add_argument(
         "--on",
         dest="worker_selector",
         type=values.label,
-        action="append",
+        action=_Pairs,
         default=[],
         metavar="K=V",
         help="run only on workers with this label (CORRAL_WORKER_LABELS), repeatable",

@@ -33,6 +33,7 @@ __all__ = [
     "job_state",
     "json_kind",
     "label",
+    "loads_strict",
     "memory_mb",
     "payload",
     "port",
@@ -58,6 +59,35 @@ def readable_file(text: str) -> str:
     return text
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice (``{"a": 1, "a": 2}``): which value was meant cannot be told."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} is given twice in one object: give each key once")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` that refuses an object with a key given twice, as the REST bridge does (plain
+    ``json.loads`` keeps the last value and drops the first without a word).
+
+    Raises:
+        json.JSONDecodeError: the text is not JSON.
+        DuplicateKey: an object gives a key twice.
+        RecursionError: the text nests deeper than the decoder can follow.
+    """
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def payload(text: str) -> dict[str, Any]:
     """A JSON object, given inline or as ``@path`` to a file holding one."""
     source = "--payload"
@@ -69,12 +99,16 @@ def payload(text: str) -> dict[str, Any]:
             raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror or exc}") from None
         source = str(path)
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(
             f"invalid JSON in {source} at line {exc.lineno} column {exc.colno} (char {exc.pos}): {exc.msg}; "
             f"near {excerpt(exc.doc, exc.pos)}"
         ) from None
+    except DuplicateKey as exc:
+        raise argparse.ArgumentTypeError(f"invalid JSON in {source}: {exc}") from None
+    except RecursionError:  # json's decoder recurses once per level: a traceback, not a usage error
+        raise argparse.ArgumentTypeError(f"invalid JSON in {source}: nested too deeply") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"{source} must be a JSON object ({{...}}), got {json_kind(value)}")
     return value
