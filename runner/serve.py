@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import resource
@@ -53,8 +54,10 @@ from runner import JobContext, all_types, execute, load_plugins
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
 from runner.output import LiveFeed, PrintStream, PrintTail, keep_std_streams_open
+from runner.procstate import LOST_PIPES_EXIT, ProcessState, move_high
 from runner.wire import (
     DEVICES_ENV,
+    FAILED,
     INHERIT_DEVICES,
     PLUGIN_IMPORT,
     READY,
@@ -136,7 +139,11 @@ def serve(
     unpack = REQUEST.unpack
     read = requests.read
     dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    loads = json.loads  # bound now: a job that replaces json.loads must not change the next jobs' payloads
+    own_pid = os.getpid()
     _write_all(out_fd, encode_response(READY, body=catalog()))
+    state = ProcessState()
+    state.take()  # what each job must leave as it found it (runner.procstate)
     before = _children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
     done = 0
     if output_bytes and feed is None:
@@ -167,8 +174,9 @@ def serve(
             feed.clear()
             real = sys.stdout, sys.stderr
             sys.stdout, sys.stderr = streams
+        escaped: BaseException | None = None
         try:
-            payload = json.loads(body[payload_at:]) if payload_len else {}
+            payload = loads(body[payload_at:]) if payload_len else {}
             if not isinstance(payload, dict):
                 raise JobFailed("INVALID_PAYLOAD", "payload: is not a JSON object")
             ctx = JobContext(job_id, attempt, threads, deadline or None)
@@ -186,15 +194,22 @@ def serve(
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
+            escaped = exc
+        if os.getpid() != own_pid:
+            _leave_fork(
+                escaped, frame[0] == FAILED
+            )  # a process the job forked came back here: it must not answer, nor read
         if feed is not None:
             sys.stdout, sys.stderr = real
             for stream in streams:
                 stream.finish()
         if not inherit:
             _restore_devices(own_devices)
+        reusable = state.restore()  # cwd, umask, environment, signals, limits, descriptors 1 and 2...
         done += 1
         final = bool(
             spent
+            or not reusable  # something the job changed could not be put back
             or _children_left(before)  # the worker ends the runner's process group, and what the job left in it
             or _threads_left(threads_at_start, feed)
             or done == max_jobs
@@ -202,15 +217,30 @@ def serve(
         )
         if final:
             frame = last(frame)
-        if feed is None:
-            _write_all(out_fd, frame)
-        else:
-            # Under the feed's lock: what is left goes live first, and nothing of this job after its answer.
-            with feed.lock:
-                feed.flush()
-                _write_all(out_fd, with_output(frame, tail.data()))
+        try:
+            if feed is None:
+                _write_all(out_fd, frame)
+            else:
+                # Under the feed's lock: what is left goes live first, and nothing of this job after its answer.
+                with feed.lock:
+                    feed.flush()
+                    _write_all(out_fd, with_output(frame, tail.data()))
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                raise  # the worker is gone (EPIPE): exit as ever
+            os._exit(LOST_PIPES_EXIT)  # the job closed our pipe: say so the one way left, the exit status
         if final:
             return
+
+
+def _leave_fork(exc: BaseException | None, failed: bool) -> None:
+    """End a process that a job forked and that returned from the job (or raised out of it) into this
+    loop, as a copy of the runner: it must neither answer for the job (its parent does) nor read the
+    next request. It exits as a script would have: ``sys.exit``'s status, else 1 after a failure, else 0."""
+    code = 1 if failed else 0
+    if isinstance(exc, SystemExit):
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    os._exit(code)
 
 
 def live_feed(out_fd: int, output_bytes: int) -> LiveFeed:
@@ -324,7 +354,10 @@ def main(argv: list[str] | None = None) -> None:
     adopt_orphans()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     keep_std_streams_open()  # a job that closes one must not break the prints of the jobs after it
-    # Jobs that start subprocesses must not hand them our pipes (they would hold them open).
+    # Far from the descriptors jobs open, close and dup2 over, and never handed to their subprocesses
+    # (which would hold them open): see runner.procstate.
+    args.in_fd = move_high(args.in_fd)
+    args.out_fd = move_high(args.out_fd)
     os.set_inheritable(args.in_fd, False)
     os.set_inheritable(args.out_fd, False)
     try:

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 from corral.logs import GPUS_UNAVAILABLE, JOB_TIMED_OUT, RUNNER_RESTARTED
 from runner.limits import memory_limit_from_env
+from runner.procstate import LOST_PIPES_EXIT
 from runner.wire import (
     FAILED,
     LAST,
@@ -619,8 +620,7 @@ class RunnerPool:
                         message = f"{_timeout_passed(spec.timeout_sec, ran)}; {message}"
                     self._complete(spec, outcome, running.started_at, now, _KILL_CODES[outcome], message)
             elif not self._stopping:
-                message = f"runner process {proc.pid} died ({describe_exit(proc.returncode)})"
-                self._complete(spec, Outcome.FAILED, running.started_at, now, "CRASHED", message)
+                self._complete(spec, Outcome.FAILED, running.started_at, now, "CRASHED", _crash_message(proc))
             self._check_idle()
         if not proc.ready:
             self._crashes += 1
@@ -670,6 +670,21 @@ class RunnerPool:
     def _check_idle(self) -> None:
         if not self._running and not self._queued:
             self._idle_event.set()
+
+
+def _crash_message(proc: RunnerProcess) -> str:
+    """What a CRASHED attempt says of how its runner process ended."""
+    if proc.garbled:
+        return (
+            f"runner process {proc.pid} killed: {proc.garbled} (the job wrote to the runner's pipe to the "
+            "worker; its answer cannot be told from that)"
+        )
+    if proc.returncode == LOST_PIPES_EXIT:
+        return (
+            f"runner process {proc.pid} exited ({describe_exit(proc.returncode)}): the job closed or replaced "
+            "its pipes to the worker, so its answer could not be sent"
+        )
+    return f"runner process {proc.pid} died ({describe_exit(proc.returncode)})"
 
 
 def _timeout_passed(timeout_sec: float, ran_sec: float) -> str:

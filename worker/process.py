@@ -7,6 +7,9 @@ moves bytes and watches the process; what the bytes mean for jobs is the pool's 
   finished by a writer callback;
 * responses are read by an event-loop reader on the pipe and cut into :mod:`runner.wire` frames,
   each handed to ``on_frame`` (no threads, no per-frame allocation beyond the bytes themselves);
+* a frame that cannot be one (an unknown kind or flag, a size past what a runner ever sends, a second
+  READY) means the pipe carries bytes a job wrote to it: the process is killed at once (:attr:`garbled`
+  says why), rather than its answer waited for until the job's deadline, or parsed out of the garbage;
 * exit is seen through a pidfd (Linux >= 5.3), which becomes readable the moment the process is a
   zombie; the process is reaped there and ``on_exit`` runs after any last frames were delivered.
 
@@ -25,9 +28,18 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
-from runner.wire import RESPONSE
+from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BYTES
+from runner.output import WINDOW_CHARS
+from runner.wire import FAILED, LAST, OK, OUTPUT, PRINTED, PRINTED_OFFSET, READY, RESPONSE
 
 __all__ = ["RunnerProcess", "describe_exit"]
+
+_MAX_READY_BODY = 64 << 20
+"""The largest READY (or start failure) frame taken: the catalog of every job type, schemas included."""
+_MAX_CODE = 4 * MAX_ERROR_CODE  # characters of UTF-8
+_MAX_PRINTED_BODY = PRINTED_OFFSET.size + 4 * WINDOW_CHARS
+_SLACK = 64 << 10
+"""Room over the exact sizes (the note of what was cut, the length fields) in the bounds of a frame."""
 
 _READ_SIZE = 1 << 16
 """Bytes asked for per read of a runner's answers: a pipe holds 64 KiB, so one read never returns more.
@@ -43,6 +55,7 @@ class RunnerProcess:
     __slots__ = (
         "_buffer",
         "_loop",
+        "_max_answer",
         "_on_exit",
         "_on_frame",
         "_out_fd",
@@ -53,6 +66,7 @@ class RunnerProcess:
         "_wanted",
         "exited",
         "fresh",
+        "garbled",
         "pid",
         "ready",
         "retired",
@@ -88,6 +102,10 @@ class RunnerProcess:
         it can: CUDA, once a job started it here, keeps the devices that job saw)."""
         self.returncode: int | None = None
         """The exit status (negative: killed by that signal) once exited."""
+        self.garbled = ""
+        """Why its answer pipe was found to carry something other than frames (it was killed then); empty
+        while all is well."""
+        self._max_answer = MAX_RESULT_BYTES + MAX_ERROR_MESSAGE_BYTES + _SLACK
 
     def spawn(
         self,
@@ -105,6 +123,7 @@ class RunnerProcess:
         ``max_jobs`` and ``max_rss_mb`` > 0 retire the process after that many jobs or past that size;
         ``threads`` > 0 is the most threads a job gets there (0: one per CPU).
         """
+        self._max_answer = MAX_RESULT_BYTES + MAX_ERROR_MESSAGE_BYTES + max(0, output_bytes) + _SLACK
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         argv = [python, "-m", "runner.serve", "--in", str(req_r), "--out", str(resp_w), "--parent", str(os.getpid())]
@@ -203,7 +222,8 @@ class RunnerProcess:
         if not data:  # end of file: the process is exiting; the pidfd tells when it is gone
             self._loop.remove_reader(self._out_fd)
             return
-        self._feed(data)
+        if not self.garbled:
+            self._feed(data)
 
     def _feed(self, data: bytes) -> None:
         header = RESPONSE.size
@@ -220,6 +240,11 @@ class RunnerProcess:
         wanted = header
         while end - offset >= header:
             kind, flags, code_len, body_len = unpack(data, offset)
+            if (kind != OK or flags & ~(LAST | OUTPUT) or code_len or body_len > self._max_answer) and (
+                wrong := self._not_a_frame(kind, flags, code_len, body_len)
+            ):
+                self._garble(wrong)
+                return
             start = offset + header
             stop = start + code_len + body_len
             if stop > end:
@@ -231,11 +256,48 @@ class RunnerProcess:
             buffer += memoryview(data)[offset:]
             self._wanted = wanted
 
+    def _not_a_frame(self, kind: int, flags: int, code_len: int, body_len: int) -> str:
+        """Why a header is not one a runner sends (empty: it is); the common OK answer is let through
+        by :meth:`_feed` without this call."""
+        limit = self._max_answer
+        if kind == READY:
+            if self.ready or flags or code_len:
+                return "a second READY" if self.ready else "a READY with a code or flags"
+            limit = _MAX_READY_BODY
+        elif kind == PRINTED:
+            if flags or code_len:
+                return "a PRINTED frame with a code or flags"
+            limit = _MAX_PRINTED_BODY
+        elif kind == FAILED:
+            if code_len > _MAX_CODE:
+                return f"an error code of {code_len} bytes"
+            if not self.ready:
+                limit = _MAX_READY_BODY
+        elif kind != OK:
+            return f"a frame of unknown kind {kind}"
+        elif code_len:
+            return "an OK answer with an error code"
+        if flags & ~(LAST | OUTPUT):
+            return f"unknown flags {flags:#04x}"
+        if body_len > limit:
+            return f"a frame of {body_len} bytes, over the {limit} a runner sends"
+        return ""
+
+    def _garble(self, wrong: str) -> None:
+        """Give up on a pipe that carries something other than frames: kill the process (its exit is
+        reported as ever) and read nothing more from it."""
+        self.garbled = f"{wrong} on its answer pipe"
+        self._buffer.clear()
+        self._wanted = 0
+        if self._out_fd >= 0:
+            self._loop.remove_reader(self._out_fd)
+        self.signal(signal.SIGKILL)
+
     def _on_pidfd(self) -> None:
         assert self._popen is not None
         self._loop.remove_reader(self._pidfd)
         # Frames written just before the exit are still in the pipe: deliver them first.
-        while self._out_fd >= 0:
+        while self._out_fd >= 0 and not self.garbled:
             try:
                 data = os.read(self._out_fd, _READ_SIZE)
             except OSError:
