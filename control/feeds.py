@@ -13,10 +13,11 @@ import copy
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+from control.identity import client_identity
 from control.jobs import JobRecord, JobState
 from control.live_output import LiveOutput
 from control.watch import SHUTTING_DOWN, Watchers
-from corral.errors import Unavailable
+from corral.errors import RateLimited, Unavailable
 from corral.printed import OutputChunk, PrintedCursor, split_cut_note
 
 PENDING_CHARS = 256 * 1024
@@ -25,6 +26,92 @@ stopped reading): a few seconds at the most a runner forwards. Beyond it the old
 the reader sees as a jump in offset."""
 PENDING_PIECES = 1024
 """The most pieces of output one feed holds (pieces with text left out between them are not joined)."""
+
+MAX_FEEDS_PER_CLIENT = 5_000
+"""Feeds (WatchJob, WatchJobs, WatchOutput, RunJob streams, over gRPC or REST) one client may hold open at
+once: the authenticated principal, else the caller's address without its port, as the per-client rate
+limit counts (:func:`control.identity.client_identity`). Each costs a task, a queue and gRPC's
+buffers, whether or not the client reads what it is sent; a client that opened streams without end
+would take the control plane's memory. Past it a new feed is ``RESOURCE_EXHAUSTED`` with a retry-after."""
+MAX_WATCHED_PER_CLIENT = 100_000
+"""Jobs one client may watch at once across its feeds (a WatchJobs stream counts its ids): ten full
+WatchJobs streams. Each watched job costs a listener and the stream's state for it, and its first
+event (a whole Job) is built and sent at once: 100 streams of 10,000 ids from one client that never
+read took 650 MB and held other clients' calls for up to 15 s."""
+MAX_FEEDS = 50_000
+"""Feeds open at once across all clients."""
+MAX_WATCHED = 1_000_000
+"""Jobs watched at once across all feeds."""
+RETRY_AFTER_SEC = 1.0
+"""The retry-after of a feed refused by those bounds."""
+
+
+class FeedBudget:
+    """The feeds and watched jobs each client holds, within :data:`MAX_FEEDS_PER_CLIENT` and
+    :data:`MAX_WATCHED_PER_CLIENT`, and all of them within :data:`MAX_FEEDS` and :data:`MAX_WATCHED`."""
+
+    def __init__(
+        self,
+        feeds_per_client: int = MAX_FEEDS_PER_CLIENT,
+        watched_per_client: int = MAX_WATCHED_PER_CLIENT,
+        feeds: int = MAX_FEEDS,
+        watched: int = MAX_WATCHED,
+    ) -> None:
+        self.feeds_per_client = feeds_per_client
+        self.watched_per_client = watched_per_client
+        self.max_feeds = feeds
+        self.max_watched = watched
+        self._held: dict[str, list[int]] = {}
+        self.feeds = 0
+        self.watched = 0
+
+    def take(self, client: str, jobs: int) -> None:
+        """Count a feed of ``jobs`` jobs for ``client``; :meth:`give_back` undoes it.
+
+        Raises:
+            RateLimited: it would go over a bound (nothing is counted then).
+        """
+        held = self._held.get(client)
+        feeds, watched = held if held is not None else (0, 0)
+        over = ""
+        if feeds + 1 > self.feeds_per_client:
+            over = f"{feeds} open watch streams, the most one client may hold ({client})"
+        elif watched + jobs > self.watched_per_client:
+            over = (
+                f"{watched} watched jobs, and one client may watch at most {self.watched_per_client} at once ({client})"
+            )
+        elif self.feeds + 1 > self.max_feeds:
+            over = f"{self.feeds} open watch streams, the most the control plane holds"
+        elif self.watched + jobs > self.max_watched:
+            over = f"{self.watched} watched jobs, the most the control plane watches at once"
+        if over:
+            raise RateLimited(
+                f"too many watches: {over}; end some streams, or retry after {RETRY_AFTER_SEC:g}s",
+                retry_after=RETRY_AFTER_SEC,
+            )
+        if held is None:
+            self._held[client] = [1, jobs]
+        else:
+            held[0] += 1
+            held[1] += jobs
+        self.feeds += 1
+        self.watched += jobs
+
+    def give_back(self, client: str, jobs: int) -> None:
+        """Undo one :meth:`take`."""
+        held = self._held.get(client)
+        if held is None:
+            return
+        held[0] -= 1
+        held[1] -= jobs
+        if held[0] <= 0:
+            del self._held[client]
+        self.feeds -= 1
+        self.watched -= jobs
+
+    def __len__(self) -> int:
+        """Clients holding a feed now."""
+        return len(self._held)
 
 
 class JobFeeds:
@@ -45,9 +132,13 @@ class JobFeeds:
         self._get = get
         self._get_many = get_many
         self._unsettled = unsettled
+        self.budget = FeedBudget()
 
-    async def watch(self, job_id: str) -> AsyncIterator[JobRecord]:
-        """The job now, then after each committed change, until a terminal state.
+    async def watch(self, job_id: str, budgeted: bool = True) -> AsyncIterator[JobRecord]:
+        """The job now, then after each committed change, until a terminal state. ``budgeted``: counted
+        in the caller's bounds (:class:`FeedBudget`); RunJob and RunJobs follow a job they have just
+        submitted, which must not be refused once accepted (a client told "too many" would send it again),
+        and what they follow is bounded by the submission limits and per stream instead.
 
         Raises:
             NotFound: no such job.
@@ -55,8 +146,12 @@ class JobFeeds:
         """
         # watch_many([job_id]) would do the same; this path (WatchJob, RunJob, Client.run) is timed by
         # bench latency, and one queue with no sets or dicts kept it 5-8% quicker (3 alternated runs).
-        q = self._watchers.subscribe(job_id)
+        client = client_identity(None) if budgeted else ""
+        if budgeted:
+            self.budget.take(client, 1)
+        q: asyncio.Queue[JobRecord | None] | None = None
         try:
+            q = self._watchers.subscribe(job_id)
             job = copy.copy(await self._get(job_id))  # a snapshot: the live record keeps changing
             last = (job.state, job.attempts, job.updated_at)
             yield job
@@ -70,7 +165,10 @@ class JobFeeds:
                     last = key
                     yield job
         finally:
-            self._watchers.unsubscribe(job_id, q)
+            if q is not None:
+                self._watchers.unsubscribe(job_id, q)
+            if budgeted:
+                self.budget.give_back(client, 1)
 
     async def watch_many(
         self, job_ids: Sequence[str], ends_only: bool = False, check: Callable[[JobRecord], object] | None = None
@@ -84,6 +182,8 @@ class JobFeeds:
             NotFound: an id that names no job.
             Unavailable: the control plane is stopping (control.watch).
         """
+        client = client_identity(None)
+        self.budget.take(client, len(job_ids))
         q: asyncio.Queue[JobRecord | None] = asyncio.Queue()
         listening: list[str] = []
         try:
@@ -104,6 +204,7 @@ class JobFeeds:
                 if job.state.terminal or not ends_only:
                     yield job
             waiting = {job.id for job in jobs if job.id in unsettled or not job.state.terminal}
+            del jobs, unsettled  # the copies: kept for the whole stream, they were most of its memory
             while waiting:
                 update = await q.get()
                 if update is None:  # stopping (control.watch)
@@ -122,6 +223,7 @@ class JobFeeds:
         finally:
             for job_id in listening:
                 self._watchers.forget(job_id, q.put_nowait)
+            self.budget.give_back(client, len(job_ids))
 
     async def watch_output(self, job_id: str) -> AsyncIterator[OutputChunk]:
         """What the job prints, until it ends: the end of what its running attempt printed so far (an
@@ -134,8 +236,14 @@ class JobFeeds:
             Unavailable: the control plane is stopping (control.watch).
         """
         # One queue for both: a piece an attempt printed comes before the change that ends the attempt.
+        client = client_identity(None)
+        self.budget.take(client, 1)
         q = _OutputQueue()
-        self._watchers.listen(job_id, q.put)
+        try:
+            self._watchers.listen(job_id, q.put)
+        except BaseException:
+            self.budget.give_back(client, 1)
+            raise
         self._live_output.listen(job_id, q.put)
         cursor = PrintedCursor()
         try:
@@ -161,6 +269,7 @@ class JobFeeds:
         finally:
             self._watchers.forget(job_id, q.put)
             self._live_output.forget(job_id, q.put)
+            self.budget.give_back(client, 1)
 
 
 class _OutputQueue:

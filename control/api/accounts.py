@@ -16,10 +16,10 @@ import grpc
 from control.access import Access
 from control.api import convert
 from control.api.audited import audited
-from control.api.identity import PRINCIPAL
 from control.api.status import grpc_errors
 from control.audit import AuditLog
 from control.auth import LOGIN_EXPIRES
+from control.identity import PRINCIPAL
 from control.store import AccountEntry
 from corral.errors import FailedPrecondition, PermissionDenied, Unauthenticated
 from corral.v1 import accounts_pb2

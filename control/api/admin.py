@@ -9,10 +9,10 @@ import grpc
 from control.admission.validation import check_text
 from control.api import convert
 from control.api.audited import audited
-from control.api.identity import PRINCIPAL
 from control.api.status import grpc_errors
 from control.audit import MAX_TARGET, AuditLog
 from control.autoscale import Autoscaler
+from control.identity import PRINCIPAL
 from control.sessions import WorkerSessions
 from corral.audit import ACTIONS
 from corral.errors import InvalidArgument

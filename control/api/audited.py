@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from control.api.identity import PRINCIPAL
 from control.audit import AuditLog
+from control.identity import PRINCIPAL
 from corral.audit import ACTIONS
 from corral.errors import CorralError
 

@@ -13,7 +13,7 @@ token for the role of its service (:mod:`control.auth`) before the servicer runs
 changes nothing. A refused call gets a handler of the same shape that aborts with UNAUTHENTICATED
 (through the error table, so the status carries the same rich details as every other error) without
 reading the request. An accepted call runs the servicer's own handler unchanged, with its principal in
-:data:`control.api.identity.PRINCIPAL`: grpc.aio runs each call's interceptors and handler in one task,
+:data:`control.identity.PRINCIPAL`: grpc.aio runs each call's interceptors and handler in one task,
 so the context variable set here is the one the handler reads. Only WorkerService calls are wrapped,
 when workers need a certificate: the TLS session is visible from the servicer context alone.
 """
@@ -28,9 +28,9 @@ from typing import Any
 
 import grpc
 
-from control.api.identity import PRINCIPAL
 from control.api.status import rich_status
 from control.auth import Authenticator, Role, role_of
+from control.identity import PEER, PRINCIPAL
 from corral import logs
 from corral.errors import Unauthenticated
 
@@ -89,6 +89,9 @@ def _wrap(fn: Behavior, metadata: Metadata) -> Behavior:
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             logs.current_request.set(metadata[0][1])
+            # Who holds the stream, for the bounds on each client's open watches (control.feeds), which do
+            # not see the context; a few µs, once per stream.
+            PEER.set(context.peer())
             context.set_trailing_metadata(metadata)
             async for item in fn(request, _Trailing(context, metadata)):
                 yield item

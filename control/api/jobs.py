@@ -13,11 +13,11 @@ import grpc
 from control.admission.validation import MAX_TYPE, check_labels, check_text
 from control.api import convert
 from control.api.audited import audited
-from control.api.identity import PRINCIPAL, client_identity
 from control.api.run_jobs import RunJobsStream
 from control.api.status import grpc_errors
 from control.audit import AuditLog
 from control.auth import Authenticator, Role
+from control.identity import PRINCIPAL, client_identity
 from control.jobs import JobRecord, JobState
 from control.registry import WorkerState
 from control.scheduler import Scheduler
@@ -296,7 +296,7 @@ class JobServicer:
         sub = convert.submission(request, _metadata(context, "idempotency-key"))
         (accepted,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
-        async for job in self.s.feeds.watch(accepted.id):
+        async for job in self.s.feeds.watch(accepted.id, budgeted=False):
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors

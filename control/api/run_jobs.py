@@ -129,7 +129,7 @@ class RunJobsStream:
                 self._refuse(tag, exc)
                 return
             # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
-            async for job in self.s.feeds.watch(accepted.id):
+            async for job in self.s.feeds.watch(accepted.id, budgeted=False):
                 event = jobs_pb2.RunJobsEvent(tag=tag, event=jobs_pb2.JobEvent(job=convert.job(job)))
                 self._outbox.put_nowait((event, job.state.terminal))
         except Exception as exc:  # the job was accepted but cannot be followed: end the stream with why

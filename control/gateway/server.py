@@ -21,7 +21,7 @@ made and returned on every response. A body in a ``Content-Encoding`` other than
 Auth: with client tokens configured, every bridge request (any path but the ones above, which probes,
 Prometheus and a browser reach without credentials) needs ``Authorization: Bearer <client token>``; without one
 it is a 401 with a ``google.rpc.Status`` body and ``WWW-Authenticate: Bearer``, before anything is
-parsed or called. The caller's principal is set in :data:`control.api.identity.PRINCIPAL` for the
+parsed or called. The caller's principal is set in :data:`control.identity.PRINCIPAL` for the
 services to see. With an ``ssl_context`` the port speaks HTTPS only.
 """
 
@@ -41,7 +41,6 @@ from google.protobuf import message_factory
 from google.protobuf.message import Message
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from control.api.identity import PEER, PRINCIPAL
 from control.api.interceptors import REQUEST_ID, request_id
 from control.auth import Authenticator, Role, role_of
 from control.gateway import protojson
@@ -49,6 +48,7 @@ from control.gateway.invoke import Invoker, Metadata
 from control.gateway.rules import Route, Router
 from control.gateway.status import RpcFailure
 from control.gateway.ui import Dashboard
+from control.identity import PEER, PRINCIPAL
 from control.metrics import Metrics
 from corral import logs
 from corral.errors import InvalidArgument, Unauthenticated

@@ -35,11 +35,11 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import corral
 from control.api import SERVICES
-from control.api.identity import PRINCIPAL
 from control.api.interceptors import Authenticate, RequestIds
 from control.auth import Authenticator, Role, TokenError, role_of
 from control.config import ConfigError, ControlConfig
 from control.gateway import Gateway, InProcess, http_routes
+from control.identity import PRINCIPAL
 from control.metrics import Metrics
 from corral.v1 import jobs_pb2, workers_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until

@@ -17,11 +17,13 @@ PRINCIPAL: ContextVar[str | None] = logs.current_principal
 :data:`corral.logs.current_principal`, so every line logged for a call names its caller."""
 
 PEER: ContextVar[str | None] = ContextVar("corral_peer", default=None)
-"""The caller's address when the call did not come through gRPC (the REST bridge sets it)."""
+"""The caller's address where the gRPC context is out of reach: the REST bridge sets it for each call,
+the gRPC interceptor for each stream (the feeds' bounds, :mod:`control.feeds`, read it)."""
 
 
 def client_identity(context: Any) -> str:
-    """The principal of this call, else its peer address without the port (``ipv4:127.0.0.1``)."""
+    """The principal of this call, else its peer address without the port (``ipv4:127.0.0.1``), from
+    :data:`PEER` or else ``context`` (None: ``unknown``)."""
     principal = PRINCIPAL.get()
     if principal:
         return f"principal:{principal}"
