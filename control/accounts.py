@@ -84,7 +84,10 @@ _CACHE_SIZE = 4096
 
 
 def check_name(name: str) -> None:
-    """Raises InvalidArgument unless ``name`` is 1 to 64 of ``[A-Za-z0-9._@-]``."""
+    """Raises InvalidArgument unless ``name`` is 1 to 64 of ``[A-Za-z0-9._@-]``: the rule of every call that
+    names an account, checked before the account is looked up (no account has a name that breaks it)."""
+    if not name:
+        raise InvalidArgument("name", "is required: 1 to 64 of [A-Za-z0-9._@-]")
     if not PRINCIPAL_NAME.fullmatch(name):
         raise InvalidArgument("name", f"must be 1 to 64 of [A-Za-z0-9._@-], got {name[:80]!r}")
 
@@ -203,9 +206,10 @@ class Accounts:
         """Give ``name`` a new password, which ends its earlier logins; returns the account once stored.
 
         Raises:
-            InvalidArgument: the password breaks its rule.
+            InvalidArgument: the name or the password breaks its rule.
             NotFound: there is no such account.
         """
+        check_name(name)
         raw = check_password_rule(password)
         self._existing(name)
         hashed = await self._hash(raw)
@@ -226,8 +230,10 @@ class Accounts:
         """Delete the account ``name`` (its logins end with it; its jobs stay).
 
         Raises:
+            InvalidArgument: the name breaks its rule.
             NotFound: there is no such account.
         """
+        check_name(name)
         self._existing(name)
         async with self._changes():
             self._existing(name)  # deleted by another call while this one waited its turn

@@ -20,19 +20,25 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+import grpc
+
 from control.admission.idempotency import sweep_interval
 from control.clock import Clock
 from control.store import AuditEntry, AuditPage, Store
 from control.turns import in_turns, pause
 from corral import logs
 
-__all__ = ["MAX_TARGET", "PURGE_BATCH", "AuditLog"]
+__all__ = ["MAX_TARGET", "OUTCOMES", "PURGE_BATCH", "AuditLog"]
 
 logger = logging.getLogger(__name__)
 
 MAX_TARGET = 256
 """Longest target kept, in characters: a refused call may name anything a caller sent."""
 PURGE_BATCH = 1000
+OUTCOMES = frozenset(code.name for code in grpc.StatusCode)
+"""Every outcome an event may have: OK, or the name of the status code the call was refused with (the
+code of the :class:`~corral.errors.CorralError` it raised, CANCELLED when its caller went away,
+INTERNAL for any other error; see control.api.audited)."""
 
 
 class AuditLog:
@@ -45,7 +51,7 @@ class AuditLog:
 
     async def record(self, action: str, target: str, outcome: str) -> None:
         """Record that the current call (its principal and request id) did ``action`` to ``target``
-        with ``outcome`` (OK or a status code name), and commit it."""
+        with ``outcome`` (one of :data:`OUTCOMES`), and commit it."""
         await self.record_each(action, (target,), outcome)
 
     async def record_each(self, action: str, targets: Sequence[str], outcome: str) -> None:

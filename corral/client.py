@@ -43,7 +43,7 @@ from corral.job import Changed, Job, JobPage, JobState, Notify
 from corral.job_ids import watched_ids
 from corral.printed import OutputChunk, PrintedCursor
 from corral.run_streams import RunStream, RunStreams
-from corral.spec import JobSpec, When, batch_request, by_id, put
+from corral.spec import JobSpec, When, batch_request, by_id, put, put_pairs
 from corral.status import translate_errors
 from corral.transport import keepalive
 from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
@@ -763,7 +763,7 @@ def list_request(
     put(request, "limit", limit)
     put(request, "offset", offset)
     put(request, "owner", owner)
-    _put_labels(request.labels, labels)
+    put_pairs(request.labels, "labels", labels)
     if queue:
         request.order = jobs_pb2.ListJobsRequest.QUEUE
     return request
@@ -816,24 +816,18 @@ def _narrowed(
         request.ids.extend(watched_ids(ids))
     put(request, "type", type)
     put(request, "owner", owner)
-    _put_labels(request.labels, labels)
+    put_pairs(request.labels, "labels", labels)
     put(request, "all", all)
     put(request, "limit", limit)
     return request
 
 
 def _states(status: Iterable[JobState | str]) -> list[jobs_pb2.Job.State.ValueType]:
-    """The proto values of states given by value or by name (case-insensitive), one or many."""
-    if isinstance(status, str | JobState):
+    """The proto values of states given by value or by name (case-insensitive), one or many;
+    :class:`InvalidArgument` on ``status`` for anything else (see :meth:`JobState.parse`)."""
+    if isinstance(status, str | int) or not isinstance(status, Iterable):  # one state (a JobState is an int), or None
         status = [status]
     return [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
-
-
-def _put_labels(field: Any, labels: Mapping[str, str] | None) -> None:
-    for key, value in (labels or {}).items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidArgument(f"labels[{key}]", f"keys and values must be strings, got {value!r}")
-        put(field, key, value, f"labels[{key}]")
 
 
 def _last(updates: Generator[Job, None, None]) -> Job:

@@ -68,16 +68,21 @@ class JobState(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: JobState | str | int) -> JobState:
-        """Return the state named by ``value`` (a member, a case-insensitive name or a number)."""
+        """Return the state named by ``value`` (a member, a case-insensitive name or a number).
+
+        Raises:
+            InvalidArgument: on ``status``, for a name or number that is no state, or a value of another
+                type (None, a float, a bool).
+        """
         if isinstance(value, JobState):
             return value
-        if isinstance(value, int):
-            return cls(value)
+        names = ", ".join(s.name for s in cls if s is not cls.STATE_UNSPECIFIED)
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise InvalidArgument("status", f"must be a state's name or number (one of {names}), got {value!r:.80}")
         try:
-            return cls[value.strip().upper()]
-        except KeyError:
-            names = ", ".join(s.name for s in cls if s is not cls.STATE_UNSPECIFIED)
-            raise InvalidArgument("status", f"unknown state {value!r}; one of {names}") from None
+            return cls(value) if isinstance(value, int) else cls[value.strip().upper()]
+        except (KeyError, ValueError):
+            raise InvalidArgument("status", f"unknown state {value!r:.80}; one of {names}") from None
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})

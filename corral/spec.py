@@ -89,13 +89,7 @@ class JobSpec:
         put(request, "priority", self.priority)
         put(request, "idempotency_key", self.idempotency_key)
         for name in ("labels", "worker_selector"):
-            pairs = getattr(self, name) or {}
-            if not isinstance(pairs, Mapping):  # a list of pairs, a "k=v" string: an AttributeError, naming nothing
-                raise InvalidArgument(name, f"must be a mapping of strings to strings, got {type(pairs).__name__}")
-            for key, value in pairs.items():
-                if not isinstance(key, str) or not isinstance(value, str):
-                    raise InvalidArgument(f"{name}[{key}]", f"keys and values must be strings, got {value!r}")
-                put(getattr(request, name), key, value, f"{name}[{key}]")
+            put_pairs(getattr(request, name), name, getattr(self, name))
         if isinstance(self.depends_on, str):
             raise InvalidArgument("depends_on", "must be a list of job ids, got a string")
         for i, job_id in enumerate(self.depends_on):
@@ -191,6 +185,19 @@ def put_in_range(target: Message, name: str, value: Any, low: int, high: int) ->
     if not low <= int(value) <= high:  # worded as the control plane words it
         raise InvalidArgument(name, f"must be between {low} and {high}, got {int(value)}")
     put(target, name, int(value))
+
+
+def put_pairs(target: MutableMapping[str, str], name: str, pairs: Mapping[str, str] | None) -> None:
+    """Copy ``pairs`` (None: none) into the map field ``target`` of a request (its ``labels``, ...);
+    :class:`InvalidArgument` on ``name`` unless they are a mapping of strings to strings (a list of
+    pairs or a "k=v" string would otherwise be an AttributeError, naming nothing)."""
+    pairs = pairs or {}
+    if not isinstance(pairs, Mapping):
+        raise InvalidArgument(name, f"must be a mapping of strings to strings, got {type(pairs).__name__}")
+    for key, value in pairs.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument(f"{name}[{key}]", f"keys and values must be strings, got {value!r}")
+        put(target, key, value, f"{name}[{key}]")
 
 
 def _rule(target: Message | MutableMapping[str, Any], name: str, value: Any) -> str:

@@ -10,7 +10,7 @@ from control.admission.validation import check_text
 from control.api import convert
 from control.api.audited import audited
 from control.api.status import grpc_errors
-from control.audit import MAX_TARGET, AuditLog
+from control.audit import MAX_TARGET, OUTCOMES, AuditLog
 from control.autoscale import Autoscaler
 from control.identity import PRINCIPAL
 from control.sessions import WorkerSessions
@@ -73,7 +73,8 @@ class AdminServicer:
         self, request: admin_pb2.ListAuditEventsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListAuditEventsResponse:
         """A page of the audit log, newest first, with the total that match: exact ``actor``, ``action``, ``target`` and
-        ``outcome`` filters, ``limit`` 1..1000 (0: 100). An empty page when the log is off."""
+        ``outcome`` filters (an action of corral.audit.ACTIONS; OK or a status code name), ``limit`` 1..1000 (0: 100).
+        An empty page when the log is off."""
         self.sessions.s.access.check_admin(PRINCIPAL.get())
         limit = request.limit or 100
         if not 1 <= limit <= MAX_AUDIT_PAGE:
@@ -85,6 +86,11 @@ class AdminServicer:
             check_text(field, value, MAX_TARGET)
         if request.action and request.action not in ACTIONS:
             raise InvalidArgument("action", f"must be one of {', '.join(ACTIONS)}, got {request.action[:80]!r}")
+        if request.outcome and request.outcome not in OUTCOMES:  # "ok", "maybe": no event has it, so no filter matches
+            raise InvalidArgument(
+                "outcome",
+                f"must be OK or a status code name (NOT_FOUND, PERMISSION_DENIED, ...), got {request.outcome[:80]!r}",
+            )
         if self.audit is None:
             return admin_pb2.ListAuditEventsResponse()
         page = await self.audit.page(match, limit, request.offset)
