@@ -47,6 +47,14 @@ __all__ = [
 MAX_MESSAGE_BYTES = 64 << 20
 MAX_PENDING_CALLS = 20_000
 """Calls that may wait to be taken up at once (a burst of clients); past it gRPC cancels new ones."""
+HANDSHAKE_TIMEOUT_SEC = 10.0
+"""A connection that has not finished its handshake by then is closed (gRPC's default is 120 s): 20,000
+TCP connections that said nothing held as many descriptors, up to the process's limit, and a worker
+that then had to reconnect could not."""
+IDLE_CONNECTION_SEC = 300.0
+"""A connection with no call on it for this long is told to go (GOAWAY): one that sent the HTTP/2
+preface and nothing after was held for good. A client's channel reconnects at its next call; a worker's
+stream is a call, so its connection is never idle."""
 
 SERVICES: tuple[ServiceDescriptor, ...] = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"],
@@ -147,6 +155,8 @@ def create_server(
             # a burst of 3,000 concurrent GetStats lost 658 that way. These wait their turn instead.
             ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
             ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS),
+            ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_SEC * 1000)),
+            ("grpc.max_connection_idle_ms", int(IDLE_CONNECTION_SEC * 1000)),
         ],
     )
     for service, servicer in zip(SERVICES, (jobs, workers, admin, accounts), strict=True):

@@ -238,6 +238,13 @@ class Gateway:
                 CONTENT_ENCODING,
                 f"{coding!r} is not a coding the bridge decodes (it takes gzip, deflate, br, zstd or identity)",
             )
+        announced = request.content_length
+        if coding in ("", "identity") and announced is not None and announced > self.max_body_bytes:
+            # Said up front: answered now, rather than after reading up to the limit of a body that a
+            # client may send a byte a second.
+            raise InvalidArgument(
+                "", f"request body is larger than {self.max_body_bytes} bytes (Content-Length {announced})"
+            )
         try:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:

@@ -416,6 +416,17 @@ def test_bodies_over_the_limit_are_refused(make_control_plane: Any) -> None:
     assert reply.status == 400 and "larger than 4096 bytes" in reply.json()["message"]
     assert rest.post("/v1/jobs", {"type": "noop", "name": "x" * 100}).status == 200
     assert rest.total() == 1
+    # A body announced over the limit is refused as it is announced, not once the client has sent the
+    # limit's worth (one that sends a byte a second held its connection for as long as it liked)
+    conn = http.client.HTTPConnection("127.0.0.1", http_port(cp), timeout=10)
+    conn.putrequest("POST", "/v1/jobs")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(10**9))
+    conn.endheaders(b'{"type": "noop"')
+    announced = conn.getresponse()
+    assert announced.status == 400 and "Content-Length 1000000000" in json.loads(announced.read())["message"]
+    conn.close()
+    assert rest.total() == 1
 
 
 # ---- request ids -----------------------------------------------------------------------------------
