@@ -70,8 +70,11 @@ def backup(database: str, dest: str) -> dict[str, int]:
     except OSError as exc:
         raise BackupError(f"cannot write {dest}: {exc.strerror or exc}") from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
+        # With the partial copy goes its rollback journal, which a copy that failed part way (a full disk)
+        # leaves beside it.
+        for leftover in (partial, f"{partial}-journal", f"{partial}-wal", f"{partial}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
     return counts
 
 

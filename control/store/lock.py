@@ -9,6 +9,10 @@ so that every path to one database takes the same lock. The kernel drops the loc
 ends, ``kill -9`` included, so a crashed control plane never blocks the next one. The file stays
 (removing it would race with a control plane opening it); it holds the pid of its holder, for the
 message a second one prints.
+
+Someone may remove the file anyway (a clean-up of "stale" lock files): the lock then holds nothing, since a
+second control plane would make and take a new file. So the holder checks, every fraction of a second
+(:meth:`DatabaseLock.hold`), that the file at the path is the one it locked, and takes a new one if not.
 """
 
 from __future__ import annotations
@@ -53,15 +57,55 @@ class DatabaseLock:
         except OSError:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        _write_pid(fd)
         self._fd: int | None = fd
+
+    def hold(self) -> bool:
+        """Check that the lock file at the path is still the one held; when it was removed or replaced, make
+        and take a new one there. Returns whether it had to.
+
+        Raises:
+            OSError: another process took the new file first (the message names its pid), or none can be made.
+        """
+        fd = self._fd
+        if fd is None:
+            return False
+        with contextlib.suppress(OSError):
+            now, held = os.stat(self.path), os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return False
+        try:
+            new = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise OSError(f"{self.path} was removed, and cannot be made again: {exc.strerror}") from exc
+        try:
+            fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_pid(new)
+            os.close(new)
+            who = f"pid {holder}" if holder else "another process"
+            raise OSError(
+                f"{self.path} was removed, and another control plane ({who}) has taken the database"
+            ) from None
+        _write_pid(new)
+        self._fd = new
+        os.close(fd)
+        return True
 
     def release(self) -> None:
         """Drop the lock. Idempotent."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def _write_pid(fd: int) -> None:
+    """Name this process in the lock file, for a second control plane's message. Best effort: on a full
+    disk the lock is held all the same (before, start-up stopped with a bare "[Errno 28] No space left on
+    device" that named no file, instead of the database's own error)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
 
 
 def _read_pid(fd: int) -> int:

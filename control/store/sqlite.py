@@ -22,8 +22,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -106,6 +108,51 @@ _T = TypeVar("_T")
 CHECKPOINT_SEC = 1.0
 """How often the write-ahead log is copied back into the database file."""
 
+FILES_CHECK_SEC = 0.25
+"""How often the store looks whether its files are still the ones it opened (see :meth:`SQLiteStore._lost`)."""
+
+_FILES = ("", "-wal", "-shm")
+"""The database file and the two SQLite keeps beside it while it is open in WAL mode."""
+
+
+SCHEMA_VERSION = 1
+"""The schema this release writes, kept in the database's ``PRAGMA user_version`` (0: a database made
+before it was kept, which _migrate brings up to date). A release that changes the schema so that an
+older one would misread it raises it; an older release then refuses the database instead of using it."""
+
+_HEADER = b"SQLite format 3\x00"
+
+
+def _unfit(path: str) -> str:
+    """Why the file at ``path`` must not be opened as this release's store ("" when it may): a database
+    of a newer schema, another program's database, or one cut short. Reads only.
+
+    Raises:
+        sqlite3.Error: it is not a database at all, or cannot be read.
+    """
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        return ""  # a new database
+    if header.startswith(_HEADER) and len(header) == 100:
+        page = int.from_bytes(header[16:18], "big")
+        page = 65536 if page == 1 else page
+        if page and size % page:  # SQLite would take it for an empty database and write a new one over it
+            return f"it is cut short ({size} bytes, not a whole number of its {page}-byte pages)"
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            return (
+                f"it was made by a newer release of Corral (schema version {version}; this release reads up to "
+                f"{SCHEMA_VERSION}): run that release, or restore a backup that this one made"
+            )
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "jobs" not in tables:
+            return "it is not a Corral database (it has tables, but no jobs table)"
+    return ""
+
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring a database made by an older release up to schema.sql (which creates only missing tables)."""
@@ -135,6 +182,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute(_LABELS_TABLE)
         conn.execute(_LABELS_BACKFILL)
         conn.execute("COMMIT")
+    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _connect(path: str, sync: str) -> sqlite3.Connection:
@@ -166,6 +215,9 @@ class SQLiteStore:
         self.sync = sync
         self._lock = DatabaseLock(path)
         try:
+            if refused := _unfit(path):  # before anything is written to it
+                self._lock.release()
+                raise OSError(f"cannot open the database {path}: {refused}")
             self._wconn = _connect(path, sync)
             self._wconn.executescript(resources.files("control.store").joinpath("schema.sql").read_text())
             _migrate(self._wconn)
@@ -175,7 +227,8 @@ class SQLiteStore:
             with contextlib.suppress(AttributeError, sqlite3.Error):
                 self._wconn.close()
             self._lock.release()
-            raise OSError(f"cannot open the database {path}: {exc}") from exc
+            full = "" if "full" in str(exc) else _when_full(path)
+            raise OSError(f"cannot open the database {path}: {exc}{full}") from exc
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
         # Transactions that run off the event loop, one at a time and in order (see the module docstring).
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-write")
@@ -185,6 +238,10 @@ class SQLiteStore:
         self._in_flight_lock = threading.Lock()  # counted up on the loop's thread, down on the writer's
         self._pending: list[_Op] = []
         self._error: BaseException | None = None
+        # Held by each write transaction, and by the check that fails the store when its files are lost, so
+        # that no write lands after that check's last checkpoint (see _files_lost).
+        self._write_lock = threading.Lock()
+        self._files: dict[str, tuple[int, int] | None] = {suffix: _identity(path + suffix) for suffix in _FILES}
         self._closed = False
         self._stop = threading.Event()
         self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="store-checkpoint", daemon=True)
@@ -192,10 +249,18 @@ class SQLiteStore:
 
     def _checkpoint_loop(self) -> None:
         """Copy the WAL back into the database every CHECKPOINT_SEC, off the event loop: a checkpoint
-        syncs, and a sync inside a commit would stall every caller waiting on the loop."""
+        syncs, and a sync inside a commit would stall every caller waiting on the loop. Every
+        FILES_CHECK_SEC, see that the store's files are still there (:meth:`_files_lost`)."""
         conn = _connect(self.path, self.sync)
         try:
-            while not self._stop.wait(CHECKPOINT_SEC):
+            last = time.monotonic()
+            while not self._stop.wait(FILES_CHECK_SEC):
+                if self._error is None and (lost := self._lost()):
+                    self._files_lost(conn, lost)
+                self._hold_lock()
+                if time.monotonic() - last < CHECKPOINT_SEC:
+                    continue
+                last = time.monotonic()
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:
@@ -205,6 +270,60 @@ class SQLiteStore:
             logger.exception("store_checkpoint_failed")
         finally:
             conn.close()
+
+    def _hold_lock(self) -> None:
+        """Keep the database's lock file (see :meth:`DatabaseLock.hold`); when another control plane took
+        it meanwhile, fail the store, so that this one stops and that one runs the jobs alone."""
+        try:
+            if self._lock.hold():
+                logger.warning("store_lock_restored", extra={"db": self.path, "lock": self._lock.path})
+        except OSError as exc:
+            with self._write_lock:
+                first = self._error is None
+                if first:
+                    self._error = _FilesLost(str(exc))
+            if first:
+                logger.critical("store_lock_lost", extra={"db": self.path, "error": str(exc)})
+
+    def _lost(self) -> str:
+        """The store's files that are no longer the ones it opened (removed, or another file put in their
+        place), as ``"corral.db-wal removed"``; "" while all are there."""
+        lost = []
+        for suffix, known in self._files.items():
+            now = _identity(self.path + suffix)
+            if known is None:  # not there at open (SQLite makes it on first use): take the first one seen
+                self._files[suffix] = now
+            elif now != known:
+                lost.append(f"{os.path.basename(self.path)}{suffix} {'removed' if now is None else 'replaced'}")
+        return ", ".join(lost)
+
+    def _files_lost(self, conn: sqlite3.Connection, lost: str) -> None:
+        """Fail the store: its files were removed or replaced under it (a restore while it ran, a clean-up).
+
+        SQLite goes on writing to the files it has open, so every commit from then on would be lost at
+        exit; and a write-ahead log left to a database it does not belong to corrupts that one. So writes
+        are refused from now on, which stops the control plane (exit status 3), and what was committed is
+        saved first: into the database file (a full checkpoint, through the log still open) when only
+        the log or its index went, else into a copy beside the database, named in the message."""
+        with self._write_lock:  # no write lands after this: each checks _error under the lock
+            if self._error is not None:
+                return
+            self._error = _FilesLost(f"{lost} while the control plane ran")
+        try:  # outside the lock: a copy of a large store takes a while, and the event loop must not wait for it
+            if self._files[""] == _identity(self.path):
+                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if busy:
+                    raise sqlite3.OperationalError("the checkpoint was held up by a reader")
+                saved = f"what was committed is in {self.path}"
+            else:
+                copy = f"{self.path}.saved-{time.strftime('%Y%m%dT%H%M%S')}"
+                with contextlib.closing(sqlite3.connect(copy)) as dest:
+                    conn.backup(dest)
+                saved = f"what was committed is saved in {copy}"
+        except (sqlite3.Error, OSError) as exc:
+            saved = f"what was committed since the last checkpoint could not be saved: {exc}"
+        self._error = _FilesLost(f"{lost} while the control plane ran; {saved}")
+        logger.critical("store_files_lost", extra={"db": self.path, "error": str(self._error)})
 
     # ---- writes -------------------------------------------------------------------------------
     def job_rows(self, jobs: Iterable[JobRecord]) -> JobRows:
@@ -409,19 +528,20 @@ class SQLiteStore:
     }
 
     def _write(self, ops: list[_Op]) -> None:
-        if self._error is not None:
-            return
-        conn = self._wconn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for kind, rows in ops:
-                conn.executemany(self._SQL[kind], rows)
-            conn.execute("COMMIT")
-        except Exception as exc:  # disk full, I/O error: the store is broken, say so everywhere
-            logger.exception("store_write_failed")
-            self._error = exc
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
+        with self._write_lock:
+            if self._error is not None:
+                return
+            conn = self._wconn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for kind, rows in ops:
+                    conn.executemany(self._SQL[kind], rows)
+                conn.execute("COMMIT")
+            except Exception as exc:  # disk full, I/O error: the store is broken, say so everywhere
+                logger.exception("store_write_failed")
+                self._error = exc
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
 
     @property
     def healthy(self) -> bool:
@@ -576,3 +696,26 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
         self._lock.release()
+
+
+class _FilesLost(OSError):
+    """The store's files were removed or replaced under it (see :meth:`SQLiteStore._files_lost`)."""
+
+
+def _when_full(path: str) -> str:
+    """What to add to an error opening ``path`` when its disk is full: SQLite then says "disk I/O error"
+    for an existing database (it cannot make the log's index), which does not say what to do."""
+    try:
+        fs = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return ""
+    return " (its disk is full)" if fs.f_bavail * fs.f_frsize < 65536 else ""
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which file ``path`` names now (device, inode), or None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:  # gone, or its directory gone with a lost volume
+        return None
+    return (st.st_dev, st.st_ino)
