@@ -8,9 +8,11 @@ store (see :mod:`control.store.postgres`), meanwhile answering health checks onl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -59,6 +61,16 @@ logger = logging.getLogger(__name__)
 
 class StartFailed(Exception):
     """Raised by :meth:`ControlPlane.start` when a part cannot start; the message names the setting."""
+
+
+@contextlib.contextmanager
+def _readable(db: str) -> Iterator[None]:
+    """A database found damaged as it is read at start-up (SQLite reads a page only when it needs it)
+    as StartFailed naming it, not a traceback."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        raise StartFailed(f"cannot read the database {describe(db)}: {exc} (CORRAL_DB, --db)") from exc
 
 
 def _started(open_part: Callable[[], _T], settings: str) -> _T:
@@ -128,19 +140,20 @@ class ControlPlane:
                 await self._standby.stop()
                 self._standby = None
         self.metrics.active.set(1)
-        scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
-        scheduler.metrics = self.metrics
-        self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)
-        if scheduler.exec_limits is not None:
-            self.metrics.watch_exec_limits(scheduler.exec_limits)
-        scheduler.recover()
-        self.share_history = ShareHistory(scheduler.usage, self.store, self.clock)
-        self.share_history.load()
-        sessions = WorkerSessions(scheduler)
-        reaper = Reaper(scheduler)
-        self.autoscaler = Autoscaler(cfg, scheduler, sessions, self.metrics, self.clock)
-        scheduler.on_change = self._update_readiness
-        accounts = self.accounts = self._accounts()
+        with _readable(cfg.db):  # what it loads may find a damaged page
+            scheduler = self.scheduler = Scheduler(self.store, cfg, self.clock, self.rng)
+            scheduler.metrics = self.metrics
+            self.metrics.watch(scheduler, lambda: self.not_ready_reason() is None)
+            if scheduler.exec_limits is not None:
+                self.metrics.watch_exec_limits(scheduler.exec_limits)
+            scheduler.recover()
+            self.share_history = ShareHistory(scheduler.usage, self.store, self.clock)
+            self.share_history.load()
+            sessions = WorkerSessions(scheduler)
+            reaper = Reaper(scheduler)
+            self.autoscaler = Autoscaler(cfg, scheduler, sessions, self.metrics, self.clock)
+            scheduler.on_change = self._update_readiness
+            accounts = self.accounts = self._accounts()
         audit = AuditLog(self.store, self.clock, cfg.audit_retention_sec)
         auth = Authenticator.from_config(cfg, accounts)
         servicers = (

@@ -224,3 +224,25 @@ def test_a_lock_file_removed_under_a_running_control_plane_is_taken_again_and_st
     # and every job runs once
     wait_all_done(cp, ids)
     assert sorted(executions(runs)) == sorted((job_id, 1) for job_id in ids)
+
+
+def test_a_damaged_page_found_at_start_up_stops_it_with_one_line(control_plane: ControlProc, tmp_path: Path) -> None:
+    # Given a database whose middle pages were overwritten (a bad sector, a copy that went wrong): SQLite
+    # opens it, and finds the damage only when start-up reads the jobs
+    good = _corral_db(control_plane)
+    db = tmp_path / "corral.db"
+    db.write_bytes(good)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    with closing(sqlite3.connect(db)) as conn:
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'jobs'").fetchone()
+    at = (root - 1) * 4096
+    db.write_bytes(good[:at] + os.urandom(4096) + good[at + 4096 :])  # the jobs table's first page
+    # When a control plane is started on it
+    done = _start_control(db)
+    # Then it exits 1 with one line naming the file (before: a traceback from deep in the recovery)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"corral control: cannot start: cannot read the database {db}: "), said
+    assert said.endswith("(CORRAL_DB, --db)")
