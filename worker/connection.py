@@ -53,6 +53,10 @@ others. The assignments it then reads were sent before that: it starts none of t
 session and registers again, listing what still runs so the control plane keeps or kills each. A
 watchdog task ticks a few times per timeout; a gap between ticks longer than the timeout is such a
 stand-still, and so is an assignment read when the last tick is that old (the reader may run first).
+The control plane, though, counts the time since it last heard from the worker (a Register, Heartbeat
+or Results message), which can be up to a heartbeat interval longer than the time since the last tick:
+so a stand-still is also a time longer than the timeout since the worker last wrote one of those,
+judged before each such write too (a heartbeat written after resuming must not hide it).
 
 Live output is best effort: an attempt's JobOutput is dropped (and counted) while no session is
 registered, or when :data:`MAX_QUEUED_OUTPUT` of them already wait (a stalled stream); the end of
@@ -189,6 +193,7 @@ class Connection:
         that an attempt leased since then which this process never got costs its job no attempt)."""
         """Sessions given up because the worker stood still longer than the heartbeat timeout."""
         self._ticked_at = 0.0  # loop time of the watchdog's last tick (or of the registration)
+        self._heard_at = 0.0  # loop time of the last write the control plane counts as a sign of life
         self._stalled = False  # this session outlived a stand-still: start nothing read on it
         self.sessions = 0
         """Sessions registered so far (1 + reconnects)."""
@@ -205,6 +210,7 @@ class Connection:
         self.rotation = AddressRotation(config.control_addrs)
         """Which address the next session tries (the same TLS credentials and token go to each)."""
         self._credentials = channel_credentials(config)
+        pool.may_start_queued = self.may_start_queued
         self._metadata = (("authorization", f"Bearer {config.token}"),) if config.token else None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -332,6 +338,7 @@ class Connection:
             self._call = call
             try:
                 async with asyncio.timeout(REGISTER_TIMEOUT_SEC):
+                    self._heard_at = asyncio.get_running_loop().time()
                     await call.write(self._register_message())
                     first = await call.read()
                 if first is grpc.aio.EOF or first.WhichOneof("msg") != "registered":
@@ -395,6 +402,7 @@ class Connection:
             self._outbox.append(pb.WorkerMessage(draining=pb.Draining(deadline_sec=self._drain_deadline_sec)))
         self.registered.set()
         self._wake.set()
+        self._pool.start_queued()  # what waited for a runner and was held back (may_start_queued), now kept
         logger.info(
             WORKER_REGISTERED,
             extra={
@@ -464,9 +472,10 @@ class Connection:
             while outbox or self._pending:
                 if outbox:
                     message = outbox.popleft()
-                    if message.WhichOneof("msg") == "output":
+                    kind = message.WhichOneof("msg")
+                    if kind == "output":
                         self._queued_output -= 1
-                    await call.write(message)
+                    await self._write(call, message, heard=kind == "heartbeat")
                     continue
                 if not lingered:
                     await self._linger()
@@ -474,7 +483,7 @@ class Connection:
                     continue  # what the outbox got meanwhile goes first: an attempt's output before its result
                 lingered = False
                 batch, self._pending = _cut(self._pending)
-                await call.write(pb.WorkerMessage(results=pb.Results(results=batch)))
+                await self._write(call, pb.WorkerMessage(results=pb.Results(results=batch)), heard=True)
             self._flushed.set()
 
     async def _linger(self) -> None:
@@ -500,10 +509,21 @@ class Connection:
                 timer.cancel()
         self._wake.set()  # re-arm for whatever arrived meanwhile
 
+    async def _write(self, call: grpc.aio.StreamStreamCall, message: pb.WorkerMessage, heard: bool) -> None:
+        """Write ``message``; one the control plane counts as a sign of life (``heard``) first ends a session
+        that outlived a stand-still (:class:`Stalled`), which the write would hide, and then notes its time."""
+        if heard and self._stood_still():
+            raise Stalled(self.heartbeat_timeout_sec)
+        at = asyncio.get_running_loop().time()
+        await call.write(message)
+        if heard:
+            self._heard_at = at
+
     def _stood_still(self) -> bool:
-        """Whether this session outlived a stand-still longer than the heartbeat timeout (see the module)."""
+        """Whether this session outlived a stand-still longer than the heartbeat timeout (see the module):
+        the watchdog's last tick, or the last write the control plane counts as a sign of life, is older."""
         if not self._stalled and self.heartbeat_timeout_sec > 0:
-            silent = asyncio.get_running_loop().time() - self._ticked_at
+            silent = asyncio.get_running_loop().time() - min(self._ticked_at, self._heard_at)
             if silent > self.heartbeat_timeout_sec:
                 self._stalled = True
                 self.stalls += 1
@@ -512,6 +532,17 @@ class Connection:
                     extra={"worker_id": self._config.worker_id, "seconds": round(silent, 3)},
                 )
         return self._stalled
+
+    def may_start_queued(self) -> bool:
+        """Whether the pool may start an attempt that waited for a runner process: not once this session
+        outlived a stand-still, nor while no sign of life reached the control plane for the heartbeat timeout
+        (it may have counted the worker lost and given the attempt to another). The attempt stays queued
+        and is listed when the worker registers again; the control plane keeps or kills it."""
+        if self.registered.is_set():
+            return not self._stood_still()
+        timeout = self.heartbeat_timeout_sec
+        silent = asyncio.get_running_loop().time() - self._heard_at
+        return not self._stalled and not (timeout > 0 and self.sessions and silent > timeout)
 
     async def _watchdog(self) -> None:
         """Tick a few times per heartbeat timeout; end the session (:class:`Stalled`) once it outlived a

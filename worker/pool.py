@@ -183,6 +183,10 @@ class RunnerPool:
         self.config = config
         self._on_result = on_result
         self._on_printed = on_printed
+        self.may_start_queued: Callable[[], bool] = lambda: True
+        """Whether an attempt that waited for a runner process may start now: not while the control plane
+        may have counted this worker lost and given the attempt to another (worker.connection sets it);
+        it stays queued, and :meth:`start_queued` takes the queue up again."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._procs: set[RunnerProcess] = set()
         self._idle: list[RunnerProcess] = []
@@ -556,7 +560,15 @@ class RunnerPool:
         running.answer = answer
         self._retire(running.proc)  # it already exits after such an answer (flagged LAST); this makes sure
 
+    def start_queued(self) -> None:
+        """Start what waits for a runner process on the idle ones, now that :attr:`may_start_queued` allows."""
+        while self._queue and self._idle and self.may_start_queued():
+            self._make_idle(self._idle.pop())
+
     def _make_idle(self, proc: RunnerProcess) -> None:
+        if self._queue and not self._stopping and not self.may_start_queued():
+            self._idle.append(proc)  # held back: see may_start_queued
+            return
         while self._queue:
             key = self._queue[0]
             spec = self._queued.get(key)
