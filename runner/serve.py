@@ -48,6 +48,7 @@ import resource
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import BinaryIO
 
 from runner import JobContext, all_types, execute, load_plugins
@@ -81,18 +82,23 @@ _adopting = False
 PARENT_GONE = signal.SIGRTMIN + 3
 
 
-def die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> Callable[[float], None] | None:
     """Have the kernel end this process, and its process group, when its parent exits; exit now if it
-    already has.
+    already has. Returns what ends the group at a given system time (0: never; see :func:`serve`), or
+    None without the compiled :mod:`runner._lifeline`.
 
     The group holds what jobs started (children that did not leave it) and plug-ins' helpers; without
     the compiled :mod:`runner._lifeline`, only this process is killed.
     """
+    end_group_at: Callable[[float], None] | None = None
     try:
         from runner import _lifeline
 
         _lifeline.arm(PARENT_GONE)
         death_signal = PARENT_GONE
+        with contextlib.suppress(OSError):
+            _lifeline.make_timer(PARENT_GONE)
+            end_group_at = _lifeline.end_group_at
     except (ImportError, OSError):
         death_signal = signal.SIGKILL
     try:
@@ -102,6 +108,7 @@ def die_with_parent(parent_pid: int) -> None:
         pass
     if os.getppid() != parent_pid:
         os._exit(1)
+    return end_group_at
 
 
 def adopt_orphans() -> None:
@@ -129,18 +136,23 @@ def serve(
     max_rss_mb: int = 0,
     output_bytes: int = 0,
     feed: LiveFeed | None = None,
+    end_group_at: Callable[[float], None] | None = None,
+    backstop_sec: float = 0.0,
 ) -> None:
     """Answer requests until end of file on ``requests``, or until an answer is the last (flagged
     ``LAST``): a job ran out of memory or left a process or a thread running, or the process reached
     ``max_jobs`` jobs or ``max_rss_mb`` MiB resident (0: no such limit). ``output_bytes``: how much of what each
     job prints goes back with its answer, and is sent live meanwhile (:mod:`runner.output`; 0: none is
-    caught); ``feed``: the :func:`live_feed` for that, if made beforehand."""
+    caught); ``feed``: the :func:`live_feed` for that, if made beforehand. ``end_group_at`` with
+    ``backstop_sec`` > 0: a job still running ``backstop_sec`` past its deadline ends with its process
+    group, should its worker, which stops it at the deadline, stand still (:mod:`runner._lifeline`)."""
     header_size = REQUEST.size
     unpack = REQUEST.unpack
     read = requests.read
     dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
     loads = json.loads  # bound now: a job that replaces json.loads must not change the next jobs' payloads
     own_pid = os.getpid()
+    backstop = end_group_at if backstop_sec > 0 else None
     _write_all(out_fd, encode_response(READY, body=catalog()))
     state = ProcessState()
     state.take()  # what each job must leave as it found it (runner.procstate)
@@ -180,6 +192,8 @@ def serve(
             if not isinstance(payload, dict):
                 raise JobFailed("INVALID_PAYLOAD", "payload: is not a JSON object")
             ctx = JobContext(job_id, attempt, threads, deadline or None)
+            if backstop and deadline:
+                backstop(deadline + backstop_sec)
             frame = encode_result(dumps(execute(job_type, payload, ctx)).encode())
         except JobFailed as exc:
             message = exc.message
@@ -195,6 +209,8 @@ def serve(
         except BaseException as exc:  # sys.exit() inside a job is a failure, not an exit
             frame = encode_failure("ERROR", f"{type(exc).__name__}: {exc}")
             escaped = exc
+        if backstop and deadline:
+            backstop(0.0)
         if os.getpid() != own_pid:
             _leave_fork(
                 escaped, frame[0] == FAILED
@@ -347,8 +363,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="the most threads a job gets, started ahead (0: one per CPU)"
     )
+    parser.add_argument(
+        "--backstop-sec",
+        type=float,
+        default=0.0,
+        help="end a job still running this long past its deadline, with its process group (0: never)",
+    )
     args = parser.parse_args(argv)
-    die_with_parent(args.parent)
+    end_group_at = die_with_parent(args.parent)
     # Before the plug-ins load: what they leave in the background as they import is then among the
     # children serve() counts as theirs, not a job's.
     adopt_orphans()
@@ -375,7 +397,17 @@ def main(argv: list[str] | None = None) -> None:
             feed.start()  # its thread's stack and arena are then part of the idle footprint, as the kernels'
         apply_memory_limit(args.memory_limit_mb)
     with os.fdopen(args.in_fd, "rb", buffering=1 << 16) as requests:
-        serve(requests, args.out_fd, args.memory_limit_mb, args.max_jobs, args.max_rss_mb, args.output_bytes, feed)
+        serve(
+            requests,
+            args.out_fd,
+            args.memory_limit_mb,
+            args.max_jobs,
+            args.max_rss_mb,
+            args.output_bytes,
+            feed,
+            end_group_at,
+            args.backstop_sec,
+        )
     sys.exit(0)
 
 

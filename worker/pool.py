@@ -80,6 +80,12 @@ __all__ = ["PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
 
 logger = logging.getLogger(__name__)
 
+BACKSTOP_SEC = 1.0
+"""How long past a job's deadline and the kill grace its runner process ends the job (with its process
+group) by itself, should the worker not have stopped it: a worker that stands still (stopped, frozen,
+its event loop blocked) kills nothing, while its control plane counts it lost after the heartbeat
+timeout and runs the job again elsewhere. Later than the worker's own kill, which comes first when
+the worker runs."""
 RETIRE_GRACE_SEC = 5.0
 """How long a retired runner (after an answer flagged LAST, or renewed for a GPU job) has to exit before
 it is killed with its process group: one that hangs as it exits (``sys.exit`` waits for any non-daemon
@@ -449,6 +455,7 @@ class RunnerPool:
             config.max_rss_mb,
             config.output_bytes,
             config.threads,
+            config.kill_grace_sec + BACKSTOP_SEC,
         )
         self._procs.add(proc)
 
@@ -629,8 +636,11 @@ class RunnerPool:
                     message = f"killed ({describe_exit(proc.returncode)})"
                     if outcome is Outcome.TIMEOUT and spec.deadline is not None:
                         ran = spec.deadline - running.started_at
-                        message = f"{_timeout_passed(spec.timeout_sec, ran)}; {message}"
+                        message = f"{_timeout_passed(spec.timeout_sec, ran)}; {_ended_by_backstop(spec, proc, now) or message}"
                     self._complete(spec, outcome, running.started_at, now, _KILL_CODES[outcome], message)
+            elif spec.deadline is not None and (backstop := _ended_by_backstop(spec, proc, now)):
+                message = f"{_timeout_passed(spec.timeout_sec, spec.deadline - running.started_at)}; {backstop}"
+                self._complete(spec, Outcome.TIMEOUT, running.started_at, now, "TIMEOUT", message)
             elif not self._stopping:
                 self._complete(spec, Outcome.FAILED, running.started_at, now, "CRASHED", _crash_message(proc))
             self._check_idle()
@@ -682,6 +692,17 @@ class RunnerPool:
     def _check_idle(self) -> None:
         if not self._running and not self._queued:
             self._idle_event.set()
+
+
+def _ended_by_backstop(spec: JobSpec, proc: RunnerProcess, now: float) -> str:
+    """What to say of an attempt whose runner process most likely ended it by itself, BACKSTOP_SEC past its
+    deadline (killed, and this worker came to it later than that: it stood still); "" otherwise."""
+    if spec.deadline is None or proc.returncode != -signal.SIGKILL or now < spec.deadline + BACKSTOP_SEC:
+        return ""
+    return (
+        f"its runner process ended it about {BACKSTOP_SEC:g} s past its deadline, the worker having stood still "
+        f"(it came to it {now - spec.deadline:.1f} s late)"
+    )
 
 
 def _crash_message(proc: RunnerProcess) -> str:

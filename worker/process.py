@@ -116,12 +116,14 @@ class RunnerProcess:
         max_rss_mb: int = 0,
         output_bytes: int = 0,
         threads: int = 0,
+        backstop_sec: float = 0.0,
     ) -> None:
         """Start the process (from the loop's thread) and begin watching its pipe and its pidfd.
 
         ``memory_limit_mb`` > 0 limits what each job may allocate (see :mod:`runner.limits`);
         ``max_jobs`` and ``max_rss_mb`` > 0 retire the process after that many jobs or past that size;
-        ``threads`` > 0 is the most threads a job gets there (0: one per CPU).
+        ``threads`` > 0 is the most threads a job gets there (0: one per CPU); ``backstop_sec`` > 0: the
+        process ends a job (its group) still running that long past its deadline by itself.
         """
         self._max_answer = MAX_RESULT_BYTES + MAX_ERROR_MESSAGE_BYTES + max(0, output_bytes) + _SLACK
         req_r, req_w = os.pipe()
@@ -135,6 +137,7 @@ class RunnerProcess:
             ("--max-rss-mb", max_rss_mb),
             ("--output-bytes", output_bytes),
             ("--threads", threads),
+            ("--backstop-sec", backstop_sec),
         ):
             if value > 0:
                 argv += [flag, str(value)]
