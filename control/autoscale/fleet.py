@@ -5,14 +5,20 @@
   exited by itself with code 0 (a worker that drained and left) is removed; any other exit (killed,
   crashed, OOM) is removed and replaced (``worker_container_replaced``), and so is a container whose
   worker has not been connected for REGISTER_TIMEOUT_SEC (:meth:`~ContainerFleet.late`): else it would
-  count as starting for ever, toward MAX_WORKERS and against every scale-down. A container still
+  count as starting for ever, toward MAX_WORKERS and against every scale-down. A container this process
+  started that exits 0 before its worker ever registered did not leave, it failed (an image that does
+  not run the worker): it is replaced like a crash, with the backoff, else it would be started again at
+  every look for ever. A container it counted that Docker no longer lists at all (``docker rm -f``) is
+  replaced too (reason ``vanished``): its jobs are lost like a crash's. A container still
   ``created`` that this process is not starting (a control plane stopped between Docker's create and
   start, or a create that timed out on the client) never gets a worker: it is removed
   (``worker_container_removed``, reason ``never_started``). Failures are reported through
   ``on_error`` (``last_error`` in GET /v1/autoscaler). When containers die soon after they start, the
   replacements are spaced out (:class:`~control.autoscale.policy.CrashBackoff`: the wait doubles, up to
   a cap, until one stays up) and :meth:`~ContainerFleet.held` holds the policy's steps up as well.
-* :meth:`ContainerFleet.start` starts containers (in parallel).
+* :meth:`ContainerFleet.start` starts containers (in parallel). A start Docker refuses (a bad network,
+  the image gone) is one failure of the same backoff, and its error stays in ``last_error`` until a
+  start succeeds (the looks that start nothing meanwhile do not clear it).
 * :meth:`ContainerFleet.retire` drains the chosen workers through the control plane (idle ones
   first, with a deadline past their jobs' own leases, so no job is cut short); a task per worker
   waits until it has no running job and has disconnected, and only then stops and removes its
@@ -81,6 +87,14 @@ class ContainerFleet:
         self._launching: set[str] = set()
         """Workers whose container this process is creating and starting now: ``created`` is expected."""
         self._crash_note = ""
+        self._registered_once: set[str] = set()
+        """Live containers whose worker has been connected at least once (as of the looks so far)."""
+        self._started_here: set[str] = set()
+        """Live containers this process started (not adopted)."""
+        self._removed: set[str] = set()
+        """Workers whose container this process removed (or is removing): not to be taken for vanished."""
+        self._start_failure: tuple[str, str] | None = None
+        """(kind, message) of the last start Docker refused, until a start succeeds: kept in last_error."""
         self._connected = False
         self._first_listing = True
 
@@ -143,6 +157,16 @@ class ContainerFleet:
                 self._connected = False
             raise
         now = self._now()
+        listed_ids = {c.worker_id for c in listed}
+        # Containers this process counted and did not remove, gone from Docker altogether (docker rm -f, or
+        # a daemon that lost them): their workers' jobs are lost like a crash's, and they count no more.
+        # One caught half-way (``removing``) is as gone: it would leave the view without a word otherwise.
+        ours = self.retiring.keys() | self._removed | self._launching
+        vanished = [c for wid, c in self.containers.items() if wid not in listed_ids and wid not in ours]
+        vanished += [
+            c for c in listed if c.status == "removing" and c.worker_id in self.containers and c.worker_id not in ours
+        ]
+        self._removed.update(c.worker_id for c in vanished)  # reported once
         live: dict[str, WorkerContainer] = {}
         for c in listed:
             never_started = c.status == "created" and c.worker_id not in self._launching
@@ -159,6 +183,7 @@ class ContainerFleet:
         self.containers = live
         for wid in live:
             if self._registered(wid):
+                self._registered_once.add(wid)
                 self._unconnected_since.pop(wid, None)
                 if self.backoff.stayed_up(self._started_at.get(wid, now), now):
                     self._crash_note = ""
@@ -167,7 +192,7 @@ class ContainerFleet:
         late = [live[wid] for wid in self.late()]
         # A retiring worker's container is removed by its own task, whatever state it is in.
         gone = [c for c in listed if c.worker_id not in live and c.worker_id not in self.retiring]
-        crashed = [c for c in gone if c.status not in ("removing", "created") and not c.exited_cleanly]
+        crashed = [c for c in gone if c.status not in ("removing", "created") and not self._left(c)]
         # Containers that die together are one failure: a bad image must not jump to the cap at once.
         if late or any(self.backoff.early(self._started_at.get(c.worker_id, now), now) for c in crashed):
             self.backoff.failed(now)
@@ -182,16 +207,45 @@ class ContainerFleet:
                 await self._remove_exited(c)
         for c in late:
             await self._replace(c, "not_registered")
+        for c in vanished:
+            await self._replace(c, "vanished")
         self._started_at = {wid: at for wid, at in self._started_at.items() if wid in self.containers}
         self._unconnected_since = {wid: at for wid, at in self._unconnected_since.items() if wid in self.containers}
-        if not (late or crashed) and self._crash_note and self.backoff.failing(now):
+        self._registered_once &= self.containers.keys()
+        self._started_here &= self.containers.keys()
+        # Forget a removal once Docker no longer lists the container, nor does the view this look built.
+        self._removed = {wid for wid in self._removed if wid in listed_ids or wid in self.containers}
+        if late or crashed or vanished:
+            return
+        last = self.backoff.last_failure_at
+        if self._start_failure is not None and (
+            last is None or now - last > self.backoff.cap_sec + self.backoff.stay_up_sec
+        ):
+            self._start_failure = None  # long ago, and nothing tried since: the series is over
+        if self._start_failure is not None:
+            # Docker refused the last start: say so at every look until a start succeeds (else the next
+            # look, which starts nothing, would clear it as if all was well).
+            self.on_error(*self._start_failure)
+        elif self._crash_note and self.backoff.failing(now):
             # Keep it in last_error until a container stays up, not just at the look that saw the crash:
             # the end of a hold proves nothing.
             self.on_error("crash_backoff", self._crash_note)
 
+    def _left(self, c: WorkerContainer) -> bool:
+        """Whether ``c`` ended as a worker that leaves does: by itself, with code 0, after its worker had
+        registered. One this process started that exits 0 before its worker ever registered (an image that
+        does not run the worker, a worker that gives up at once) failed like a crash: else it would be
+        started again at every look, for ever, with nothing in last_error. (An adopted one may have been
+        drained by the previous control plane: its exit 0 is taken at its word.)"""
+        if not c.exited_cleanly:
+            return False
+        wid = c.worker_id
+        return wid not in self._started_here or wid in self._registered_once or self.s.registry.get(wid) is not None
+
     async def _remove_exited(self, c: WorkerContainer) -> None:
+        self._removed.add(c.worker_id)
         await asyncio.to_thread(self.backend.remove, c.id)
-        if c.exited_cleanly:
+        if self._left(c):
             logger.info(
                 logs.WORKER_CONTAINER_REMOVED,
                 extra={"worker_id": c.worker_id, "container": c.id[:12], "exit_code": c.exit_code},
@@ -203,12 +257,20 @@ class ContainerFleet:
         """Start a container in place of ``c`` (removed already when it exited, removed here when it is
         ``late``), unless MAX_WORKERS or the crash backoff forbid it; report it either way."""
         if reason == "not_registered":
+            self._removed.add(c.worker_id)
             await asyncio.to_thread(self.backend.remove, c.id)
-            self.containers.pop(c.worker_id, None)
+        self.containers.pop(c.worker_id, None)
         held = self.held()
         # Retiring containers may run their jobs for a long while yet: they still count toward the bound.
         room = len(self.live()) + len(self.retiring) < self.max_workers
-        replacement = await self._start_one() if room and held == 0 else None
+        replacement: str | None = None
+        refused = ""
+        if room and held == 0:
+            try:
+                replacement = await self._start_one()
+            except BackendError as exc:  # reported below; the rest of the look goes on
+                refused = exc.message
+                self._start_refused(exc)
         self.metrics.autoscaler_replaced.inc()
         logger.warning(
             logs.WORKER_CONTAINER_REPLACED,
@@ -223,7 +285,12 @@ class ContainerFleet:
                 "held_sec": round(held, 1),
             },
         )
-        if reason == "not_registered":
+        if reason == "vanished":
+            what = (
+                f"worker container {c.worker_id} is gone from Docker (removed outside the autoscaler: docker rm?); "
+                "its running jobs fail over like a crash's (WORKER_LOST)"
+            )
+        elif reason == "not_registered":
             what = (
                 f"worker container {c.worker_id} not registered after {REGISTER_TIMEOUT_SEC:g}s, removed: check "
                 "that containers reach the control plane (CORRAL_AUTOSCALE_CONTROL_ADDRESS, CORRAL_WORKER_NETWORK) "
@@ -231,12 +298,15 @@ class ContainerFleet:
             )
         else:
             oom = ", OOM-killed" if c.oom_killed else ""
+            early = "" if c.exit_code or c.oom_killed else " before its worker registered (does WORKER_IMAGE run it?)"
             what = (
-                f"worker container {c.worker_id} {c.status} with exit code {c.exit_code}{oom}: "
+                f"worker container {c.worker_id} {c.status} with exit code {c.exit_code}{oom}{early}: "
                 f"see its logs (docker logs {c.worker_id}: it was removed)"
             )
         if replacement is not None:
             outcome = f"replaced by {replacement}"
+        elif refused:
+            outcome = f"its replacement failed to start: {refused}"
         elif held > 0:
             outcome = (
                 f"{self.backoff.failures} failures in a row soon after start: no container is started for "
@@ -249,11 +319,30 @@ class ContainerFleet:
 
     # ---- scale up -------------------------------------------------------------------------------
     async def start(self, n: int) -> None:
-        """Start ``n`` containers at once; the first failure is raised after all have been tried."""
+        """Start ``n`` containers at once; the first failure is raised after all have been tried.
+
+        A start Docker refuses (not one it did not answer) counts as a failure of the crash backoff: the
+        same spec is refused the same way next time, so the retries are spaced out like crashes are."""
         results = await asyncio.gather(*(self._start_one() for _ in range(n)), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
+                if isinstance(result, BackendError):
+                    self._start_refused(result)
                 raise result
+
+    def _start_refused(self, exc: BackendError) -> None:
+        """Record a start that failed: Docker refused it (not unreachable) -> one crash-backoff failure."""
+        if exc.kind == "docker_unreachable":  # not the spec's fault: the next look retries
+            return
+        now = self._now()
+        held = self.backoff.failed(now)
+        then = (
+            f"no container is started for {held:.0f}s ({self.backoff.failures} failures in a row; the wait "
+            "doubles while they go on)"
+            if held > 0
+            else "retried at the next look"
+        )
+        self._start_failure = (exc.kind, f"starting a worker container failed: {exc.message}; {then}")
 
     async def _start_one(self) -> str:
         worker_id = self.backend.new_worker_id(self.backend.spec.group)
@@ -263,6 +352,8 @@ class ContainerFleet:
         finally:
             self._launching.discard(worker_id)
         self.containers[worker_id] = c
+        self._started_here.add(worker_id)
+        self._start_failure = None
         self._started_at[worker_id] = self._unconnected_since[worker_id] = self._now()
         logger.info(logs.WORKER_CONTAINER_STARTED, extra={"worker_id": worker_id, "container": c.id[:12]})
         return worker_id
@@ -309,6 +400,7 @@ class ContainerFleet:
                 await asyncio.sleep(poll_sec)
             else:
                 self.on_error("drain_timeout", f"worker {worker_id} did not leave after its drain; removing it anyway")
+            self._removed.add(worker_id)
             await asyncio.to_thread(self.backend.remove, container_id)
             logger.info(logs.WORKER_CONTAINER_REMOVED, extra={"worker_id": worker_id, "container": container_id[:12]})
         except BackendError as exc:
