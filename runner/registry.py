@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from runner.errors import JobFailed
 
-__all__ = ["JobContext", "JobType", "all_types", "get", "register"]
+__all__ = ["JobContext", "JobType", "all_types", "builtin_names", "get", "register"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +129,12 @@ def all_types() -> list[JobType]:
     """Every registered job type, sorted by name."""
     _load_builtins()
     return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def builtin_names() -> frozenset[str]:
+    """The names of the built-in job types (:mod:`runner.jobs`), as against plug-ins' (user code)."""
+    _load_builtins()
+    return frozenset(name for name, impl in _REGISTRY.items() if type(impl).__module__.startswith("runner.jobs."))
 
 
 def _identity(cls: type) -> str:
