@@ -215,10 +215,8 @@ def serve(
             escaped = exc
         if backstop and deadline:
             backstop(0.0)
-        if os.getpid() != own_pid:
-            _leave_fork(
-                escaped, frame[0] == FAILED
-            )  # a process the job forked came back here: it must not answer, nor read
+        if os.getpid() != own_pid:  # a process the job forked came back here: it must not answer, nor read
+            _leave_fork(escaped, frame[0] == FAILED)
         if feed is not None:
             sys.stdout, sys.stderr = real
             for stream in streams:

@@ -188,10 +188,10 @@ class Connection:
         self.heartbeat_timeout_sec = 0.0
         """The silence after which the control plane counts this worker lost (last Registered; 0: not said)."""
         self.stalls = 0
+        """Sessions given up because the worker stood still longer than the heartbeat timeout."""
         self.registered_since = 0.0
         """The control plane's time of this process's first registration (sent back in every Register, so
         that an attempt leased since then which this process never got costs its job no attempt)."""
-        """Sessions given up because the worker stood still longer than the heartbeat timeout."""
         self._ticked_at = 0.0  # loop time of the watchdog's last tick (or of the registration)
         self._heard_at = 0.0  # loop time of the last write the control plane counts as a sign of life
         self._stalled = False  # this session outlived a stand-still: start nothing read on it
