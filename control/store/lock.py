@@ -38,26 +38,17 @@ class DatabaseLock:
         # through one) locked ``<symlink>.lock``, and so opened a database another one held.
         self.path = f"{os.path.realpath(database)}.lock"
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = _take(self.path)
+        except _Taken as taken:
+            raise OSError(
+                f"the database {database} is in use by another control plane ({taken.who}): "
+                "stop that one first, or give this one a database of its own"
+            ) from None
         except OSError as exc:  # no such directory, no write permission, a read-only file system, ...
             folder = os.path.dirname(os.path.abspath(database))
             if isinstance(exc, FileNotFoundError) and not os.path.isdir(folder):
                 raise OSError(f"cannot open the database {database}: there is no directory {folder}") from None
             raise OSError(f"cannot open the database {database}: cannot create {self.path}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_pid(fd)
-            os.close(fd)
-            who = f"pid {holder}" if holder else "another process"
-            raise OSError(
-                f"the database {database} is in use by another control plane ({who}): "
-                "stop that one first, or give this one a database of its own"
-            ) from None
-        except OSError:
-            os.close(fd)
-            raise
-        _write_pid(fd)
         self._fd: int | None = fd
 
     def hold(self) -> bool:
@@ -75,19 +66,13 @@ class DatabaseLock:
             if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
                 return False
         try:
-            new = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            new = _take(self.path)
+        except _Taken as taken:
+            raise OSError(
+                f"{self.path} was removed, and another control plane ({taken.who}) has taken the database"
+            ) from None
         except OSError as exc:
             raise OSError(f"{self.path} was removed, and cannot be made again: {exc.strerror}") from exc
-        try:
-            fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _read_pid(new)
-            os.close(new)
-            who = f"pid {holder}" if holder else "another process"
-            raise OSError(
-                f"{self.path} was removed, and another control plane ({who}) has taken the database"
-            ) from None
-        _write_pid(new)
         self._fd = new
         os.close(fd)
         return True
@@ -97,6 +82,35 @@ class DatabaseLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+class _Taken(Exception):
+    """Another process holds the lock file."""
+
+    def __init__(self, holder: int) -> None:
+        super().__init__(holder)
+        self.who = f"pid {holder}" if holder else "another process"
+
+
+def _take(path: str) -> int:
+    """Open (or make) the lock file at ``path`` and lock it without waiting; returns its descriptor.
+
+    Raises:
+        _Taken: another process holds it.
+        OSError: the file cannot be opened or made, or locked for another reason.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_pid(fd)
+        os.close(fd)
+        raise _Taken(holder) from None
+    except OSError:
+        os.close(fd)
+        raise
+    _write_pid(fd)
+    return fd
 
 
 def _write_pid(fd: int) -> None:

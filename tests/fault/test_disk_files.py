@@ -8,9 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -20,35 +18,13 @@ import pytest
 from control.store.sqlite import SCHEMA_VERSION
 from corral.v1 import jobs_pb2
 from tests.conftest import ROOT, ControlProc, base_env, wait_until
-from tests.support.calls import executions, request, submit_many, wait_all_done
+from tests.support.calls import executions, request, submit_many, submitting, wait_all_done
 
 S = jobs_pb2.Job
 
 
-@contextmanager
-def _submitting(cp: ControlProc, runs: Path) -> Iterator[tuple[list[str], list[grpc.RpcError]]]:
-    """Submit ``record`` jobs one after another on a thread until the block ends or a call is refused;
-    yields the ids acknowledged and the refusals, as they come."""
-    acked: list[str] = []
-    refused: list[grpc.RpcError] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        stub = cp.jobs
-        while not stop.is_set():
-            try:
-                acked.append(stub.SubmitJob(request("record", {"path": str(runs), "seconds": 0.05}), timeout=10).job.id)
-            except grpc.RpcError as err:
-                refused.append(err)
-                return
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield acked, refused
-    finally:
-        stop.set()
-        thread.join(30)
+def _records(runs: Path) -> jobs_pb2.SubmitJobRequest:
+    return request("record", {"path": str(runs), "seconds": 0.05})
 
 
 def _stopped_for(cp: ControlProc, what: str) -> str:
@@ -73,7 +49,7 @@ def test_the_write_ahead_log_removed_under_a_running_control_plane_stops_it_and_
     # Given a control plane taking jobs one after another, and a worker running them
     cp, runs = control_plane, tmp_path / "runs.log"
     spawn_worker(cp, threads=2, imports=("tests.support.jobtypes",))
-    with _submitting(cp, runs) as (acked, refused):
+    with submitting(cp, _records(runs)) as (acked, refused):
         wait_until(lambda: len(acked) >= 30, 30, what="30 jobs acknowledged")
         # When its write-ahead log and the log's index are removed (a clean-up of "stray" files): before,
         # it went on acknowledging jobs into a log that no longer had a name, all of them lost at its
@@ -109,7 +85,7 @@ def test_a_database_replaced_under_a_running_control_plane_stops_it_and_saves_wh
         check=False,
     )
     assert made.returncode == 0, made.stderr
-    with _submitting(cp, runs) as (acked, refused):
+    with submitting(cp, _records(runs)) as (acked, refused):
         wait_until(lambda: len(acked) >= 20, 30, what="20 more jobs acknowledged")
         # When the backup is restored while the control plane still runs (the README says to stop it
         # first): before, it went on acknowledging jobs into the replaced file, every one of them lost

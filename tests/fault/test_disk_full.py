@@ -25,7 +25,7 @@ import pytest
 
 from corral.v1 import jobs_pb2
 from tests.conftest import FAST_ENV, ROOT, ControlProc, base_env, wait_until
-from tests.support.calls import executions, request, submit_many, wait_all_done
+from tests.support.calls import executions, request, submit_many, submitting, wait_all_done
 
 S = jobs_pb2.Job
 
@@ -112,47 +112,35 @@ def test_a_full_disk_refuses_calls_with_unavailable_and_loses_no_job_or_result(
         for _ in range(2):
             spawn_worker(cp, threads=2, imports=("tests.support.jobtypes",))
         # Given clients submitting, listing and watching while two workers run and finish the jobs
-        acked: list[str] = []
-        refused: list[grpc.RpcError] = []
         stop = threading.Event()
+        records = request("record", {"path": str(runs), "seconds": 0.3}, name="n" * 200)
+        with submitting(cp, records) as (acked, refused):
 
-        def submitting() -> None:
-            stub = cp.jobs
-            while not stop.is_set():
-                req = request("record", {"path": str(runs), "seconds": 0.3}, name="n" * 200)
-                try:
-                    acked.append(stub.SubmitJob(req, timeout=10).job.id)
-                except grpc.RpcError as err:
-                    refused.append(err)
-                    return
+            def listing() -> None:
+                stub = cp.jobs
+                while not stop.is_set():
+                    try:
+                        stub.ListJobs(jobs_pb2.ListJobsRequest(limit=20), timeout=10)
+                        if acked:
+                            for _ in stub.WatchJob(jobs_pb2.WatchJobRequest(id=acked[-1]), timeout=10):
+                                pass
+                    except grpc.RpcError as err:
+                        refused.append(err)
+                        return
 
-        def listing() -> None:
-            stub = cp.jobs
-            while not stop.is_set():
-                try:
-                    stub.ListJobs(jobs_pb2.ListJobsRequest(limit=20), timeout=10)
-                    if acked:
-                        for _ in stub.WatchJob(jobs_pb2.WatchJobRequest(id=acked[-1]), timeout=10):
-                            pass
-                except grpc.RpcError as err:
-                    refused.append(err)
-                    return
-
-        threads = [threading.Thread(target=fn, daemon=True) for fn in (submitting, listing)]
-        for thread in threads:
-            thread.start()
-        wait_until(lambda: len(acked) >= 60 or refused, 60, what="60 jobs acknowledged")
-        assert not refused, refused
-        # When the disk fills up
-        filler = _fill(small_disk)
-        # Then the control plane stops, exit status 3, saying why
-        assert cp.proc is not None
-        assert cp.proc.wait(20) == 3
-        cp.proc = None
-        assert "corral control: the store cannot be written (database or disk is full)" in cp.log.read_text()
-        stop.set()
-        for thread in threads:
-            thread.join(30)
+            lister = threading.Thread(target=listing, daemon=True)
+            lister.start()
+            wait_until(lambda: len(acked) >= 60 or refused, 60, what="60 jobs acknowledged")
+            assert not refused, refused
+            # When the disk fills up
+            filler = _fill(small_disk)
+            # Then the control plane stops, exit status 3, saying why
+            assert cp.proc is not None
+            assert cp.proc.wait(20) == 3
+            cp.proc = None
+            assert "corral control: the store cannot be written (database or disk is full)" in cp.log.read_text()
+            stop.set()
+            lister.join(30)
         # and the calls it refused were refused UNAVAILABLE, a submission saying that the disk is full
         # (none INTERNAL, none hung); after it stopped, a call cannot connect (UNAVAILABLE too)
         assert {err.code() for err in refused} == {grpc.StatusCode.UNAVAILABLE}  # type: ignore[attr-defined]

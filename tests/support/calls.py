@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -116,6 +119,32 @@ def rpc_error(fn: Any, *args: Any, **kwargs: Any) -> grpc.RpcError:
     except grpc.RpcError as err:
         return err
     raise AssertionError("expected the call to fail")
+
+
+@contextmanager
+def submitting(cp: Stubs, req: jobs_pb2.SubmitJobRequest) -> Iterator[tuple[list[str], list[grpc.RpcError]]]:
+    """Submit ``req`` again and again on a thread until the block ends or a call is refused; yields the
+    ids acknowledged and the refusals, as they come (other threads may add their refusals)."""
+    acked: list[str] = []
+    refused: list[grpc.RpcError] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        stub = cp.jobs
+        while not stop.is_set():
+            try:
+                acked.append(stub.SubmitJob(req, timeout=10).job.id)
+            except grpc.RpcError as err:
+                refused.append(err)
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield acked, refused
+    finally:
+        stop.set()
+        thread.join(30)
 
 
 def executions(path: Path) -> list[tuple[str, int]]:
