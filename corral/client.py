@@ -715,9 +715,10 @@ class Client:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the channels; calls in flight are cancelled. Idempotent."""
+        """Close the channels; calls in flight are cancelled. Idempotent; a later call opens new ones, as
+        :meth:`corral.AsyncClient.close` does (before, it raised a bare ``ValueError``)."""
         self._runs.close()
-        for conn in self._failover.connections():
+        for conn in self._failover.take_connections():
             conn.channel.close()
 
     def __enter__(self) -> Client:

@@ -171,6 +171,29 @@ def test_drain_worker(client: Any) -> None:
         client.drain_worker("no-such-worker")
 
 
+def test_a_closed_client_opens_new_channels_at_its_next_call(served: ControlProc) -> None:
+    # Given each client, closed after a call
+    sync = corral.Client(served.address, timeout=10)
+    assert sync.submit("noop").state is not None
+    sync.close()
+    # When it is called again, Then the call is served on a new channel (before, the blocking client raised
+    # a bare ValueError, "Cannot invoke RPC on closed channel!", while the async one reopened)
+    assert sync.wait(sync.submit("add_numbers", {"a": 1, "b": 2}).id, timeout=30).result == {"sum": 3}
+    sync.close()
+    sync.close()
+
+    async def twice() -> dict[str, Any]:
+        aio = corral.AsyncClient(served.address, timeout=10)
+        await aio.submit("noop")
+        await aio.close()
+        job = await aio.submit("add_numbers", {"a": 1, "b": 2})
+        done = await aio.wait(job.id, timeout=30)
+        await aio.close()
+        return done.result
+
+    assert asyncio.run(twice()) == {"sum": 3}
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_an_unreachable_control_plane_is_unavailable(kind: str, control_plane: ControlProc) -> None:
     address = control_plane.address
