@@ -20,7 +20,8 @@ class ExitCode(enum.IntEnum):
     FAILED = 1
     """The server refused or failed the request, a waited-for job ended FAILED or CANCELLED, or a process died."""
     USAGE = 2
-    """Bad command line (argparse), e.g. a ``--payload`` that is not a JSON object."""
+    """Bad command line (argparse), e.g. a ``--payload`` that is not a JSON object, or a ``submit-many`` file
+    that cannot be read or is not a batch of job objects."""
     UNREACHABLE = 3
     """The control plane could not be reached."""
     INTERRUPTED = 130

@@ -7,8 +7,9 @@ the CLI: an object ``{"jobs": [...]}``, or just the array. Each job is an object
 ``scheduled_at`` is a string, read as ``corral submit --at`` reads it (ISO 8601 or ``+30s``), or Unix
 seconds as a number.
 
-Every problem is an :class:`~corral.errors.InvalidArgument` naming where it is (``jobs[1].colour``), raised
-before anything is sent. This module checks what only a file can get wrong (its JSON, its shape, its keys,
+Every problem is a :class:`BadJobFile` (an :class:`~corral.errors.InvalidArgument`) naming where it is
+(``jobs[1].colour``), raised before anything is sent; ``corral`` exits 2 for it, a usage error, as for a
+``--payload`` that is not a JSON object. This module checks what only a file can get wrong (its JSON, its shape, its keys,
 a list where an object belongs); the values themselves are checked by :meth:`JobSpec.to_proto
 <corral.spec.JobSpec.to_proto>` as the batch is built, and by the control plane.
 """
@@ -27,7 +28,12 @@ from corral.errors import InvalidArgument
 from corral.job import Notify
 from corral.spec import JobSpec
 
-__all__ = ["FIELDS", "STDIN", "load", "parse"]
+__all__ = ["FIELDS", "STDIN", "BadJobFile", "load", "parse"]
+
+
+class BadJobFile(InvalidArgument):
+    """The job file cannot be read, is not JSON, or is not a batch of job objects with JobSpec's keys."""
+
 
 STDIN = "-"
 """The path that means standard input."""
@@ -60,9 +66,9 @@ def load(path: str) -> list[JobSpec]:
         data = sys.stdin.buffer.read() if path == STDIN else Path(path).read_bytes()
         text = data.decode("utf-8")
     except OSError as exc:
-        raise InvalidArgument("", f"cannot read {source}: {exc.strerror or exc}") from None
+        raise BadJobFile("", f"cannot read {source}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise InvalidArgument("", f"cannot read {source}: not UTF-8 text (byte {exc.start})") from None
+        raise BadJobFile("", f"cannot read {source}: not UTF-8 text (byte {exc.start})") from None
     return parse(text, source)
 
 
@@ -75,15 +81,15 @@ def parse(text: str, source: str = "the job file") -> list[JobSpec]:
     try:
         document = values.loads_strict(text)
     except values.DuplicateKey as exc:
-        raise InvalidArgument("", f"invalid JSON in {source}: {exc}") from None
+        raise BadJobFile("", f"invalid JSON in {source}: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise InvalidArgument(
+        raise BadJobFile(
             "",
             f"invalid JSON in {source} at line {exc.lineno} column {exc.colno}: {exc.msg}; "
             f"near {values.excerpt(exc.doc, exc.pos)}",
         ) from None
     except RecursionError:  # json's decoder recurses once per level of nesting
-        raise InvalidArgument("", f"invalid JSON in {source}: nested too deep") from None
+        raise BadJobFile("", f"invalid JSON in {source}: nested too deep") from None
     return [_spec(job, i) for i, job in enumerate(_jobs(document, source))]
 
 
@@ -92,17 +98,17 @@ def _jobs(document: Any, source: str) -> list[Any]:
     if isinstance(document, list):
         return document
     if not isinstance(document, dict):
-        raise InvalidArgument(
+        raise BadJobFile(
             "",
             f'{source} must hold a JSON array of jobs or an object {{"jobs": [...]}}, got {values.json_kind(document)}',
         )
     for key in document:
         if key != "jobs":
-            raise InvalidArgument(key, "unknown field; known fields: jobs")
+            raise BadJobFile(key, "unknown field; known fields: jobs")
     jobs = document.get("jobs")
     if not isinstance(jobs, list):
         got = "nothing" if "jobs" not in document else values.json_kind(jobs)
-        raise InvalidArgument("jobs", f"must be a JSON array of job objects, got {got}")
+        raise BadJobFile("jobs", f"must be a JSON array of job objects, got {got}")
     return jobs
 
 
@@ -110,15 +116,15 @@ def _spec(job: Any, index: int) -> JobSpec:
     """The spec of ``jobs[index]``."""
     where = f"jobs[{index}]"
     if not isinstance(job, dict):
-        raise InvalidArgument(where, f"must be a JSON object, got {values.json_kind(job)}")
+        raise BadJobFile(where, f"must be a JSON object, got {values.json_kind(job)}")
     fields: dict[str, Any] = {"type": ""}  # none: the control plane says the type is required
     given_as: dict[str, str] = {}
     for key, value in job.items():
         name = _NAMES.get(key)
         if name is None:
-            raise InvalidArgument(f"{where}.{key}", f"unknown field; {_KNOWN}")
+            raise BadJobFile(f"{where}.{key}", f"unknown field; {_KNOWN}")
         if name in given_as:  # {"depends_on": ..., "dependsOn": ...}: which one was meant is not ours to guess
-            raise InvalidArgument(f"{where}.{key}", f"given twice, also as {given_as[name]}")
+            raise BadJobFile(f"{where}.{key}", f"given twice, also as {given_as[name]}")
         given_as[name] = key
         if value is not None:
             fields[name] = _value(name, value, f"{where}.{key}")
@@ -129,14 +135,14 @@ def _value(name: str, value: Any, where: str) -> Any:
     """``value`` as JobSpec's field ``name`` takes it. Only the kinds of container are checked here (a
     JobSpec would take a list for a mapping and fail obscurely); scalars are ``to_proto``'s."""
     if name in _OBJECTS and not isinstance(value, dict):
-        raise InvalidArgument(where, f"must be a JSON object, got {values.json_kind(value)}")
+        raise BadJobFile(where, f"must be a JSON object, got {values.json_kind(value)}")
     if name in _ARRAYS and not isinstance(value, list):
-        raise InvalidArgument(where, f"must be a JSON array, got {values.json_kind(value)}")
+        raise BadJobFile(where, f"must be a JSON array, got {values.json_kind(value)}")
     if name == "scheduled_at":
         return _when(value, where)
     if name == "notify":
         if not isinstance(value, list):
-            raise InvalidArgument(where, f"must be a JSON array, got {values.json_kind(value)}")
+            raise BadJobFile(where, f"must be a JSON array, got {values.json_kind(value)}")
         return [_notify(target, f"{where}[{i}]") for i, target in enumerate(value)]
     return value
 
@@ -147,15 +153,15 @@ _NOTIFY_KEYS = {"email": "email", "webhook_url": "webhook_url", "webhookUrl": "w
 def _notify(target: Any, where: str) -> Notify:
     """A ``notify`` entry: ``{"email": ...}`` or ``{"webhook_url": ...}``, and optionally ``"on": [states]``."""
     if not isinstance(target, dict):
-        raise InvalidArgument(where, f"must be a JSON object, got {values.json_kind(target)}")
+        raise BadJobFile(where, f"must be a JSON object, got {values.json_kind(target)}")
     fields: dict[str, Any] = {}
     for key, value in target.items():
         name = _NOTIFY_KEYS.get(key)
         if name is None:
-            raise InvalidArgument(f"{where}.{key}", "unknown field; known fields: email, webhook_url, on")
+            raise BadJobFile(f"{where}.{key}", "unknown field; known fields: email, webhook_url, on")
         if name == "on":
             if not isinstance(value, list):
-                raise InvalidArgument(f"{where}.on", f"must be a JSON array, got {values.json_kind(value)}")
+                raise BadJobFile(f"{where}.on", f"must be a JSON array, got {values.json_kind(value)}")
             value = tuple(value)  # each checked as the request is built (Notify's states)
         fields[name] = value
     return Notify(**fields)
@@ -167,9 +173,9 @@ def _when(value: Any, where: str) -> Any:
         try:
             return values.when(value)
         except argparse.ArgumentTypeError as exc:
-            raise InvalidArgument(where, str(exc)) from None
+            raise BadJobFile(where, str(exc)) from None
     if isinstance(value, int | float) and not isinstance(value, bool):
         return value  # to_proto checks that it is a time a Timestamp holds
-    raise InvalidArgument(
+    raise BadJobFile(
         where, f"must be a time: ISO 8601 or +30s as a string, or Unix seconds, got {values.json_kind(value)}"
     )

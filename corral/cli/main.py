@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from corral.cli import config_check
 from corral.cli.exitcode import ExitCode, fail
+from corral.cli.job_file import BadJobFile
 from corral.cli.parser import PASSTHROUGH, build_parser
 from corral.errors import CorralError, InvalidArgument, Unavailable
 
@@ -37,9 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return fail(f"UNAVAILABLE: {exc.message}", ExitCode.UNREACHABLE)
         address = getattr(parsed, "control", None) or "the control plane"
         return fail(f"UNAVAILABLE: cannot reach the control plane at {address}: {exc.message}", ExitCode.UNREACHABLE)
+    except BadJobFile as exc:  # the file given on the command line, as a bad --payload is
+        return fail(_invalid(exc), ExitCode.USAGE)
     except InvalidArgument as exc:
-        where = f"field {exc.field!r}: " if exc.field else ""
-        return fail(f"INVALID_ARGUMENT: {where}{exc.rule}")
+        return fail(_invalid(exc))
     except CorralError as exc:
         return fail(f"{exc.code}: {exc.message}")
     except KeyboardInterrupt:
@@ -47,3 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `corral list | head`: the reader left; nothing more to say
         sys.stderr.close()
         return ExitCode.OK
+
+
+def _invalid(exc: InvalidArgument) -> str:
+    where = f"field {exc.field!r}: " if exc.field else ""
+    return f"INVALID_ARGUMENT: {where}{exc.rule}"

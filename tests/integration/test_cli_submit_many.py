@@ -130,24 +130,35 @@ def test_wait_exits_1_when_a_job_fails_and_its_dependent_is_cancelled(served: Co
     assert done.stderr.count("\n") == 1
 
 
-BAD_FILES: list[tuple[str, str, str]] = [
-    ("malformed JSON", '[\n  {"type": "noop"},\n  {"type": "noop"\n]', "at line 4 column 1: Expecting ',' delimiter"),
-    ("not a batch", '"noop"', 'must hold a JSON array of jobs or an object {"jobs": [...]}, got a string'),
+# What is wrong with the file itself (its JSON, its shape, its keys) is a usage error, exit status 2, as a
+# --payload that is not a JSON object is; a value refused (a type or a range, a link) is 1, as a refusal by
+# the control plane is. Before, every bad file was 1.
+BAD_FILES: list[tuple[str, str, str, int]] = [
+    (
+        "malformed JSON",
+        '[\n  {"type": "noop"},\n  {"type": "noop"\n]',
+        "at line 4 column 1: Expecting ',' delimiter",
+        2,
+    ),
+    ("not a batch", '"noop"', 'must hold a JSON array of jobs or an object {"jobs": [...]}, got a string', 2),
     (
         "a job not an object",
         '{"jobs": [{"type": "noop"}, {"type": "noop"}, ["noop"]]}',
         "field 'jobs[2]': must be a JSON object",
+        2,
     ),
     (
         "an unknown key",
         '[{"type": "noop"}, {"type": "noop", "colour": "red"}]',
         "field 'jobs[1].colour': unknown field; known fields: type, ",
+        2,
     ),
-    ("a wrong type", '[{"type": "noop", "priority": "high"}]', "field 'jobs[0].priority': must be an integer"),
+    ("a wrong type", '[{"type": "noop", "priority": "high"}]', "field 'jobs[0].priority': must be an integer", 1),
     (
         "a link to a later job",
         '[{"type": "noop"}, {"type": "noop", "depends_on_index": [2]}, {"type": "noop"}]',
         "field 'jobs[1].depends_on_index[0]'",
+        1,
     ),
 ]
 
@@ -156,14 +167,14 @@ def test_a_bad_file_is_refused_naming_the_place_and_nothing_is_stored(
     control_plane: ControlProc, tmp_path: Path
 ) -> None:
     before = stored(control_plane)
-    for what, text, said in BAD_FILES:
+    for what, text, said, status in BAD_FILES:
         done = corral("submit-many", _file(tmp_path, text), "--control", control_plane.address)
-        assert done.returncode == 1, (what, done.stderr)
+        assert done.returncode == status, (what, done.stderr)
         assert done.stderr.startswith("corral: error: INVALID_ARGUMENT: "), (what, done.stderr)
         assert said in done.stderr and done.stderr.count("\n") == 1, (what, done.stderr)
         assert done.stdout == "", what
     missing = corral("submit-many", str(tmp_path / "none.json"), "--control", control_plane.address)
-    assert missing.returncode == 1
+    assert missing.returncode == 2  # a file that cannot be read is a usage error too
     assert (
         missing.stderr
         == f"corral: error: INVALID_ARGUMENT: cannot read {tmp_path / 'none.json'}: No such file or directory\n"
