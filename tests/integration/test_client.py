@@ -182,7 +182,7 @@ def test_a_closed_client_opens_new_channels_at_its_next_call(served: ControlProc
     sync.close()
     sync.close()
 
-    async def twice() -> dict[str, Any]:
+    async def twice() -> dict[str, Any] | None:
         aio = corral.AsyncClient(served.address, timeout=10)
         await aio.submit("noop")
         await aio.close()
