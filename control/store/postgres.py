@@ -19,6 +19,12 @@ What a commit survives is the server's to say: with PostgreSQL's defaults (``fsy
 ``synchronous_commit`` on) a committed transaction survives a crash of either process and a power
 loss. ``CORRAL_DB_SYNC`` applies to SQLite only.
 
+The database keeps the version of its schema (:data:`SCHEMA_VERSION`, in the one-row table
+``corral_schema``). A control plane refuses, before it writes anything or stands by, a database a newer
+release made (a higher version) and one with tables named like Corral's that are not Corral's (no
+version and not the columns every release made); a database made before the version was kept, with
+Corral's tables, is taken as this version and gains the row with the next schema step.
+
 Text columns cannot hold NUL in PostgreSQL, and one such value would fail its whole group commit
 (and so stop the control plane, again after each restart). What comes from job code rather than
 through admission (a job's printed output, error code and message and result, a job type's
@@ -40,6 +46,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql
 
 from control.jobs import TERMINAL, JobRecord, JobState
 from control.store import audit_rows
@@ -90,6 +97,43 @@ SCHEMA_LOCK_TIMEOUT_SEC = 1.0
 """How long the schema step of :meth:`PostgresStore.lead` waits for a table's lock (another session
 holds it: a pg_dump, a VACUUM FULL, DDL by hand) before it gives up, leaves as much time to the queries
 queued behind its request, and tries again."""
+
+SCHEMA_VERSION = 1
+"""The schema this release makes, kept in the table ``corral_schema`` (no row: a database made before it
+was kept, which the schema step brings up to date). A release that changes the schema so that an older
+one would misread it raises it; an older release then refuses the database instead of using it."""
+
+_FIRST_COLUMNS = {
+    "jobs": (
+        "seq", "id", "name", "type", "payload", "priority", "thread_demand", "threads_granted", "state", "attempts",
+        "charged_attempts", "max_attempts", "timeout_sec", "scheduled_at", "created_at", "ready_at", "started_at",
+        "finished_at", "queue_seconds", "exec_seconds", "worker_id", "lease_expires_at", "result", "error_code",
+        "error_message", "idempotency_key", "labels", "updated_at", "request_id", "owner", "worker_selector",
+        "output", "depends_on",
+    ),
+    "idempotency_keys": ("key", "request_hash", "job_id", "expires_at"),
+    "job_types": ("name", "schema", "description", "updated_at"),
+    "accounts": ("name", "password_hash", "session", "created_at", "password_changed_at"),
+    "settings": ("name", "value"),
+    "audit": ("seq", "time", "actor", "action", "target", "outcome", "request_id"),
+    "corral_schema": ("version",),
+}  # fmt: skip
+"""Corral's tables and the columns each had when a release first made it (those added since, the schema
+step adds): a database without a version whose tables of these names lack one is not Corral's."""
+_EVERY_RELEASE = ("jobs", "idempotency_keys", "job_types")
+"""The tables every release made, in one transaction: a database of Corral's has all three or none."""
+_TABLES = (
+    "SELECT c.relname::text, c.relkind::text, n.nspname::text, ARRAY(SELECT a.attname::text FROM pg_attribute a "
+    "WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) "
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND c.relname = ANY(%s)"
+)
+"""Corral's tables in the schema CREATE TABLE makes them in (the first of the search path), by plain
+catalog reads: all of one snapshot, so a schema another control plane is making shows all or nothing."""
+_VERSION_PUT = (
+    "INSERT INTO corral_schema (version) VALUES (%s) "
+    "ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version WHERE corral_schema.version < EXCLUDED.version"
+)
 
 PAGE_FETCH_ROWS = 20
 """Rows a ListJobs page fetches from the server at a time: past the page's cap
@@ -159,6 +203,50 @@ def _without_nul(row: tuple[Any, ...], columns: Sequence[int]) -> tuple[Any, ...
     return tuple(values)
 
 
+def _schema_state(conn: psycopg.Connection[Any]) -> tuple[str, bool]:
+    """Why the database ``conn`` is on must not be used as this release's store ("" when it may), and
+    whether the schema step must record :data:`SCHEMA_VERSION` in it. Reads only.
+
+    Raises:
+        psycopg.Error: the catalog or the version cannot be read.
+    """
+    found = {
+        name: (kind, schema, set(columns))
+        for name, kind, schema, columns in conn.execute(_TABLES, (list(_FIRST_COLUMNS),))
+    }
+    version: int | None = None
+    if (kept := found.get("corral_schema")) is not None and kept[0] in ("r", "p") and "version" in kept[2]:
+        row = conn.execute(
+            sql.SQL("SELECT max(version) FROM {}").format(sql.Identifier(kept[1], "corral_schema"))
+        ).fetchone()
+        version = None if row is None or row[0] is None else int(row[0])
+    if version is not None:
+        if version > SCHEMA_VERSION:
+            return (
+                f"it was made by a newer release of Corral (schema version {version}; this release reads up to "
+                f"{SCHEMA_VERSION}): run that release, or restore a backup that this one made",
+                False,
+            )
+        return "", version < SCHEMA_VERSION
+    if not found:
+        return "", True  # a new database
+    # Tables named like Corral's and no version: a database made before the version was kept, when they
+    # are Corral's; else another program's tables (or Corral's, cut down by hand), which it must not write.
+    wrong = []
+    for name in sorted(found):
+        kind, _, columns = found[name]
+        if kind not in ("r", "p"):
+            wrong.append(f"{name} is not a table")
+        elif missing := [c for c in _FIRST_COLUMNS[name] if c not in columns]:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            wrong.append(f"its table {name} has no column {shown}")
+    if absent := [name for name in _EVERY_RELEASE if name not in found]:
+        wrong.append(f"it has {', '.join(sorted(found))} but no {', '.join(absent)}")
+    if wrong:
+        return f"it is not a Corral database ({'; '.join(wrong)}; and it records no schema version)", False
+    return "", True
+
+
 def _application_name() -> str:
     # pg_stat_activity shows it: a standby names the active control plane by it. At most 63 bytes.
     return f"corral-control {socket.gethostname()[:32]} pid {os.getpid()}"
@@ -172,8 +260,9 @@ class PostgresStore:
         :meth:`lead` returns.
 
         Raises:
-            OSError: the server cannot be reached or refuses the connection; the message names the
-                database (without its password).
+            OSError: the server cannot be reached or refuses the connection, or the database is one this
+                release must not use (made by a newer release, or not Corral's: see the module
+                docstring); the message names the database (without its password) and why.
         """
         self.url = url
         self.where = describe(url)
@@ -182,9 +271,14 @@ class PostgresStore:
             self._wconn = self._connect()
             self._rconn = self._connect()
             self._kconn = self._connect()  # reads by key on the event loop's thread (get_idempotency, states)
+            # Before standing by: a database it must not use is said now, not at a takeover hours later.
+            refused = self._unfit()
         except psycopg.Error as exc:
             self._close_connections()
             raise OSError(f"cannot open the database {self.where}: {_reason(exc)}") from None
+        if refused:
+            self._close_connections()
+            raise OSError(f"cannot open the database {self.where}: {refused}")
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-write")
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
         self._pending: list[_Op] = []
@@ -193,6 +287,19 @@ class PostgresStore:
         self._closed = False
         self._stop = threading.Event()
         self._prober: threading.Thread | None = None
+
+    def _unfit(self) -> str:
+        """:func:`_schema_state`'s refusal, read before the lock is held (so without a write), in one
+        snapshot. A table's lock another session holds skips it: the schema step checks again, under
+        the lock, before it writes."""
+        conn = self._rconn
+        try:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                conn.execute(f"SET LOCAL lock_timeout = {round(SCHEMA_LOCK_TIMEOUT_SEC * 1000)}")
+                return _schema_state(conn)[0]
+        except psycopg.errors.LockNotAvailable:
+            return ""
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(
@@ -295,21 +402,32 @@ class PostgresStore:
         return "unknown"
 
     def _make_schema(self) -> str:
-        """Make what schema_postgres.sql makes, in one transaction: "" once made, else why a table's lock
-        could not be had within SCHEMA_LOCK_TIMEOUT_SEC (nothing was made: try again).
+        """Make what schema_postgres.sql makes and record :data:`SCHEMA_VERSION`, in one transaction: ""
+        once made, else why a table's lock could not be had within SCHEMA_LOCK_TIMEOUT_SEC (nothing was
+        made: try again). The database is checked again first, under the lock: a newer release may have
+        led it while this one stood by.
 
         Raises:
-            OSError: the schema cannot be made (the server is gone, a permission is missing).
+            OSError: the database must not be used (nothing was written), or the schema cannot be made
+                (the server is gone, a permission is missing).
         """
         ddl = resources.files("control.store").joinpath("schema_postgres.sql").read_text()
+        refused = ""
         try:
-            with self._wconn.transaction():
+            with self._wconn.transaction() as tx:
                 self._wconn.execute(f"SET LOCAL lock_timeout = {round(SCHEMA_LOCK_TIMEOUT_SEC * 1000)}")
+                refused, stale = _schema_state(self._wconn)
+                if refused:
+                    raise psycopg.Rollback(tx)
                 self._wconn.execute(ddl)
+                if stale:
+                    self._wconn.execute(_VERSION_PUT, (SCHEMA_VERSION,))
         except psycopg.errors.LockNotAvailable as exc:
             return _reason(exc)
         except psycopg.Error as exc:
             raise OSError(f"cannot create the tables in {self.where}: {_reason(exc)}") from None
+        if refused:
+            raise OSError(f"cannot open the database {self.where}: {refused}")
         return ""
 
     def _probe_loop(self) -> None:

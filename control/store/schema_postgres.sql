@@ -1,5 +1,14 @@
 -- Durable state of the control plane on PostgreSQL: the same tables as schema.sql, in PostgreSQL's types
 -- (REAL there is 8 bytes; here it is DOUBLE PRECISION). Run by the control plane that holds the lock.
+
+-- The schema version this database was last made to (control.store.postgres.SCHEMA_VERSION), in one
+-- row: an older release refuses a database a newer one changed rather than misread it. The row is written
+-- by the same transaction as the tables; a database made before it was kept has the tables and no row.
+CREATE TABLE IF NOT EXISTS corral_schema (
+    one     BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),  -- at most one row
+    version INTEGER NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS jobs (
     seq              BIGINT           PRIMARY KEY,  -- submission order
     id               TEXT             NOT NULL UNIQUE,

@@ -928,6 +928,30 @@ def test_an_older_postgres_database_gains_the_gpu_and_memory_columns(postgres: C
         assert {j.id: (j.gpu_count, j.memory_mb) for j in s.load_active()} == {"job-1": (0, 0), "job-2": (1, 512)}
 
 
+def test_a_postgres_database_made_before_the_schema_version_was_kept_is_used_and_records_it(postgres: Cluster) -> None:
+    # Given a database as the first PostgreSQL release left it: no schema version, none of the tables
+    # and columns added since, one job in it
+    url = postgres.new_database()
+    with reopened(url, [record(1)]):
+        pass
+    for table in ("corral_schema", "accounts", "settings", "audit"):
+        postgres.sql(url, f"DROP TABLE {table}")
+    for column in ("gpu_count", "memory_mb", "notify", "start_when"):
+        postgres.sql(url, f"ALTER TABLE jobs DROP COLUMN {column}")
+    # When this release opens it, nothing is written before it leads
+    s = open_store(url)
+    try:
+        assert postgres.sql(url, "SELECT to_regclass('corral_schema') IS NULL") == [(True,)]
+        # Then it leads, with the job, and records its schema version
+        run(s.lead())
+        assert [j.id for j in s.load_active()] == ["job-1"]
+        assert postgres.sql(url, "SELECT version FROM corral_schema") == [(postgres_module.SCHEMA_VERSION,)]
+        s.put_account(AccountEntry("ann", "$2b$x", "s1", 1.0, 1.0))
+        run(s.commit())
+    finally:
+        s.close()
+
+
 def test_a_postgres_takeover_during_a_dump_does_not_wait_for_it(postgres: Cluster) -> None:
     """Every takeover ran ALTER TABLE ... ADD COLUMN IF NOT EXISTS, whose ACCESS EXCLUSIVE lock is asked
     for before the column is looked for: it waited for as long as a pg_dump read the jobs table."""
