@@ -290,21 +290,18 @@ class WorkerRegistry:
 
     def most_threads(self, job_type: str, selector: tuple[tuple[str, str], ...] = (), needs: Needs = (0, 0)) -> int:
         """The most threads a connected worker that runs ``job_type`` (matches ``selector``, and gives
-        jobs the GPUs and memory of ``needs`` in all) has; 0 when none does.
-
-        Draining workers count only when every such worker drains: a job asking for more threads than the
-        workers that still take work have runs with what they have, rather than waiting for a draining
-        one that will take nothing more (and while all drain, it waits as it would for any of them)."""
+        jobs the GPUs and memory of ``needs`` in all) has; 0 when none does."""
         key = (job_type, selector, needs) if selector or needs != (0, 0) else job_type
         most = self._most_threads.get(key)
         if most is None:
-            fits = [
-                w
-                for w in self._workers.values()
-                if w.connected and w.runs(job_type) and (not selector or w.matches(selector)) and w.has(*needs)
-            ]
-            taking = [w.threads for w in fits if not w.draining]
-            most = self._most_threads[key] = max(taking or [w.threads for w in fits], default=0)
+            most = self._most_threads[key] = max(
+                (
+                    w.threads
+                    for w in self._workers.values()
+                    if w.connected and w.runs(job_type) and (not selector or w.matches(selector)) and w.has(*needs)
+                ),
+                default=0,
+            )
         return most
 
     def capacity(self) -> Capacity:

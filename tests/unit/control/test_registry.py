@@ -81,24 +81,6 @@ def test_most_threads_for_a_type_counts_connected_workers_that_run_it() -> None:
     assert (registry.most_threads("render"), registry.most_threads("noop")) == (4, 4)
 
 
-def test_most_threads_leaves_out_draining_workers_unless_all_drain() -> None:
-    registry = WorkerRegistry()
-    small = WorkerEntry("small", threads=4, slots=4, registered_at=0, last_seen=0, link=RecordingLink())
-    big = WorkerEntry("big", threads=8, slots=4, registered_at=0, last_seen=0, link=RecordingLink())
-    registry.add(small)
-    registry.add(big)
-    assert registry.most_threads("noop") == 8
-    # a draining worker takes nothing more: a job asking for 8 runs with the 4 the other has, rather than
-    # waiting for the drain to end (before, it was granted 8 and waited)
-    big.draining = True
-    registry.changed(big)
-    assert registry.most_threads("noop") == 4
-    # while every worker drains, the job waits as it would for any of them
-    small.draining = True
-    registry.changed(small)
-    assert registry.most_threads("noop") == 8
-
-
 def test_a_worker_selector_matches_labels_and_bounds_the_threads_a_job_can_get() -> None:
     registry = WorkerRegistry()
     small = WorkerEntry("small", threads=4, slots=4, registered_at=0, last_seen=0, link=RecordingLink())
