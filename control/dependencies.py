@@ -280,25 +280,49 @@ class Dependencies:
                 waiting[n] = frozenset(left)
         return waiting
 
-    def batch_links(self, subs: Sequence[Submission], earlier: Mapping[int, Earlier]) -> dict[int, BatchLinks]:
+    async def read_ahead(
+        self, subs: Sequence[Submission], earlier: Mapping[int, Earlier]
+    ) -> dict[str, JobState | None]:
+        """The stored states (None: not stored) of the jobs a batch's ``depends_on_index`` reuses by key
+        (as ``earlier`` resolves the keys now) that memory no longer holds, read off the event loop for
+        :meth:`batch_links`: a read on the loop stalled every call for as long as the store took.
+
+        Raises:
+            Unavailable: a shared store's server cannot be read.
+        """
+        s = self.s
+        gone = [
+            job_id for job_id in self._reused(subs, earlier) if job_id not in s.active and s.recent.get(job_id) is None
+        ]
+        if not gone:
+            return {}
+        found = await s.store.read_states(gone)
+        return {job_id: found.get(job_id) for job_id in gone}
+
+    def batch_links(
+        self,
+        subs: Sequence[Submission],
+        earlier: Mapping[int, Earlier],
+        ahead: Mapping[str, JobState | None] | None = None,
+    ) -> dict[int, BatchLinks]:
         """For each submission of a batch that this call creates (not in ``earlier``, the idempotent
         replays) and that names earlier ones by ``depends_on_index``: what they stand for. Reads no more
         than memory and the store's states, with no ``await``, so that nothing can end unseen before
-        the jobs exist.
+        the jobs exist. ``ahead``: what :meth:`read_ahead` read for the call, used for a job memory does
+        not hold (such a job ended long ago, and only a retry, which brings it back to memory, changes
+        it); what it does not cover (a key that resolved otherwise since) is read now.
 
         Raises:
             FailedPrecondition: an index stands for a job an earlier request made that is FAILED or
                 CANCELLED (the job could never start), or that is no longer stored.
         """
         s = self.s
-        reused: dict[str, int] = {}  # id -> the place that stands for it, for errors
-        for n, sub in enumerate(subs):
-            if n not in earlier:
-                for k in sub.depends_on_index:
-                    if isinstance(target := _followed(earlier, k), str):
-                        reused.setdefault(target, k)
+        reused = self._reused(subs, earlier)
         states = {job_id: s.active.get(job_id) or s.recent.get(job_id) for job_id in reused}
-        stored = s.store.states(job_id for job_id, job in states.items() if job is None)
+        stored: dict[str, JobState | None] = dict(ahead or {})
+        unread = [job_id for job_id, job in states.items() if job is None and job_id not in stored]
+        if unread:
+            stored.update(s.store.states(unread))
         state_of = {job_id: job.state if job else stored.get(job_id) for job_id, job in states.items()}
         links: dict[int, BatchLinks] = {}
         for n, sub in enumerate(subs):
@@ -322,6 +346,18 @@ class Dependencies:
                 unfinished=frozenset(i for i in ids if (state := state_of[i]) is not None and not rule.met_by(state)),
             )
         return links
+
+    @staticmethod
+    def _reused(subs: Sequence[Submission], earlier: Mapping[int, Earlier]) -> dict[str, int]:
+        """The ids of jobs an earlier request made that new jobs of a batch name by ``depends_on_index``,
+        each with the first place that stands for it (for errors)."""
+        reused: dict[str, int] = {}
+        for n, sub in enumerate(subs):
+            if n not in earlier:
+                for k in sub.depends_on_index:
+                    if isinstance(target := _followed(earlier, k), str):
+                        reused.setdefault(target, k)
+        return reused
 
     def recover(self, blocked: list[JobRecord]) -> None:
         """At start-up, once every live job is loaded: what each SCHEDULED job with dependencies still

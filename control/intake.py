@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from control import jobs
 from control.admission import Submission, check_batch_size, validate, validate_part
+from control.admission.idempotency import Ahead
 from control.jobs import JobRecord, JobState, StartWhen
 from control.store import IdempotencyEntry, JobRows
 from control.turns import CHUNK, in_turns
@@ -61,14 +62,37 @@ class Intake:
             for i, sub in enumerate(subs)
             if sub.idempotency_key
         }
+        # What the store holds that memory may lack (keys let go of, the states of jobs a batch reuses by
+        # key), read now, off the event loop: nothing below reads the store on it, and it settles with no
+        # await from the keys' resolution to their reservation.
+        ahead = await self.s.idempotency.read_ahead(key for key, _ in keyed.values()) if keyed else {}
+        try:
+            return await self._settle(subs, batch, client, owner, keyed, ahead)
+        finally:
+            self.s.idempotency.let_go(ahead)
+
+    async def _settle(
+        self,
+        subs: list[Submission],
+        batch: bool,
+        client: str,
+        owner: str,
+        keyed: dict[int, tuple[str, str]],
+        ahead: Ahead,
+    ) -> list[JobRecord]:
+        """:meth:`submit` once the submissions are valid and ``ahead`` read: resolve, reserve, store."""
         key_field = "jobs[{}].idempotency_key" if batch else "idempotency_key"
+        known: dict[str, JobState | None] = {}
+        if batch and keyed and any(sub.depends_on_index for sub in subs):
+            keys_now = self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field, ahead)  # changes nothing
+            known = await self.s.dependencies.read_ahead(subs, keys_now)
         depends = any(sub.depends_on for sub in subs)
         found: dict[str, JobRecord] = {}
         replays: set[int] = set()
         if depends:
             # A replay answers the job its key made, whatever has become since of the jobs it depends on
             # (one that FAILED would refuse the request as new): only new jobs' dependencies are checked.
-            replays = set(self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field)) if keyed else set()
+            replays = set(self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field, ahead)) if keyed else set()
             found = await self.s.dependencies.find(subs, batch, owner, skip=replays)
             # A dependency's end still on its way to the store would decide this call (refused when it
             # failed) on what a crash could undo: wait for its commit. Only ends: a job that ended is
@@ -83,7 +107,7 @@ class Intake:
         keys: list[IdempotencyEntry] = []
         # Resolve every key before reserving any (a refused batch leaves nothing behind), and reserve
         # before the first await: a concurrent duplicate then finds this call's job (see admission).
-        earlier = self.s.idempotency.resolve(keyed, now, key_field)
+        earlier = self.s.idempotency.resolve(keyed, now, key_field, ahead)
         waiting: dict[int, frozenset[str]] = {}
         if depends:
             if not replays <= earlier.keys():  # a key that expired during the read above: its job is new now
@@ -91,7 +115,7 @@ class Intake:
             waiting = self.s.dependencies.waiting_for(subs, batch, found, skip=earlier)  # no await until created
         links = {}
         if batch and any(sub.depends_on_index for sub in subs):
-            links = self.s.dependencies.batch_links(subs, earlier)
+            links = self.s.dependencies.batch_links(subs, earlier, known)
         if self.s.submit_limits.enabled:
             # Charged for the jobs it would create, before anything is reserved or stored: a replay
             # creates nothing, so a client re-sending after a lost answer is never refused for it.

@@ -91,6 +91,7 @@ class Scheduler:
             live_keys,
             fetch=store.get_idempotency,
             complete=len(live_keys) < MAX_CACHED_KEYS,
+            read=store.read_idempotency,
         )
         self.submit_limits = SubmitRateLimiter(
             clock,

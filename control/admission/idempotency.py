@@ -12,9 +12,13 @@ get that job. Inside one batch, a repeated key maps to the batch's first job wit
 batch that reuses a key for a different request is refused whole, before anything is reserved.
 
 Memory: the store holds every live key; memory holds the newest :data:`MAX_CACHED_KEYS` of them.
-Once it has let older ones go, a key not in memory is looked up in the store (a primary-key read, on
-the event loop, so still with no ``await`` between lookup and reservation). Keys of submissions not
-yet committed are always in memory. At about 450 bytes a key, keeping every live key (a day's worth
+Once it has let older ones go, a call reads the keys it names that memory lacks from the store ahead,
+off the event loop (:meth:`IdempotencyKeys.read_ahead`: a read on the loop stalled every call the
+control plane served for as long as the store took, a locked table's whole wait on PostgreSQL). What
+was read counts only where memory has nothing: a key reserved meanwhile is in memory, and is kept there
+until the call has settled (:meth:`IdempotencyKeys.let_go`), so a read made before that reservation's
+commit is never taken for the truth. A key memory let go of after the read began, which the read did not
+cover, is read on the loop, as before. Keys of submissions not yet committed are always in memory. At about 450 bytes a key, keeping every live key (a day's worth
 by default) would take about 4 GB for a client that keys 100 jobs a second.
 
 Expiry: :class:`IdempotencySweeper` removes expired keys from memory and from the store every
@@ -27,8 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Protocol
 
 from control.clock import Clock
@@ -53,6 +57,10 @@ def sweep_interval(ttl: float) -> float:
     return min(SWEEP_INTERVAL_MAX_SEC, max(SWEEP_INTERVAL_MIN_SEC, ttl / 4))
 
 
+Ahead = Mapping[str, IdempotencyEntry | None]
+"""What :meth:`IdempotencyKeys.read_ahead` read from the store for a call: each key memory lacked, with
+its stored entry or None."""
+
 Earlier = str | int
 """What :meth:`IdempotencyKeys.resolve` finds for a submission: the id of the job a previous request
 made (str), or the index of an earlier submission of the same call with the same key (int)."""
@@ -68,14 +76,19 @@ class IdempotencyKeys:
         fetch: Callable[[str], IdempotencyEntry | None] | None = None,
         capacity: int = MAX_CACHED_KEYS,
         complete: bool = True,
+        read: Callable[[list[str]], Awaitable[dict[str, IdempotencyEntry]]] | None = None,
     ) -> None:
         """``entries``: keys to start with (the newest from the store); ``fetch``: reads one key from
-        the store (None: memory is all there is); ``complete``: ``entries`` are all the live keys, so
-        the store is asked only once memory has let some go."""
+        the store on the event loop (None: memory is all there is); ``read``: reads keys from the store
+        off it, for :meth:`read_ahead` (None: only ``fetch``); ``complete``: ``entries`` are all the live
+        keys, so the store is asked only once memory has let some go."""
         self.ttl = ttl
         self.capacity = capacity
         self._fetch = fetch
+        self._read = read
         self._complete = complete
+        self._pinned: Counter[str] = Counter()
+        """Keys a call has read ahead and not let go of: kept in memory once reserved (see the module)."""
         self._keys: OrderedDict[str, IdempotencyEntry] = OrderedDict(
             (e.key, e) for e in sorted(entries, key=lambda e: e.expires_at)
         )
@@ -87,15 +100,50 @@ class IdempotencyKeys:
         """Keys in memory."""
         return len(self._keys)
 
-    def lookup(self, key: str, request_hash: str, now: float, field: str = "idempotency_key") -> str | None:
-        """The job id this key already made for an equal request, else None.
+    async def read_ahead(self, keys: Iterable[str]) -> Ahead:
+        """Read from the store, off the event loop, those of ``keys`` that memory may have let go of, for
+        :meth:`lookup` and :meth:`resolve` to use after an ``await``; ``{}`` when memory holds every live
+        key. Call :meth:`let_go` with the answer once the call has reserved its keys (or failed).
+
+        Raises:
+            Unavailable: a shared store's server cannot be read.
+        """
+        if self._read is None or self._complete:
+            return {}
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._keys]
+        if not wanted:
+            return {}
+        self._pinned.update(wanted)
+        try:
+            found = await self._read(wanted)
+        except BaseException:
+            self.let_go(dict.fromkeys(wanted))
+            raise
+        return {key: found.get(key) for key in wanted}
+
+    def let_go(self, ahead: Ahead) -> None:
+        """The call that read ``ahead`` has settled its keys: memory may let them go again."""
+        if ahead:
+            self._pinned.subtract(ahead.keys())
+            for key in ahead:
+                if self._pinned[key] <= 0:
+                    del self._pinned[key]
+            self._trim()
+
+    def lookup(
+        self, key: str, request_hash: str, now: float, field: str = "idempotency_key", ahead: Ahead | None = None
+    ) -> str | None:
+        """The job id this key already made for an equal request, else None. ``ahead``: what
+        :meth:`read_ahead` read for this call, used where memory has nothing.
 
         Raises:
             AlreadyExists: the key is live and was used with a different request.
         """
         entry = self._keys.get(key)
         if entry is None and self._fetch is not None and not self._complete:
-            entry = self._fetch(key)  # an older key, no longer in memory
+            # An older key, no longer in memory: read ahead by this call, or (let go of by memory only
+            # after the read began) read now.
+            entry = ahead[key] if ahead is not None and key in ahead else self._fetch(key)
         if entry is None or entry.expires_at <= now:
             return None
         if entry.request_hash != request_hash:
@@ -106,12 +154,16 @@ class IdempotencyKeys:
         return entry.job_id
 
     def resolve(
-        self, keyed: Mapping[int, tuple[str, str]], now: float, field: str = "idempotency_key"
+        self,
+        keyed: Mapping[int, tuple[str, str]],
+        now: float,
+        field: str = "idempotency_key",
+        ahead: Ahead | None = None,
     ) -> dict[int, Earlier]:
         """For submissions ``{index: (key, request hash)}`` of one call: what each maps to, if anything.
 
-        ``field`` names the key in errors; a ``{}`` in it is replaced by the index (``jobs[{}].idempotency_key``).
-        Changes nothing, so a refused call leaves no reservation behind.
+        ``field`` names the key in errors; a ``{}`` in it is replaced by the index (``jobs[{}].idempotency_key``);
+        ``ahead`` as for :meth:`lookup`. Changes nothing, so a refused call leaves no reservation behind.
 
         Raises:
             AlreadyExists: a key is live for a different request, or repeats in the call with another request.
@@ -129,7 +181,7 @@ class IdempotencyKeys:
                     )
                 found[i] = j
                 continue
-            job_id = self.lookup(key, digest, now, name)
+            job_id = self.lookup(key, digest, now, name, ahead)
             if job_id is not None:
                 found[i] = job_id
             first[key] = i
@@ -153,7 +205,7 @@ class IdempotencyKeys:
         keys = self._keys
         while len(keys) > self.capacity:
             oldest = next(iter(keys))
-            if oldest in self._pending:
+            if oldest in self._pending or oldest in self._pinned:
                 break
             del keys[oldest]
             self._complete = False

@@ -243,6 +243,15 @@ class Store(Protocol):
         """
         ...
 
+    async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        """The committed states of those of ``job_ids`` that are stored, as :meth:`states` reads them,
+        without holding the event loop while a shared store's server answers.
+
+        Raises:
+            Unavailable: a shared store's server cannot be read.
+        """
+        ...
+
     def max_seq(self) -> int:
         """The highest ``seq`` stored, 0 when there is no job: the next job's is one more (control.intake)."""
         ...
@@ -254,6 +263,15 @@ class Store(Protocol):
     def get_idempotency(self, key: str) -> IdempotencyEntry | None:
         """The committed entry of ``key``, expired or not, or None. Synchronous: called on the event
         loop between a key's lookup and its reservation (a primary-key read)."""
+        ...
+
+    async def read_idempotency(self, keys: Sequence[str]) -> dict[str, IdempotencyEntry]:
+        """The committed entries of those of ``keys`` that are stored, expired or not, without holding the
+        event loop while a shared store's server answers (read ahead of a call's resolution of its keys).
+
+        Raises:
+            Unavailable: a shared store's server cannot be read.
+        """
         ...
 
     def load_job_types(self) -> list[JobTypeEntry]:

@@ -728,6 +728,13 @@ class PostgresStore:
         )
         return {job_id: JobState(state) for job_id, state in rows}
 
+    async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        rows = await self._read(lambda c: c.execute("SELECT id, state FROM jobs WHERE id = ANY(%s)", (ids,)).fetchall())
+        return {job_id: JobState(state) for job_id, state in rows}
+
     def max_seq(self) -> int:
         row = self._rconn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()
         return int(row[0]) if row else 0
@@ -748,6 +755,17 @@ class PostgresStore:
             ).fetchone(),
         )
         return IdempotencyEntry(*row) if row else None
+
+    async def read_idempotency(self, keys: Sequence[str]) -> dict[str, IdempotencyEntry]:
+        wanted = list(keys)
+        if not wanted:
+            return {}
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT key, request_hash, job_id, expires_at FROM idempotency_keys WHERE key = ANY(%s)", (wanted,)
+            ).fetchall()
+        )
+        return {row[0]: IdempotencyEntry(*row) for row in rows}
 
     def load_job_types(self) -> list[JobTypeEntry]:
         rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()

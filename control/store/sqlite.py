@@ -664,6 +664,14 @@ class SQLiteStore:
         ).fetchone()
         return IdempotencyEntry(*row) if row else None
 
+    async def read_idempotency(self, keys: Sequence[str]) -> dict[str, IdempotencyEntry]:
+        # On the loop, unlike PostgreSQL's: a read by key of a local file in WAL mode waits for no writer,
+        # and costs less than a hop to the reader thread, which a ListJobs page may hold.
+        return {key: entry for key in keys if (entry := self.get_idempotency(key)) is not None}
+
+    async def read_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        return self.states(job_ids)  # on the loop, as read_idempotency
+
     def load_job_types(self) -> list[JobTypeEntry]:
         rows = self._rconn.execute("SELECT name, schema, description FROM job_types").fetchall()
         return [JobTypeEntry(*r) for r in rows]

@@ -125,6 +125,94 @@ def test_keys_not_yet_committed_stay_in_memory_however_many() -> None:
     assert len(keys) == 2 and keys.lookup("k3", "h", now=5) == "job-3"
 
 
+def _committed_keys(keys: IdempotencyKeys, stored: dict[str, IdempotencyEntry], names: list[str], now: float) -> None:
+    for i, name in enumerate(names):
+        stored[name] = keys.reserve(name, "h", f"job-{name}", now=now + i)
+        keys.committed([name])
+
+
+def test_keys_memory_let_go_of_are_read_ahead_off_the_loop_and_no_read_is_made_on_it() -> None:
+    stored: dict[str, IdempotencyEntry] = {}
+    asked: list[list[str]] = []
+
+    def on_the_loop(key: str) -> IdempotencyEntry | None:
+        raise AssertionError(f"read {key!r} on the event loop")
+
+    async def read(wanted: list[str]) -> dict[str, IdempotencyEntry]:
+        asked.append(wanted)
+        await asyncio.sleep(0)  # as a store's thread answers
+        return {key: stored[key] for key in wanted if key in stored}
+
+    async def main() -> None:
+        keys = IdempotencyKeys(ttl=100, fetch=on_the_loop, capacity=2, read=read)
+        _committed_keys(keys, stored, ["k0", "k1", "k2", "k3"], now=0)
+        # Given memory holding k2 and k3 only, a call naming k0 (stored), k3 (in memory) and k9 (nowhere)
+        ahead = await keys.read_ahead(["k0", "k3", "k9", "k0"])
+        # Then only what memory lacks is read, once, and resolution reads nothing more on the loop
+        assert asked == [["k0", "k9"]]
+        assert keys.resolve({0: ("k0", "h"), 1: ("k3", "h"), 2: ("k9", "h")}, now=10, ahead=ahead) == {
+            0: "job-k0",
+            1: "job-k3",
+        }
+        keys.let_go(ahead)
+
+    asyncio.run(main())
+
+
+def test_a_key_reserved_while_it_was_read_ahead_is_answered_from_memory_not_from_the_read() -> None:
+    stored: dict[str, IdempotencyEntry] = {}
+
+    async def main() -> None:
+        started, answer = asyncio.Event(), asyncio.Event()
+
+        async def read(wanted: list[str]) -> dict[str, IdempotencyEntry]:
+            started.set()
+            found = {key: stored[key] for key in wanted if key in stored}  # the snapshot, before the commit below
+            await answer.wait()
+            return found
+
+        keys = IdempotencyKeys(ttl=100, fetch=stored.get, capacity=2, read=read)
+        _committed_keys(keys, stored, ["k0", "k1", "k2"], now=0)
+        # Given a call reading "new" ahead: the store does not have it yet
+        call = asyncio.create_task(keys.read_ahead(["new"]))
+        await started.wait()
+        # When another call reserves and commits it meanwhile, and newer keys push it past memory's room
+        stored["new"] = keys.reserve("new", "h", "job-first", now=5)
+        keys.committed(["new"])
+        _committed_keys(keys, stored, ["k3", "k4", "k5"], now=10)
+        answer.set()
+        ahead = await call
+        # Then the first call finds the job the other made, though its read, older, said there was none:
+        # memory kept the key while the call held its read (let go of, the read alone would make a second job)
+        assert ahead == {"new": None}
+        assert keys.lookup("new", "h", now=20, ahead=ahead) == "job-first"
+        # And once the call lets go, memory keeps only its room again
+        keys.let_go(ahead)
+        assert len(keys) == 2
+
+    asyncio.run(main())
+
+
+def test_a_key_memory_let_go_of_after_the_read_began_is_read_on_the_loop() -> None:
+    stored: dict[str, IdempotencyEntry] = {}
+
+    async def read(wanted: list[str]) -> dict[str, IdempotencyEntry]:
+        return {key: stored[key] for key in wanted if key in stored}
+
+    async def main() -> None:
+        keys = IdempotencyKeys(ttl=100, fetch=stored.get, capacity=2, read=read)
+        _committed_keys(keys, stored, ["k0", "k1", "k2"], now=0)
+        # Given a call naming k2, which memory holds, so it is not read ahead
+        ahead = await keys.read_ahead(["k2"])
+        assert ahead == {}
+        # When memory lets it go before the call resolves it
+        _committed_keys(keys, stored, ["k3", "k4"], now=10)
+        # Then it is still found, read from the store on the loop
+        assert keys.lookup("k2", "h", now=20, ahead=ahead) == "job-k2"
+
+    asyncio.run(main())
+
+
 def test_a_control_plane_answers_replays_of_keys_it_no_longer_keeps_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
