@@ -36,7 +36,7 @@ from control.auth import Authenticator
 from control.autoscale import Autoscaler
 from control.clock import Clock, SystemClock
 from control.config import ControlConfig
-from control.gateway import Gateway, InProcess, Invoker, Loopback, http_routes
+from control.gateway import Gateway, HttpLimits, InProcess, Invoker, Loopback, http_routes
 from control.metrics import Metrics
 from control.reaper import Reaper
 from control.retention import RetentionSweeper
@@ -202,6 +202,7 @@ class ControlPlane:
             cfg.shutdown_grace_sec,
             auth=auth,
             ssl_context=tls.ssl_context() if tls else None,
+            limits=HttpLimits.from_config(cfg),
         )
         try:
             await self.gateway.start()
@@ -251,6 +252,7 @@ class ControlPlane:
             metrics=self.metrics,
             leader=leader,
             http_max_body_bytes=cfg.http_max_body_bytes,
+            http_limits=HttpLimits.from_config(cfg),
         )
         try:
             await self._standby.start()

@@ -45,6 +45,17 @@ class ControlConfig:
     """CORRAL_HTTP_PORT: 0..65535 (0 = any free port)."""
     http_max_body_bytes: int = 64 << 20
     """CORRAL_HTTP_MAX_BODY_BYTES: 1..64 MiB; the largest REST request body (as big as a gRPC message)."""
+    http_header_timeout_sec: float = 10.0
+    """CORRAL_HTTP_HEADER_TIMEOUT_SEC: > 0; a REST request's line and headers must be all in this long after
+    the connection opened (after its TLS handshake, which has as long again), or after the response before
+    on a kept-alive connection, else the connection is closed: an idle kept-alive one too (the gRPC
+    handshake's 10 s)."""
+    http_body_timeout_sec: float = 10.0
+    """CORRAL_HTTP_BODY_TIMEOUT_SEC: > 0; the longest a REST request body may go without a byte before its
+    connection is closed. Nothing bounds how long an answer (a WatchJob stream) takes."""
+    http_max_connections: int = 1000
+    """CORRAL_HTTP_MAX_CONNECTIONS: >= 0; HTTP connections open at once (0 = no cap); one more is answered
+    503 and closed, so that REST clients cannot take the descriptors that workers reconnect with."""
     gateway_mode: str = "inprocess"
     """CORRAL_GATEWAY_MODE: inprocess (the REST bridge calls the servicers directly) | loopback (over a
     gRPC channel to this process's own port, as grpc-gateway does)."""
@@ -241,6 +252,17 @@ class ControlConfig:
             "CORRAL_HTTP_MAX_BODY_BYTES",
             "must be 1..67108864",
             self.http_max_body_bytes,
+        )
+        for var, timeout in (
+            ("CORRAL_HTTP_HEADER_TIMEOUT_SEC", self.http_header_timeout_sec),
+            ("CORRAL_HTTP_BODY_TIMEOUT_SEC", self.http_body_timeout_sec),
+        ):
+            _rule(_pos(timeout), var, "must be > 0", timeout)
+        _rule(
+            self.http_max_connections >= 0,
+            "CORRAL_HTTP_MAX_CONNECTIONS",
+            "must be >= 0 (0: no cap)",
+            self.http_max_connections,
         )
         _rule(
             self.gateway_mode in ("inprocess", "loopback"),
@@ -596,6 +618,9 @@ _ENV: dict[str, str] = {
     "grpc_port": "CORRAL_GRPC_PORT",
     "http_port": "CORRAL_HTTP_PORT",
     "http_max_body_bytes": "CORRAL_HTTP_MAX_BODY_BYTES",
+    "http_header_timeout_sec": "CORRAL_HTTP_HEADER_TIMEOUT_SEC",
+    "http_body_timeout_sec": "CORRAL_HTTP_BODY_TIMEOUT_SEC",
+    "http_max_connections": "CORRAL_HTTP_MAX_CONNECTIONS",
     "gateway_mode": "CORRAL_GATEWAY_MODE",
     "db": "CORRAL_DB",
     "db_sync": "CORRAL_DB_SYNC",
@@ -669,6 +694,9 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "grpc_port": _INT,
     "http_port": _INT,
     "http_max_body_bytes": _INT,
+    "http_header_timeout_sec": _FLOAT,
+    "http_body_timeout_sec": _FLOAT,
+    "http_max_connections": _INT,
     "gateway_mode": _lower,
     "db": _text,
     "db_sync": _lower,

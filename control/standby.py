@@ -23,7 +23,7 @@ from google.protobuf.message import Message
 
 from control.api import Health, add_port, server_credentials
 from control.api.status import rich_status
-from control.gateway import Gateway, http_routes
+from control.gateway import Gateway, HttpLimits, http_routes
 from control.gateway.rules import Route
 from control.gateway.status import RpcFailure
 from control.metrics import Metrics
@@ -94,6 +94,7 @@ class StandbyFront:
         metrics: Metrics,
         leader: str,
         http_max_body_bytes: int,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         self.reason = (
             f"{STANDBY_PREFIX}another control plane leads the database ({leader}); this one takes over when it stops"
@@ -117,6 +118,7 @@ class StandbyFront:
             http_max_body_bytes,
             0.0,
             ssl_context=tls.ssl_context() if tls else None,
+            limits=http_limits,
         )
 
     async def start(self) -> None:

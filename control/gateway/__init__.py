@@ -2,10 +2,11 @@
 
 Modules: ``rules`` (routes read from the ``google.api.http`` annotations), ``protojson`` (JSON <->
 messages, errors naming the field), ``status`` (failed calls as ``google.rpc.Status`` JSON and HTTP
-statuses), ``invoke`` (in-process or loopback-gRPC calls into the services), ``server`` (the
-aiohttp :class:`Gateway`).
+statuses), ``invoke`` (in-process or loopback-gRPC calls into the services), ``connections`` (deadlines
+on what clients send, a cap on connections), ``server`` (the aiohttp :class:`Gateway`).
 """
 
+from control.gateway.connections import HttpLimits
 from control.gateway.invoke import InProcess, Invoker, Loopback
 from control.gateway.rules import PathTemplate, Route, Router, http_routes
 from control.gateway.server import Gateway
@@ -14,6 +15,7 @@ from control.gateway.status import RpcFailure
 __all__ = [
     # server
     "Gateway",
+    "HttpLimits",
     # calls into the services; routes; failed calls
     "InProcess",
     "Invoker",

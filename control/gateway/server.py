@@ -23,6 +23,10 @@ Prometheus and a browser reach without credentials) needs ``Authorization: Beare
 it is a 401 with a ``google.rpc.Status`` body and ``WWW-Authenticate: Bearer``, before anything is
 parsed or called. The caller's principal is set in :data:`control.identity.PRINCIPAL` for the
 services to see. With an ``ssl_context`` the port speaks HTTPS only.
+
+Connections: a request's headers, and each piece of its body, must come in time, and the open
+connections are capped (:mod:`control.gateway.connections`, the :class:`HttpLimits`); what the
+gateway sends back, a WatchJob stream for one, may take as long as it takes.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from control.api.interceptors import REQUEST_ID, request_id
 from control.auth import Authenticator, Role, role_of
 from control.gateway import protojson
+from control.gateway.connections import HANDLER_ARGS, GuardedSite, HttpLimits, headers_in
 from control.gateway.invoke import Invoker, Metadata
 from control.gateway.rules import Route, Router
 from control.gateway.status import RpcFailure
@@ -87,6 +92,7 @@ class Gateway:
         *,
         auth: Authenticator | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -101,6 +107,8 @@ class Gateway:
         """Checks client tokens on the bridge; None when client calls need none."""
         self.ssl_context = ssl_context
         """HTTPS when set."""
+        self.limits = limits or HttpLimits()
+        """Deadlines on what clients send, and the cap on connections."""
         self._runner: web.AppRunner | None = None
         self._request_types: dict[str, type[Message]] = {}
 
@@ -111,7 +119,7 @@ class Gateway:
         Raises:
             OSError: the address cannot be bound; the message names it.
         """
-        app = web.Application(client_max_size=self.max_body_bytes)
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[headers_in])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/health", self._healthz)  # the names some probes and older setups use
@@ -121,11 +129,9 @@ class Gateway:
         app.router.add_route("*", r"/{tail:[\s\S]*}", self._bridge)  # any path, newlines too
         app.on_response_prepare.append(self._stamp)
         # handler_cancellation: a client that goes away ends its watch at once.
-        runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=self.shutdown_grace_sec
-        )
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=self.shutdown_grace_sec, **HANDLER_ARGS)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context)
+        site = GuardedSite(runner, self.host, self.port, self.limits, ssl_context=self.ssl_context)
         try:
             await site.start()
         except OSError as exc:
