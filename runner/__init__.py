@@ -12,6 +12,7 @@ Modules:
     jobs/      the built-in job types, one module each
     extra/     optional job types, loaded only with ``--import`` (``command``: run a listed program)
     _lifeline  the signal that ends a runner's process group when its worker dies (compiled)
+    descendants  end_descendants(): every process a runner started, found by pid, ended as it exits
     kernels/   numeric kernels: Python twins and their Cython builds (nogil, multi-threaded)
     wire       the frame format on the pipes between a worker's pool and its runner processes
     serve      the loop a pre-started runner process runs (``python -m runner.serve``)

@@ -8,6 +8,14 @@ Once the process has imported everything and started its compiled kernels' threa
 allocate up to N MiB more than an idle runner (the interpreter, numpy and the thread stacks are not
 counted against the job, and do not vary with the payload), and never past the hard limit.
 
+The limit is both the soft and the hard one. A soft limit alone binds only a job that leaves it be:
+any process may raise its soft limit up to its hard one (``setrlimit(RLIMIT_AS, (hard, hard))``,
+``ulimit -v unlimited`` in a shell it starts), and the hard limit is most often unlimited. A hard limit,
+once lowered, is lowered for good (only a privileged process raises it), for the runner, its jobs and
+the programs they start alike: those inherit it, and may lower their own (``runner.extra.command``'s
+``memory_mb``) but not raise it. A job that lowers it further leaves its runner unable to put it back;
+:mod:`runner.procstate` then has the runner replaced after the job's answer.
+
 A job that needs more gets ``MemoryError`` (numpy and the kernels raise it when an allocation fails);
 the runner reports the attempt FAILED with code ``MEMORY_LIMIT`` and exits, and the worker starts a
 fresh process in its place, so the pool keeps its size and no job runs in a process whose heap was
@@ -78,8 +86,9 @@ def hard_limit_bytes() -> int | None:
 
 
 def apply_memory_limit(limit_mb: int) -> int:
-    """Limit this process's address space to its current size plus ``limit_mb`` MiB, or to the hard
-    limit when that is lower; returns the limit.
+    """Limit this process's address space, soft and hard limits alike, to its current size plus
+    ``limit_mb`` MiB, or to the hard limit when that is lower; returns the limit. It cannot be undone:
+    neither this process nor any it starts can raise it again (see the module docstring).
 
     Raises:
         ValueError: ``limit_mb`` < 1.
@@ -93,5 +102,6 @@ def apply_memory_limit(limit_mb: int) -> int:
         # setrlimit refuses a soft limit above the hard one, and the runner would die before READY; the
         # hard limit binds the job anyway, so it is the limit then.
         limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    # The hard limit too: with the soft limit alone, a job would raise its own as far as the hard one.
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return limit

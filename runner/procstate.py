@@ -44,8 +44,10 @@ _RLIMITS = tuple(
     if hasattr(resource, f"RLIMIT_{name}")
 )
 """The limits a job could set to break the jobs after it: too few descriptors or processes, a CPU or
-file-size limit whose signal would end a later job, the memory limit (:mod:`runner.limits`) raised.
-(Each check is a system call; the others matter less.)"""
+file-size limit whose signal would end a later job, the memory limit (:mod:`runner.limits`) lowered, or
+raised by a privileged job (it is the hard limit too, which only such a job can raise; one that lowers
+it leaves a runner that cannot put it back, and is replaced). (Each check is a system call; the others
+matter less.)"""
 _TIMERS = (signal.ITIMER_REAL,)
 """The timers checked: the one ``alarm()`` and ``setitimer(ITIMER_REAL)`` set (the others are a
 profiler's, and cost a system call each)."""

@@ -6,8 +6,9 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
 * adopts orphans (``PR_SET_CHILD_SUBREAPER``, :func:`adopt_orphans`): what a job's processes leave running
   in the background becomes its child rather than init's, so that the check below finds it;
 * dies with its parent: it asks the kernel for a signal when the parent goes (``PR_SET_PDEATHSIG``),
-  on which :mod:`runner._lifeline` kills its whole process group (what its jobs started included),
-  then checks the parent did not die before that request, and it exits at end of file on its
+  on which :mod:`runner._lifeline` kills every process it started, by pid (its descendants, whether
+  or not they left its process group: ``setsid``, a daemon's double fork), then its whole process
+  group, then checks the parent did not die before that request, and it exits at end of file on its
   request pipe, so no runner, nor a process a job started, outlives its worker even after ``kill -9``;
 * imports the plug-in modules once, starts the compiled kernels' threads (``--threads``: as many as a job
   may use, so that none is started under the memory limit), applies the per-job
@@ -19,10 +20,12 @@ and talks to it over two pipes in the :mod:`runner.wire` format. The process
   (:mod:`runner.wire`), so the worker sends it no other job;
 * fails a result over ``corral.limits.MAX_RESULT_BYTES`` with ``RESULT_TOO_LARGE`` and cuts error
   messages to ``MAX_ERROR_MESSAGE_BYTES``, so that nothing a job returns can outgrow the worker's stream;
-* exits after answering a job that left a process of its own running, so that the worker ends it (see
-  ``worker.process``: a job's processes end with the job), or a thread running (it would run on under
-  later jobs, and print into their output): the process exits with it, or, for a non-daemon thread,
-  the worker kills it (``worker.pool.RETIRE_GRACE_SEC``);
+* exits after answering a job that left a process of its own running, or a thread running (it would
+  run on under later jobs, and print into their output): the process exits with it, or, for a
+  non-daemon thread, the worker kills it (``worker.pool.RETIRE_GRACE_SEC``);
+* ends every process it started as it exits, whatever the reason (:func:`runner.descendants.end_descendants`:
+  by pid, so that one that left its process group goes too; the worker's ``killpg`` reaches only the
+  group): a job's processes end with the job, and a plug-in's helpers with the runner;
 * exits after ``--max-jobs`` jobs, or after a job that left it over ``--max-rss-mb`` MiB resident (a
   plug-in that leaks), when the worker asks for that (CORRAL_RUNNER_MAX_JOBS, CORRAL_RUNNER_MAX_RSS_MB);
 * ignores SIGINT (a Ctrl-C meant for the worker must not kill running jobs; the worker decides) and
@@ -52,6 +55,7 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 from runner import JobContext, all_types, execute, load_plugins
+from runner.descendants import children, end_descendants
 from runner.errors import JobFailed
 from runner.limits import apply_memory_limit, warm_up_threads
 from runner.output import LiveFeed, PrintStream, PrintTail, keep_std_streams_open
@@ -79,17 +83,18 @@ _PR_SET_CHILD_SUBREAPER = 36
 _adopting = False
 """Whether this process already adopts orphans (see :func:`adopt_orphans`)."""
 # The signal the kernel sends when the worker goes: a real-time one that jobs have no use for, handled
-# by runner._lifeline (it ends the whole process group).
+# by runner._lifeline (it ends every process this one started, then the whole process group).
 PARENT_GONE = signal.SIGRTMIN + 3
 
 
 def die_with_parent(parent_pid: int) -> Callable[[float], None] | None:
-    """Have the kernel end this process, and its process group, when its parent exits; exit now if it
-    already has. Returns what ends the group at a given system time (0: never; see :func:`serve`), or
-    None without the compiled :mod:`runner._lifeline`.
+    """Have the kernel end this process, every process it started and its process group when its
+    parent exits; exit now if it already has. Returns what ends them at a given system time (0: never;
+    see :func:`serve`), or None without the compiled :mod:`runner._lifeline`.
 
-    The group holds what jobs started (children that did not leave it) and plug-ins' helpers; without
-    the compiled :mod:`runner._lifeline`, only this process is killed.
+    Its descendants (what jobs started, in the group or out of it, and plug-ins' helpers) are found by
+    pid and killed first, then the group; without the compiled :mod:`runner._lifeline`, only this
+    process is killed.
     """
     end_group_at: Callable[[float], None] | None = None
     try:
@@ -117,8 +122,9 @@ def adopt_orphans() -> None:
     (idempotent; the runner does it as it starts).
 
     Orphans otherwise go to init, out of sight of the runner's check for processes a job left behind
-    (:func:`_children_left`); as its children they are found there, and the worker ends them with the
-    runner's process group. Children do not inherit the setting: a program a job runs adopts nothing.
+    (:func:`_children_left`), and out of reach of the walk that ends them (:mod:`runner.descendants`);
+    as its children they are found there, whether or not they left its process group. Children do not
+    inherit the setting: a program a job runs adopts nothing.
     """
     global _adopting
     if _adopting:
@@ -145,8 +151,9 @@ def serve(
     ``max_jobs`` jobs or ``max_rss_mb`` MiB resident (0: no such limit). ``output_bytes``: how much of what each
     job prints goes back with its answer, and is sent live meanwhile (:mod:`runner.output`; 0: none is
     caught); ``feed``: the :func:`live_feed` for that, if made beforehand. ``end_group_at`` with
-    ``backstop_sec`` > 0: a job still running ``backstop_sec`` past its deadline ends with its process
-    group, should its worker, which stops it at the deadline, stand still (:mod:`runner._lifeline`)."""
+    ``backstop_sec`` > 0: a job still running ``backstop_sec`` past its deadline ends with every process
+    this one started and its process group, should its worker, which stops it at the deadline, stand
+    still (:mod:`runner._lifeline`)."""
     header_size = REQUEST.size
     unpack = REQUEST.unpack
     read = requests.read
@@ -160,7 +167,7 @@ def serve(
     # Only a plug-in's job (user code) is checked after it: the built-in types change no process state,
     # and the check costs a dozen system calls, which was a tenth of a noop job's throughput.
     ours = builtin_names()
-    before = _children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
+    before = children()  # helpers a plug-in started as it was imported: theirs to keep, not a job's
     done = 0
     if output_bytes and feed is None:
         feed = live_feed(out_fd, output_bytes)
@@ -228,7 +235,7 @@ def serve(
         final = bool(
             spent
             or not reusable  # something the job changed could not be put back
-            or _children_left(before)  # the worker ends the runner's process group, and what the job left in it
+            or _children_left(before)  # ended as the runner exits (main), in its process group or not
             or _threads_left(threads_at_start, feed)
             or done == max_jobs
             or (max_rss_mb and _resident_mb() > max_rss_mb)
@@ -309,8 +316,9 @@ def _children_left(before: set[int]) -> bool:
     ``before``: the children there were before any job ran.
 
     It would outlive its job and run on under the next ones; a runner that has one exits after its
-    answer, and the worker ends the runner's process group (what the job started) and starts a fresh
-    runner. One ``wait4`` call when no child runs at all.
+    answer, ending it (and whatever it started, by pid: see :func:`main`) as it goes, and the worker
+    starts a fresh runner. One ``wait4`` call when no child runs at all. Only children count: the
+    runner adopts orphans, so what a job's processes leave when they exit is its child too.
     """
     while True:
         try:
@@ -318,7 +326,7 @@ def _children_left(before: set[int]) -> bool:
         except ChildProcessError:
             return False
         if pid == 0:
-            return bool(_children() - before)
+            return bool(children() - before)
 
 
 def _threads_left(before: set[threading.Thread], feed: LiveFeed | None) -> bool:
@@ -331,16 +339,6 @@ def _threads_left(before: set[threading.Thread], feed: LiveFeed | None) -> bool:
     """
     own = None if feed is None else feed.thread  # started at a job's first print, for good: ours
     return any(t not in before and t is not own and t.is_alive() for t in threading.enumerate())
-
-
-def _children() -> set[int]:
-    """Pids of this process's children, from /proc (empty where the kernel does not list them)."""
-    pids: set[int] = set()
-    with contextlib.suppress(OSError):
-        for task in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
-                pids.update(int(pid) for pid in f.read().split())
-    return pids
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -369,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         "--backstop-sec",
         type=float,
         default=0.0,
-        help="end a job still running this long past its deadline, with its process group (0: never)",
+        help="end a job still running this long past its deadline, with what it started (0: never)",
     )
     args = parser.parse_args(argv)
     end_group_at = die_with_parent(args.parent)
@@ -384,6 +382,20 @@ def main(argv: list[str] | None = None) -> None:
     args.out_fd = move_high(args.out_fd)
     os.set_inheritable(args.in_fd, False)
     os.set_inheritable(args.out_fd, False)
+    own_pid = os.getpid()
+    try:
+        _run(args, end_group_at)
+    finally:
+        # However the loop ended (end of file, a last answer, a plug-in that did not import, an error),
+        # what jobs and plug-ins started ends with the process, in its group or out of it: the worker's
+        # killpg after the exit reaches the group only. (A copy a job forked never gets here.)
+        if os.getpid() == own_pid:
+            end_descendants()
+
+
+def _run(args: argparse.Namespace, end_group_at: Callable[[float], None] | None) -> None:
+    """Import the plug-ins, get ready (threads, memory limit), and serve until the end; exits 2 when a
+    plug-in does not import, 0 at the end."""
     try:
         load_plugins(args.imports)
     except ImportError as exc:  # said before READY: the worker reports it and exits 2, as for a bad setting

@@ -8,6 +8,7 @@ Modules:
     attempt     JobSpec (what to run), Completion and Outcome (how it ended)
     pool        RunnerPool: pre-started runner processes, deadlines, kills, replacements
     process     RunnerProcess: one runner process and its two pipes
+    strays      StrayReaper: ends what a killed runner's jobs left running outside its process group
     drain       Drainer: stop intake, finish up to a deadline, hand back the rest
     __main__    ``python -m worker``: flags + environment -> Agent; SIGTERM drains
 

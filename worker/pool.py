@@ -5,11 +5,18 @@ ends in exactly one :class:`Completion` handed to ``on_result`` (from inside the
 caller can batch completions of one loop turn), except attempts killed with ``outcome=None``
 ("forget", for attempts the control plane rejected) and those still running at :meth:`stop`.
 
-Killing (deadline, :meth:`kill`): SIGTERM, then SIGKILL after ``kill_grace_sec``; the completion is
-sent when the process is gone (seen through its pidfd), and a replacement process is started so
-the pool keeps its size. Deadlines are event-loop timers (``loop.call_at``), not polling; an attempt
-still waiting in the FIFO at its deadline is reported TIMEOUT there and then, never run. A process
-that dies by itself reports its job FAILED with code ``CRASHED`` and is replaced the same way.
+Killing (deadline, :meth:`kill`): SIGTERM, then SIGKILL after ``kill_grace_sec``, to the runner and its
+process group; the completion is sent when the process is gone (seen through its pidfd), and a
+replacement process is started so the pool keeps its size. Deadlines are event-loop timers
+(``loop.call_at``), not polling; an attempt still waiting in the FIFO at its deadline is reported
+TIMEOUT there and then, never run. A process that dies by itself reports its job FAILED with code
+``CRASHED`` and is replaced the same way.
+
+Strays: a process a job started that left its runner's process group (``setsid``, a daemon's double
+fork) is not in the group a kill signals. The runner ends it as it exits by itself; when the runner is
+killed or crashes instead, it comes to this process, which adopts orphans while a pool runs, and the
+pool ends it (SIGKILL) and reaps it as soon as the runner is gone, before the attempt's completion is
+sent (:mod:`worker.strays`).
 
 Recycling: with ``max_jobs`` or ``max_rss_mb`` a runner process retires after that many jobs, or
 after a job that left it that large (a plug-in that leaks); its last answer says so, the pool gives
@@ -73,8 +80,10 @@ from runner.wire import (
     encode_request,
     split_output,
 )
+from worker import strays
 from worker.attempt import Completion, JobSpec, Outcome
 from worker.process import RunnerProcess, describe_exit
+from worker.strays import StrayReaper
 
 __all__ = ["PoolConfig", "RunnerPool", "RunnerStartError", "RunnerType"]
 
@@ -194,6 +203,8 @@ class RunnerPool:
         may have counted this worker lost and given the attempt to another (worker.connection sets it);
         it stays queued, and :meth:`start_queued` takes the queue up again."""
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._strays: StrayReaper | None = None
+        """Ends what a dead runner's jobs left outside its process group (from :meth:`start` to :meth:`stop`)."""
         self._procs: set[RunnerProcess] = set()
         self._idle: list[RunnerProcess] = []
         self._busy: dict[RunnerProcess, _Running] = {}
@@ -242,6 +253,8 @@ class RunnerPool:
                 raise RunnerStartError(str(exc)) from None
         self._started = True
         self._loop = asyncio.get_running_loop()
+        strays.adopt()  # before the first runner: what escapes a dead one then comes here, not to init
+        self._strays = StrayReaper(self._loop)
         for _ in range(self.config.slots):
             self._spawn()
         deadline = self._loop.time() + self.config.start_timeout_sec
@@ -277,7 +290,22 @@ class RunnerPool:
             proc.close_input()
             if proc in self._busy or not proc.ready:
                 proc.signal(signal.SIGKILL)
-        await self._wait_all_exited(grace_sec)
+        try:
+            await self._wait_all_exited(grace_sec)
+        finally:
+            await self._stop_reaping(grace_sec)
+
+    async def _stop_reaping(self, grace_sec: float) -> None:
+        """End and reap the last strays (within ``grace_sec``), then stop adopting orphans for this pool."""
+        reaper, self._strays = self._strays, None
+        if reaper is None:
+            return
+        try:
+            reaper.sweep()
+            await reaper.settle(grace_sec)
+        finally:
+            reaper.close()
+            strays.release()
 
     async def _wait_all_exited(self, grace_sec: float) -> None:
         if not self._procs:
@@ -612,6 +640,8 @@ class RunnerPool:
             running.proc.signal(signal.SIGKILL)
 
     def _on_exit(self, proc: RunnerProcess) -> None:
+        if self._strays is not None:  # first: they get their SIGKILL before the attempt is reported ended
+            self._strays.sweep()
         self._procs.discard(proc)
         retiring = self._retiring.pop(proc, None)
         if retiring is not None:

@@ -11,7 +11,11 @@ moves bytes and watches the process; what the bytes mean for jobs is the pool's 
   READY) means the pipe carries bytes a job wrote to it: the process is killed at once (:attr:`garbled`
   says why), rather than its answer waited for until the job's deadline, or parsed out of the garbage;
 * exit is seen through a pidfd (Linux >= 5.3), which becomes readable the moment the process is a
-  zombie; the process is reaped there and ``on_exit`` runs after any last frames were delivered.
+  zombie; its process group is killed then (what its jobs left in it), the process is reaped there and
+  ``on_exit`` runs after any last frames were delivered. What left the group is not this module's: the
+  runner ends it as it exits, or the pool, when it comes to the worker (:mod:`worker.strays`);
+* the process is known as a runner (:func:`worker.strays.starting_runner`) from its start until it is
+  reaped, so that no sweep for strays takes it for one.
 
 Processes are started from the event loop's thread. That matters: ``PR_SET_PDEATHSIG`` fires when the
 *thread* that forked the child ends, so a child forked from a short-lived executor thread would be
@@ -31,6 +35,7 @@ from collections.abc import Callable, Sequence
 from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BYTES
 from runner.output import WINDOW_CHARS
 from runner.wire import FAILED, LAST, OK, OUTPUT, PRINTED, PRINTED_OFFSET, READY, RESPONSE
+from worker import strays
 
 __all__ = ["RunnerProcess", "describe_exit"]
 
@@ -142,13 +147,17 @@ class RunnerProcess:
             if value > 0:
                 argv += [flag, str(value)]
         try:
-            self._popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=2,  # a job's prints end up in the worker's stderr, never in our pipe
-                pass_fds=(req_r, resp_w),
-                start_new_session=True,  # terminal signals go to the worker, which decides
-            )
+            with strays.starting_runner() as started:
+                self._popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=2,  # a job's prints end up in the worker's stderr, never in our pipe
+                    pass_fds=(req_r, resp_w),
+                    # Terminal signals go to the worker, which decides; and a session of its own is what
+                    # tells its jobs' processes from the worker's own (worker.strays).
+                    start_new_session=True,
+                )
+                started(self._popen.pid)
         except BaseException:
             for fd in (req_r, req_w, resp_r, resp_w):
                 os.close(fd)
@@ -187,6 +196,8 @@ class RunnerProcess:
         The runner leads a process group of its own (``start_new_session``), which a job's children
         join unless they leave it: a tool a job runs is stopped with the job, not left running
         orphaned. Until it is reaped the runner's pid (even a zombie's) names that group and no other.
+        A process that left the group is not signalled here: it comes to the worker when the runner
+        dies, and the pool ends it then (:mod:`worker.strays`).
         """
         if self.exited or self._popen is None:
             return
@@ -312,6 +323,7 @@ class RunnerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         self.returncode = self._popen.wait()  # the pidfd is readable: it is a zombie, so this does not block
+        strays.runner_reaped(self.pid)
         self.exited = True
         self._close_fds()
         self._on_exit(self)
