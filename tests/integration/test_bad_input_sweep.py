@@ -141,6 +141,6 @@ def test_a_job_file_with_a_key_given_twice_is_refused_and_sends_nothing(
         path = tmp_path / "jobs.json"
         path.write_text(text)
         result = corral("submit-many", str(path), "--control", refusing_control_plane.address)
-        assert result.returncode == 1, (result.returncode, result.stderr)
+        assert result.returncode == 2, (result.returncode, result.stderr)  # a file that is not a batch: usage
         assert "given twice" in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert stored(refusing_control_plane) == 0
