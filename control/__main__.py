@@ -18,7 +18,7 @@ from pathlib import Path
 
 from control.app import ControlPlane, StartFailed
 from control.config import ConfigError, ControlConfig
-from corral import event_loop, gc_tuning, logs
+from corral import event_loop, gc_tuning, logs, open_files
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 
 EXIT_STORE_FAILED = 3
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral control: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.log_level, config.log_format)
+    open_files.raise_soft_limit()
     gc_tuning.apply()
     try:
         code: int = event_loop.run(

@@ -357,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--memory-limit-mb", type=int, default=0, help="MiB a job may allocate beyond the idle process (0: no limit)"
     )
+    parser.add_argument(
+        "--open-files", type=int, default=0, help="the soft open-file limit jobs get (0: the one inherited)"
+    )
     parser.add_argument("--max-jobs", type=int, default=0, help="exit after this many jobs (0: never)")
     parser.add_argument("--max-rss-mb", type=int, default=0, help="exit after a job that left us this large (0: never)")
     parser.add_argument("--output-bytes", type=int, default=0, help="keep this much of what each job prints (0: none)")
@@ -405,6 +408,8 @@ def _run(args: argparse.Namespace, end_group_at: Callable[[float], None] | None)
     # their stacks from what the job may allocate, and libgomp ends the process when it cannot start one.
     # (At least one per CPU, as before: plug-in code may use the kernels' default, one per CPU.)
     warm_up_threads(max(args.threads, os.cpu_count() or 1, 2))
+    if args.open_files > 0:  # the limit the worker was started with, which it raised for itself
+        resource.setrlimit(resource.RLIMIT_NOFILE, (args.open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     feed = live_feed(args.out_fd, args.output_bytes) if args.output_bytes > 0 else None
     if args.memory_limit_mb > 0:
         if feed is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -58,6 +59,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
+def with_open_files(soft: int, hard: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that starts a child with this RLIMIT_NOFILE, as a systemd unit or a shell's
+    ``ulimit -n`` would have it."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return apply
+
+
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -85,6 +96,8 @@ class ControlProc:
     """The mutual-TLS worker port (0 unless CORRAL_TLS_CLIENT_CA is set)."""
     db_url: str = ""
     """A ``postgresql://`` store instead of the SQLite file :attr:`db`."""
+    open_files: tuple[int, int] | None = None
+    """The soft and hard RLIMIT_NOFILE the process starts with (None: this one's)."""
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -138,6 +151,7 @@ class ControlProc:
                 env=base_env(self.env),
                 stdout=log,
                 stderr=log,
+                preexec_fn=None if self.open_files is None else with_open_files(*self.open_files),
             )
         if wait:
             self.wait_serving(timeout)
@@ -327,6 +341,7 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
         env: dict[str, str] | None = None,
         wait: bool = True,
         address: str | None = None,
+        open_files: tuple[int, int] | None = None,
     ) -> WorkerProc:
         wid = worker_id or f"w-{uuid.uuid4().hex[:8]}"
         control = address or cp.address  # e.g. the worker port, for mutual TLS
@@ -337,7 +352,8 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
             args += ["--import", module]
         log = tmp_path / f"worker-{wid}.log"
         with log.open("ab") as out:
-            proc = subprocess.Popen(args, cwd=ROOT, env=base_env(env), stdout=out, stderr=out)
+            limit = None if open_files is None else with_open_files(*open_files)
+            proc = subprocess.Popen(args, cwd=ROOT, env=base_env(env), stdout=out, stderr=out, preexec_fn=limit)
         w = WorkerProc(wid, proc, log, args)
         started.append(w)
         if wait:

@@ -26,7 +26,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from corral import event_loop, gc_tuning
+from corral import event_loop, gc_tuning, open_files
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
 from corral.logs import configure
 from worker.agent import Agent
@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m worker: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     configure(config.log_level, config.log_format)
+    open_files.raise_soft_limit()
     gc_tuning.apply()
     return event_loop.run(run(config), config.event_loop)
 

@@ -11,7 +11,9 @@ CORRAL_CONTROL_ADDR         127.0.0.1:50051                        HOST:PORT, po
                                                                    separated list of up to 16 distinct
                                                                    ones (the worker fails over between them)
 CORRAL_WORKER_THREADS       os.cpu_count() (at most 1024)          integer 1..1024
-CORRAL_WORKER_SLOTS         = threads                              integer 1..1024
+CORRAL_WORKER_SLOTS         = threads                              integer 1..1024, and at most what the
+                                                                   open-file hard limit (ulimit -Hn)
+                                                                   holds: 3 per slot and 72 more
 CORRAL_WORKER_GPUS          CUDA_VISIBLE_DEVICES, else the count   integer 0..64 (devices 0..N-1), or a
                             of /proc/driver/nvidia/gpus/, else 0   comma-separated list of up to 64
                                                                    distinct device ids (1..64 printable
@@ -66,12 +68,14 @@ from __future__ import annotations
 import math
 import os
 import re
+import resource
 import secrets
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from corral import open_files
 from corral.addresses import MAX_ADDRESSES, AddressError, parse_addresses
 from corral.event_loop import LOOPS
 from corral.limits import (
@@ -235,6 +239,7 @@ class WorkerConfig:
             if not 0 <= count <= MAX_RECYCLE:
                 raise ConfigError(f"{name} must be 0 (never) to {MAX_RECYCLE}, got {count}")
         self._check_job_memory_limit()
+        self._check_open_files()
         if not 0 <= self.job_output_bytes <= MAX_OUTPUT_BYTES:
             raise ConfigError(
                 f"CORRAL_JOB_OUTPUT_BYTES must be 0 (keep none) to {MAX_OUTPUT_BYTES}, got {self.job_output_bytes}"
@@ -264,6 +269,20 @@ class WorkerConfig:
             raise ConfigError(
                 "CORRAL_JOB_MEMORY_LIMIT_MB must be at most the worker's address-space hard limit "
                 f"(RLIMIT_AS, ulimit -Hv) of {hard // MIB} MiB, got {limit_mb}"
+            )
+
+    def _check_open_files(self) -> None:
+        """Refuse more runner processes than the worker's hard open-file limit can hold, which it raises
+        its soft limit to as it starts (:mod:`corral.open_files`): it would fail part-way through starting
+        them, or later, when gRPC aborts the process for want of a descriptor to reconnect with."""
+        hard = open_files.hard_limit()
+        needed = open_files.needed_by_worker(self.slots)
+        if hard != resource.RLIM_INFINITY and needed > hard:
+            most = max(0, (hard - open_files.needed_by_worker(0)) // open_files.PER_RUNNER)
+            raise ConfigError(
+                f"CORRAL_WORKER_SLOTS (= CORRAL_WORKER_THREADS unless set) of {self.slots} needs {needed} open "
+                f"files, more than the worker's hard limit (RLIMIT_NOFILE, ulimit -Hn) of {hard}: at most "
+                f"{most} slots fit; lower it or raise the limit"
             )
 
     @classmethod

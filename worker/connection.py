@@ -39,7 +39,9 @@ above, unchanged.
 With a worker token the stream carries ``authorization: Bearer <token>``; with TLS settings the channel
 is TLS (mutual TLS with a client certificate). The files are read once, when the connection is made.
 A control plane that refuses the credentials (UNAUTHENTICATED) is retried like any broken stream, and
-the reason is logged each time.
+the reason is logged each time. So is a session that would leave the worker fewer than
+:data:`corral.open_files.CONNECT_RESERVE` open files: it is not tried (gRPC would abort the worker,
+which takes its running jobs with it), and the worker looks again after the wait (``worker_files_short``).
 
 All writes go through one writer task (gRPC allows one write in flight); results wait in a list
 that the writer takes whole, so completions that arrive while a write is in flight share the next
@@ -78,9 +80,11 @@ from importlib import metadata
 
 import grpc
 
+from corral import open_files
 from corral.logs import (
     WORKER_CONNECTING,
     WORKER_DISCONNECTED,
+    WORKER_FILES_SHORT,
     WORKER_HEARTBEAT,
     WORKER_REFUSED,
     WORKER_REGISTERED,
@@ -315,8 +319,14 @@ class Connection:
                 reason = f"{exc.code().name}: {exc.details()}"
                 if exc.code() in _REFUSALS:  # not the network: somebody has to change something
                     event = WORKER_REFUSED
-            except (TimeoutError, ConnectionError, asyncio.InvalidStateError, ProtocolError, Stalled) as exc:
+            except (TimeoutError, OSError, asyncio.InvalidStateError, ProtocolError, Stalled) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+            except FilesShort as exc:
+                reason = str(exc)
+                event = WORKER_FILES_SHORT
+            except Exception as exc:  # a bug here must not end the loop: the worker would never connect again
+                logger.exception(WORKER_DISCONNECTED, extra={"control_addr": address})
+                reason = f"unexpected {type(exc).__name__}: {exc}"
             finally:
                 self.registered.clear()
                 self._pending.clear()
@@ -324,11 +334,13 @@ class Connection:
             if self._closing:
                 return
             rotation.ended(registered=self.sessions > sessions)
-            level = logging.ERROR if event is WORKER_REFUSED else logging.INFO
+            level = logging.INFO if event is WORKER_DISCONNECTED else logging.ERROR
             logger.log(level, event, extra={"control_addr": address, "reason": reason, "retry": rotation.retry})
             await asyncio.sleep(rotation.delay(self._config.reconnect_max_sec, self._rng))
 
     async def _session(self, address: str) -> None:
+        if (spare := open_files.spare()) < open_files.CONNECT_RESERVE:
+            raise FilesShort(spare)
         if self._credentials is None:
             channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         else:
@@ -584,6 +596,18 @@ def channel_credentials(config: WorkerConfig) -> grpc.ChannelCredentials | None:
 
 class ProtocolError(Exception):
     """Raised when the control plane breaks the stream's protocol (no Registered first)."""
+
+
+class FilesShort(Exception):
+    """Raised instead of opening a channel when too few open files are left for it (gRPC would abort
+    the whole worker, its running jobs with it)."""
+
+    def __init__(self, spare: int) -> None:
+        soft = open_files.soft_limit()
+        super().__init__(
+            f"{spare} open files left of the limit of {soft} (RLIMIT_NOFILE), fewer than the "
+            f"{open_files.CONNECT_RESERVE} a connection may take: waiting for some to close"
+        )
 
 
 class Stalled(Exception):

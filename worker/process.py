@@ -32,6 +32,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from corral import open_files
 from corral.limits import MAX_ERROR_CODE, MAX_ERROR_MESSAGE_BYTES, MAX_RESULT_BYTES
 from runner.output import WINDOW_CHARS
 from runner.wire import FAILED, LAST, OK, OUTPUT, PRINTED, PRINTED_OFFSET, READY, RESPONSE
@@ -143,6 +144,7 @@ class RunnerProcess:
             ("--output-bytes", output_bytes),
             ("--threads", threads),
             ("--backstop-sec", backstop_sec),
+            ("--open-files", open_files.inherited() or 0),
         ):
             if value > 0:
                 argv += [flag, str(value)]
