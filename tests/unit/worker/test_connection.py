@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from corral import open_files
 from corral.v1 import workers_pb2 as pb
 from tests.support.fake_control import FakeControl, job
 from tests.support.waiting import until
@@ -253,6 +254,35 @@ def test_keeps_retrying_while_the_control_plane_is_down():
         async with asyncio.timeout(5):
             await agent.connection.registered.wait()
         assert agent.connection.sessions == 2, (agent.connection.sessions, agent.connection.connect_attempts)
+
+    scenario(body)
+
+
+def test_an_unexpected_error_in_one_attempt_is_logged_and_the_next_attempt_registers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    # Before, any error but a few network ones ended the reconnect loop: the worker ran on, unregistered for good.
+    real = open_files.spare
+    calls = 0
+
+    def failing_once() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in one attempt")
+        return real()
+
+    monkeypatch.setattr(open_files, "spare", failing_once)
+
+    async def body(control: FakeControl, agent: Agent) -> None:
+        s = await control.session(within=5)
+        assert (await s.next("register")).worker_id == "w-test"
+        s.registered()
+        assert agent.connection is not None
+        async with asyncio.timeout(5):
+            await agent.connection.registered.wait()
+        assert agent.connection.connect_attempts == 2
+        assert any("a bug in one attempt" in str(r.exc_info) for r in caplog.records if r.exc_info)
 
     scenario(body)
 
