@@ -14,18 +14,15 @@ while jobs ran): nothing is lost, nothing runs twice, and what degrades does so 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
 import pytest
 
 from corral.v1 import jobs_pb2
 from corral.v1 import workers_pb2 as pb
 from tests.conftest import ControlProc, wait_until
 from tests.support.calls import submit, wait_done
-from tests.support.fake_control import FakeControl, job
+from tests.support.fake_control import FakeControl, job, run_agent
 from tests.support.old_peers import OldWorker
-from worker import Agent, WorkerConfig
+from worker import Agent
 
 S = jobs_pb2.Job
 
@@ -93,23 +90,6 @@ def test_an_assignment_lost_on_its_way_to_an_old_worker_costs_its_job_an_attempt
         again.close()
 
 
-def _agent_on(body: Callable[[FakeControl, Agent], Awaitable[None]]) -> None:
-    async def main() -> None:
-        control = FakeControl()
-        await control.start()
-        config = WorkerConfig(
-            control_addr=f"127.0.0.1:{control.port}", threads=1, slots=1, worker_id="w-test", reconnect_max_sec=0.2
-        )
-        agent = Agent(config)
-        try:
-            async with agent:
-                await body(control, agent)
-        finally:
-            await control.stop()
-
-    asyncio.run(main())
-
-
 def test_a_current_worker_works_with_an_old_control_plane_and_takes_the_new_fields_once_it_is_upgraded() -> None:
     async def body(control: FakeControl, agent: Agent) -> None:
         # Given a current worker on a control plane of a release before the stand-still check and the
@@ -149,7 +129,7 @@ def test_a_current_worker_works_with_an_old_control_plane_and_takes_the_new_fiel
         assert again.registered_since == 1234.5
         assert [(r.job_id, r.attempt) for r in again.finished] == [("j1", 1)]  # never acknowledged
 
-    _agent_on(body)
+    run_agent(body)
 
 
 def test_an_old_worker_registering_with_the_old_fields_only_is_shown_as_it_is(control_plane: ControlProc) -> None:

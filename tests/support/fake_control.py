@@ -8,14 +8,20 @@ in the test's event loop: ``control = FakeControl(); await control.start()``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from corral.v1 import workers_pb2 as pb
 from corral.v1 import workers_pb2_grpc as pb_grpc
+from worker import Agent, WorkerConfig
 
 
 class Session:
@@ -101,3 +107,56 @@ class FakeControl(pb_grpc.WorkerServiceServicer):  # type: ignore[misc]
     async def session(self, within: float = 10.0) -> Session:
         async with asyncio.timeout(within):
             return await self.sessions.get()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker_env() -> dict[str, str]:
+    """This environment, with the repository importable (a worker process imports tests.support plug-ins)."""
+    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+async def spawn_worker_process(port: int, *extra: str) -> asyncio.subprocess.Process:
+    """``python -m worker`` (2 threads, id ``w-main``, :mod:`tests.support.jobtypes`) connecting to
+    127.0.0.1:``port``; flags in ``extra`` come last, so they override those."""
+    return await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "worker", "--control", f"127.0.0.1:{port}", "--threads", "2"),
+        *("--worker-id", "w-main", "--import", "tests.support.jobtypes", "--log-format", "logfmt", *extra),
+        cwd=ROOT,
+        env=worker_env(),
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@contextlib.asynccontextmanager
+async def worker_with_fake_control(*extra: str) -> AsyncIterator[tuple[FakeControl, asyncio.subprocess.Process]]:
+    """A :class:`FakeControl` and a :func:`spawn_worker_process` connected to it; both gone afterwards."""
+    control = FakeControl()
+    await control.start()
+    proc = await spawn_worker_process(control.port, *extra)
+    try:
+        yield control, proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await control.stop()
+
+
+def run_agent(body: Callable[[FakeControl, Agent], Awaitable[None]], **config: Any) -> None:
+    """Run ``body`` with a :class:`FakeControl` and a real in-process :class:`worker.Agent` connected to
+    it (id ``w-test``, one slot, quick reconnects; ``config`` sets any other WorkerConfig field)."""
+
+    async def main() -> None:
+        control = FakeControl()
+        await control.start()
+        settings: dict[str, Any] = {"threads": 1, "slots": 1, "worker_id": "w-test", "reconnect_max_sec": 0.2}
+        agent = Agent(WorkerConfig(control_addr=f"127.0.0.1:{control.port}", **{**settings, **config}))
+        try:
+            async with agent:
+                await body(control, agent)
+        finally:
+            await control.stop()
+
+    asyncio.run(main())

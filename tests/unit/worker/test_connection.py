@@ -20,9 +20,9 @@ import pytest
 
 from corral import open_files
 from corral.v1 import workers_pb2 as pb
-from tests.support.fake_control import FakeControl, job
+from tests.support.fake_control import FakeControl, job, run_agent
 from tests.support.waiting import until
-from worker import Agent, WorkerConfig
+from worker import Agent
 from worker.connection import MAX_QUEUED_OUTPUT
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,27 +36,14 @@ def _importable_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def scenario(body: Callable[[FakeControl, Agent], Awaitable[None]], **config: Any) -> None:
-    async def main() -> None:
-        control = FakeControl()
-        await control.start()
-        settings: dict[str, Any] = {
-            "threads": 2,
-            "slots": 2,
-            "worker_id": "w-test",
-            "labels": {"zone": "test"},
-            "imports": ("tests.support.jobtypes",),
-            "reconnect_max_sec": 0.2,
-            "drain_timeout_sec": 5.0,
-        }
-        settings.update(config)
-        agent = Agent(WorkerConfig(control_addr=f"127.0.0.1:{control.port}", **settings))
-        try:
-            async with agent:
-                await body(control, agent)
-        finally:
-            await control.stop()
-
-    asyncio.run(main())
+    settings: dict[str, Any] = {
+        "threads": 2,
+        "slots": 2,
+        "labels": {"zone": "test"},
+        "imports": ("tests.support.jobtypes",),
+        "drain_timeout_sec": 5.0,
+    }
+    run_agent(body, **{**settings, **config})
 
 
 def test_registers_runs_assignments_and_forgets_acknowledged_results():

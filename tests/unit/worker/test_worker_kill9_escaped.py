@@ -12,45 +12,21 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-from tests.support.fake_control import FakeControl, job
+from tests.support.fake_control import job, worker_with_fake_control
 from tests.support.processes import alive, children
 from tests.support.waiting import until
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-@contextlib.asynccontextmanager
-async def _worker() -> AsyncIterator[tuple[FakeControl, asyncio.subprocess.Process]]:
-    """A fake control plane and a one-slot ``python -m worker`` with the escaping job types."""
-    control = FakeControl()
-    await control.start()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "worker", "--control", f"127.0.0.1:{control.port}", "--threads", "1"),
-        *("--worker-id", "w-escape", "--import", "tests.support.escaping_jobtypes", "--log-format", "logfmt"),
-        cwd=ROOT,
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield control, proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await control.stop()
+ESCAPING = ("--threads", "1", "--import", "tests.support.escaping_jobtypes")
+"""One slot, and the escaping job types."""
 
 
 def test_kill_9_of_the_worker_ends_the_processes_that_left_the_group(tmp_path: Path) -> None:
     escaped: list[int] = []
 
     async def main() -> None:
-        async with _worker() as (control, proc):
+        async with worker_with_fake_control(*ESCAPING) as (control, proc):
             s = await control.session(within=30)
             await s.next("register")
             s.registered()

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from corral.v1 import workers_pb2 as pb
 from tests.conftest import wait_until
-from tests.support.fake_control import FakeControl, job
+from tests.support.fake_control import job, worker_env, worker_with_fake_control
 from tests.support.processes import alive, children
 from tests.support.waiting import until
 
@@ -24,15 +21,11 @@ ROOT = Path(__file__).resolve().parents[3]
 R = pb.JobResult
 
 
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def test_a_bad_setting_exits_2_naming_the_variable():
     done = subprocess.run(
         [sys.executable, "-m", "worker", "--threads", "0"],
         cwd=ROOT,
-        env=env(),
+        env=worker_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -54,7 +47,7 @@ def test_a_plugin_that_does_not_import_exits_2_naming_it(module: str, said: str)
     done = subprocess.run(
         [sys.executable, "-m", "worker", "--import", module, "--threads", "1"],
         cwd=ROOT,
-        env=env(),
+        env=worker_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -71,7 +64,7 @@ def test_sigterm_while_the_runners_start_stops_the_worker_cleanly():
     proc = subprocess.Popen(
         [sys.executable, "-m", "worker", "--import", "tests.support.plugin_slow", "--threads", "2"],
         cwd=ROOT,
-        env={**env(), "CORRAL_TEST_IMPORT_SEC": "3"},
+        env={**worker_env(), "CORRAL_TEST_IMPORT_SEC": "3"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -88,34 +81,9 @@ def test_sigterm_while_the_runners_start_stops_the_worker_cleanly():
     assert "worker_start_failed" not in out + err and "worker_stopped" in out + err
 
 
-async def _spawn(port: int, *extra: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "worker", "--control", f"127.0.0.1:{port}", "--threads", "2"),
-        *("--worker-id", "w-main", "--import", "tests.support.jobtypes", "--log-format", "logfmt", *extra),
-        cwd=ROOT,
-        env=env(),
-        stderr=subprocess.DEVNULL,
-    )
-
-
-@contextlib.asynccontextmanager
-async def _worker(*extra: str) -> AsyncIterator[tuple[FakeControl, asyncio.subprocess.Process]]:
-    """A fake control plane and a ``python -m worker`` connected to it; both gone afterwards."""
-    control = FakeControl()
-    await control.start()
-    proc = await _spawn(control.port, *extra)
-    try:
-        yield control, proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await control.stop()
-
-
 def test_sigterm_drains_then_exits_0():
     async def main() -> None:
-        async with _worker("--drain-timeout", "5") as (control, proc):
+        async with worker_with_fake_control("--drain-timeout", "5") as (control, proc):
             s = await control.session(within=30)
             assert (await s.next("register")).worker_id == "w-main"
             s.registered()
@@ -136,7 +104,7 @@ def test_sigterm_drains_then_exits_0():
 
 def test_kill_9_of_the_worker_leaves_no_runner_process():
     async def main() -> None:
-        async with _worker() as (control, proc):
+        async with worker_with_fake_control() as (control, proc):
             s = await control.session(within=30)
             await s.next("register")
             s.registered()
@@ -156,7 +124,7 @@ def test_kill_9_of_the_worker_ends_the_processes_its_runners_started(tmp_path: P
     # with a plug-in that started a helper process as it was imported
     async def main() -> None:
         imports = ("--import", "tests.support.probes", "--import", "tests.support.plugin_helper")
-        async with _worker(*imports) as (control, proc):
+        async with worker_with_fake_control(*imports) as (control, proc):
             s = await control.session(within=30)
             await s.next("register")
             s.registered()
@@ -183,7 +151,10 @@ def _cmdline(pid: int) -> bytes:
 def test_plugin_code_runs_in_runner_processes_only_and_goes_with_the_worker():
     # Given a worker with a plug-in that starts a helper process as it is imported
     async def main() -> None:
-        async with _worker("--import", "tests.support.plugin_helper", "--drain-timeout", "5") as (control, proc):
+        async with worker_with_fake_control("--import", "tests.support.plugin_helper", "--drain-timeout", "5") as (
+            control,
+            proc,
+        ):
             s = await control.session(within=30)
             register = await s.next("register")
             # Then the worker registers the plug-in's type, learnt from its runners
