@@ -54,6 +54,7 @@ WORKER_CONNECTING = "worker_connecting"
 WORKER_FILES_SHORT = "worker_files_short"
 WORKER_STOPPED = "worker_stopped"
 RUNNER_RESTARTED = "runner_restarted"
+STRAY_NOT_KILLED = "stray_not_killed"
 GPUS_UNAVAILABLE = "gpus_unavailable"
 # Auth
 AUTH_REFUSED = "auth_refused"

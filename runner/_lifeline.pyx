@@ -12,7 +12,13 @@ it is walked, and the runner adopts orphans, so what a killed process leaves com
 reaches those that left the group, then the group with SIGKILL, the runner included. It is C, not a
 Python handler, because the runner may be deep in native code that never returns to the interpreter
 (a Python handler would wait for it); it makes only system calls that are safe inside a signal handler
-(``open``, ``read``, ``getdents64``, ``kill``, ``waitpid``), on static buffers.
+(``open``, ``read``, ``getdents64``, ``kill``, ``waitpid``, ``clock_gettime``, ``nanosleep``,
+``pause``), on static buffers. It never waits long for a killed child: one in uninterruptible sleep
+(a hung network file system) dies only when that ends, and one of another user's (a set-uid program)
+cannot be killed at all; after half a second in all, or a walk in which nothing could be killed, it
+goes on to kill the group, so the runner never outlives its worker. Two of its signals can run at
+once on two threads (it is a real-time signal, queued, not merged): the second waits for the first,
+which ends the process.
 
 The same signal, from a timer (:func:`end_group_at`), ends a job its worker did not stop at its deadline:
 the worker kills a job then, but a worker that stands still (stopped, frozen, its event loop blocked)
@@ -22,6 +28,7 @@ kills nothing, while its control plane counts it lost and starts the job again e
 from posix.signal cimport SIGEV_SIGNAL, kill, sigaction, sigaction_t, sigemptyset, sigevent
 from posix.time cimport CLOCK_REALTIME, TIMER_ABSTIME, itimerspec, timer_create, timer_settime
 from posix.types cimport time_t, timer_t
+from posix.unistd cimport pause
 from libc.signal cimport SIGKILL
 from libc.string cimport memset
 
@@ -35,12 +42,17 @@ cdef extern from *:
     #include <sys/wait.h>
     #include <unistd.h>
 
+    #include <time.h>
+
     #define CORRAL_MAX_TREE 4096
     #define CORRAL_MAX_ROUNDS 1000
+    #define CORRAL_WAIT_NS 500000000L  /* the most it waits, in all, for killed children to be gone */
 
-    /* Static rather than on the stack: the handler may run on a thread's small stack. It runs once
-       (the process dies after it), so it need not be reentrant. */
+    /* Static rather than on the stack: the handler may run on a thread's small stack. One walk at a
+       time uses them (corral_walking): the signal is real-time, so two can be pending and run on two
+       threads at once. */
     static pid_t corral_tree[CORRAL_MAX_TREE];
+    static int corral_walking = 0;
     static char corral_dents[4096];
     static char corral_text[16384];
 
@@ -119,29 +131,59 @@ cdef extern from *:
         return count;
     }
 
-    /* SIGKILL every descendant of this process, reaping its own children, until none is left. */
-    static void corral_end_descendants(void) {
+    static long corral_now_ns(void) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        return now.tv_sec * 1000000000L + now.tv_nsec;
+    }
+
+    /* Reaps the child `pid`, which was sent SIGKILL, waiting until `deadline` (CLOCK_MONOTONIC ns) at
+       most: one in uninterruptible sleep (a hung NFS read) dies only when that ends, maybe never. */
+    static void corral_reap(pid_t pid, long deadline) {
+        struct timespec pause_for = {0, 1000000L};
+        for (;;) {
+            pid_t got = waitpid(pid, NULL, WNOHANG | __WALL);
+            if (got != 0 && !(got < 0 && errno == EINTR)) return;  /* reaped, or not ours to wait for */
+            if (corral_now_ns() >= deadline) return;
+            nanosleep(&pause_for, NULL);
+        }
+    }
+
+    /* SIGKILL every descendant of this process, reaping its own children, until none is left, none can
+       be killed (another user's) or the wait is spent. Returns 0 if another thread is at it already. */
+    static int corral_end_descendants(void) {
+        if (__atomic_exchange_n(&corral_walking, 1, __ATOMIC_SEQ_CST)) return 0;
+        long deadline = corral_now_ns() + CORRAL_WAIT_NS;
         for (int round = 0; round < CORRAL_MAX_ROUNDS; round++) {
             int count = corral_add_children(0, 0);
             int own = count;
             for (int i = 0; i < count && count < CORRAL_MAX_TREE; i++)
                 count = corral_add_children(corral_tree[i], count);
-            if (count == 0) return;
-            for (int i = 0; i < count; i++) kill(corral_tree[i], SIGKILL);
+            int killed = 0;
+            for (int i = 0; i < count; i++) {
+                if (kill(corral_tree[i], SIGKILL) == 0) killed++;
+                else if (i < own) corral_tree[i] = 0;  /* not killed: not waited for either */
+            }
+            if (killed == 0) break;
             /* Reaped, what a child leaves has come back to us (we adopt orphans): the next walk has it. */
             for (int i = 0; i < own; i++)
-                while (waitpid(corral_tree[i], NULL, __WALL) < 0 && errno == EINTR) {}
+                if (corral_tree[i] > 0) corral_reap(corral_tree[i], deadline);
+            if (corral_now_ns() >= deadline) break;
         }
+        __atomic_store_n(&corral_walking, 0, __ATOMIC_SEQ_CST);
+        return 1;
     }
     """
-    void corral_end_descendants() noexcept nogil
+    int corral_end_descendants() noexcept nogil
 
 cdef timer_t _timer
 cdef bint _made = False
 
 
 cdef void _end_group(int signum) noexcept nogil:
-    corral_end_descendants()  # by pid: those that left the group too
+    if not corral_end_descendants():  # by pid: those that left the group too
+        while True:  # another thread's handler is walking, and ends the group after: wait for it
+            pause()
     kill(0, SIGKILL)  # 0: every process in our group, this one included
 
 

@@ -19,11 +19,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 
 __all__ = ["children", "descendants", "end_descendants"]
 
 MAX_ROUNDS = 1000
 """Walks :func:`end_descendants` makes at most: ends a fork bomb that outruns it rather than looping for ever."""
+MAX_WAIT_SEC = 0.5
+"""How long :func:`end_descendants` waits, in all, for killed children to be gone (as the C handler)."""
 
 
 def children(pid: int | None = None) -> set[int]:
@@ -62,17 +65,36 @@ def end_descendants() -> int:
     The children it killed are waited for (a SIGKILL is quick), so that what they leave comes back to
     this process, when it adopts orphans, before the next walk; one forked after the walk is the next
     walk's. A child another thread waits for too (a job's ``Popen.wait``) may be reaped there instead.
+    The waits stop after :data:`MAX_WAIT_SEC` in all (a child in uninterruptible sleep, a hung network
+    file system's read, dies only when that ends), and so do the walks when one kills nothing (what is
+    left is another user's, a set-uid program's, which this process may not signal).
     """
     killed: set[int] = set()
+    deadline = time.monotonic() + MAX_WAIT_SEC
     for _ in range(MAX_ROUNDS):
-        tree = descendants()
-        if not tree:
-            break
-        for pid in tree:
+        hit: set[int] = set()
+        for pid in descendants():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        killed.update(tree)
-        for pid in children().intersection(tree):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+                hit.add(pid)
+        if not hit:
+            break
+        killed.update(hit)
+        for pid in children().intersection(hit):
+            _reap(pid, deadline)
+        if time.monotonic() >= deadline:
+            break
     return len(killed)
+
+
+def _reap(pid: int, deadline: float) -> None:
+    """Reap the child ``pid``, which was sent SIGKILL, waiting until ``deadline`` (monotonic) at most."""
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:  # reaped elsewhere
+            return
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.001)

@@ -37,14 +37,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
 
+from corral.logs import STRAY_NOT_KILLED
 from runner.descendants import children
 
 __all__ = ["StrayReaper", "adopt", "adopting", "release", "runner_reaped", "starting_runner", "strays"]
+
+logger = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -158,8 +162,12 @@ class StrayReaper:
             found = _find()
             _ending.update(found)
         for pid in found:
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 os.kill(pid, signal.SIGKILL)  # our child, not yet reaped: the pid is still its own
+            except ProcessLookupError:
+                pass
+            except PermissionError:  # another user's (a set-uid program a job ran): reaped when it exits
+                logger.warning(STRAY_NOT_KILLED, extra={"pid": pid, "reason": "not permitted (another user's)"})
             self._watch(pid)
         return len(found)
 
@@ -172,7 +180,8 @@ class StrayReaper:
         return True
 
     def close(self) -> None:
-        """Stop waiting for the strays not yet reaped (killed already: init, or a next pool, reaps them)."""
+        """Stop waiting for the strays not yet reaped. Killed already, they stay this process's children
+        until they are reaped: by a next pool's reaper, or as zombies until this process exits."""
         for pid, fd in list(self._pidfds.items()):
             if fd >= 0:
                 self._loop.remove_reader(fd)

@@ -65,3 +65,38 @@ def test_every_descendant_ends_whether_or_not_it_left_the_group(how: str) -> Non
     # Then none is left, none alive, and every child of its own was reaped
     assert out["left"] == [] and out["children"] == [], out
     assert not any(alive(pid) for pid in out["tree"])
+
+
+REFUSED = """
+import json, os, subprocess, time
+from runner import descendants
+
+refused = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+plain = subprocess.Popen(["sleep", "301"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+real_kill = os.kill
+
+def kill(pid, sig):
+    if pid == refused.pid:
+        raise PermissionError(1, "Operation not permitted")
+    real_kill(pid, sig)
+
+os.kill = kill
+started = time.monotonic()
+killed = descendants.end_descendants()
+took = time.monotonic() - started
+left = descendants.descendants()
+real_kill(refused.pid, 9)
+print(json.dumps({"killed": killed, "took": took, "left": left, "refused": refused.pid, "plain": plain.pid}))
+"""
+
+
+def test_a_descendant_that_may_not_be_signalled_is_left_and_the_rest_end() -> None:
+    # Another user's process (a set-uid program a job ran) cannot be killed; the tests run as root, so
+    # os.kill refuses it here instead. Before, end_descendants waited for it for ever (a blocking waitpid).
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["killed"] == 1 and seen["left"] == [seen["refused"]]
+    assert not alive(seen["plain"])

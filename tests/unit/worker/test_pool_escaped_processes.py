@@ -150,3 +150,53 @@ def test_processes_that_left_the_group_end_when_the_job_is_cancelled(
 ) -> None:
     done = _scenario(tmp_path, bystander, "cancelled")
     assert (done.outcome, done.error_code) == (Outcome.CANCELLED, "CANCELLED"), done.error_message
+
+
+def test_a_stray_the_worker_may_not_signal_costs_no_completion_and_no_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A process of another user's (a set-uid program a job ran, under a worker that is not root) cannot
+    # be signalled; the tests run as root, which may signal anything, so os.kill refuses it here instead.
+    refused: set[int] = set()
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        if pid in refused and sig == signal.SIGKILL:
+            raise PermissionError(1, "Operation not permitted")
+        real_kill(pid, sig)
+
+    monkeypatch.setattr(os, "kill", kill)
+    pid_path = tmp_path / "pids"
+    escaped: list[int] = []
+
+    async def body(b: Bundle) -> None:
+        await until(lambda: b.pool.idle == 2, 30, "two idle runners")
+        # Given a job whose setsid child the worker may not kill, stopped at its timeout
+        payload = json.dumps({"pid_path": str(pid_path), "seconds": 300})
+        assert b.pool.submit(JobSpec("escape", 1, "escape", payload, 1, time.time() + 4.0, timeout_sec=300))
+        await until(lambda: _read_pids(pid_path), 30, "the job to write the escaped pids")
+        pids = _read_pids(pid_path)
+        assert pids is not None
+        escaped.extend((pids["setsid"], pids["daemon"]))
+        refused.add(pids["setsid"])
+        # Then the job is reported and its runner replaced all the same (before: the sweep's PermissionError
+        # escaped from the pool's exit handler: no completion, the slot lost, and stop() timed out)
+        await until(lambda: "escape" in b.done, 30, "the job's completion")
+        assert b.done["escape"].outcome is Outcome.TIMEOUT
+        await until(lambda: b.pool.idle == 2, 30, "the pool back to two idle runners")
+        assert b.pool.submit(JobSpec("after", 1, "spawn_python", "{}", 1, None))
+        await until(lambda: "after" in b.done, 30, "the next job")
+        assert b.done["after"].outcome is Outcome.SUCCEEDED, b.done["after"].error_message
+        # and it says so; the others are ended, and the refused one is reaped once it exits by itself
+        assert [r.pid for r in caplog.records if r.getMessage() == "stray_not_killed"] == [pids["setsid"]]  # type: ignore[attr-defined]
+        await until(lambda: _gone(pids["daemon"]), WITHIN, "the daemon to end")
+        assert alive(pids["setsid"])
+        real_kill(pids["setsid"], signal.SIGKILL)
+        await until(lambda: _gone(pids["setsid"]), WITHIN, "the refused stray to be reaped")
+
+    try:
+        with_pool(Bundle, body)
+    finally:
+        for pid in escaped:
+            with contextlib.suppress(OSError):
+                real_kill(pid, signal.SIGKILL)
