@@ -53,6 +53,7 @@ may need up to a second more to connect to the new active one (:data:`RECONNECT_
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
@@ -147,8 +148,9 @@ class Failover(Generic[C]):
     and the current address.
 
     Calls from several threads may share it (two that settle at once only race over which address
-    is current), but a connection is made without a lock: :class:`corral.Client` makes them all up
-    front, and :class:`corral.AsyncClient` from its one event loop.
+    is current). A connection is made under a lock, so two threads that need the same one at once (a
+    :class:`corral.Client` used again after :meth:`~corral.Client.close`) make one, not two with one
+    of them never closed.
     """
 
     def __init__(self, addresses: Sequence[str], connect: Callable[[str], C]) -> None:
@@ -162,6 +164,7 @@ class Failover(Generic[C]):
         self.addresses = tuple(addresses)
         self._connect = connect
         self._connections: dict[str, C] = {}
+        self._making = threading.Lock()
         self._index = 0
 
     @property
@@ -173,7 +176,10 @@ class Failover(Generic[C]):
         """The connection to ``address``, made now if it was not yet."""
         made = self._connections.get(address)
         if made is None:
-            made = self._connections[address] = self._connect(address)
+            with self._making:
+                made = self._connections.get(address)
+                if made is None:
+                    made = self._connections[address] = self._connect(address)
         return made
 
     def connections(self) -> list[C]:
@@ -182,7 +188,8 @@ class Failover(Generic[C]):
 
     def take_connections(self) -> list[C]:
         """The connections made so far, forgotten here (to close them; later calls make new ones)."""
-        made, self._connections = list(self._connections.values()), {}
+        with self._making:
+            made, self._connections = list(self._connections.values()), {}
         return made
 
     def attempts(self) -> Attempts[C]:

@@ -349,3 +349,32 @@ def test_a_call_cut_after_it_reached_a_server_is_raised_not_sent_again(
     error = result["error"]
     assert isinstance(error, Unavailable) and not moves_on(error), error.message
     assert active.calls == 0
+
+
+def test_two_threads_that_need_the_same_connection_at_once_make_one() -> None:
+    # After Client.close() connections are made again on demand, from whichever threads call then
+    made: list[str] = []
+    both_in = threading.Barrier(2, timeout=10)
+    second = threading.Event()
+
+    def connect(address: str) -> str:
+        made.append(address)
+        if len(made) == 1:  # the first one made waits a while for a second (it does not come)
+            second.wait(0.5)
+        else:
+            second.set()
+        return f"connection to {address}"
+
+    failover = Failover(["a:1"], connect)
+
+    def use() -> None:
+        both_in.wait()
+        failover.connection("a:1")
+
+    threads = [threading.Thread(target=use) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert made == ["a:1"]  # before: two, and one was never closed
+    assert failover.take_connections() == ["connection to a:1"]
