@@ -18,6 +18,7 @@ processes its hard limit cannot hold (:func:`needed_by_worker`).
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 
@@ -99,8 +100,10 @@ def spare() -> int:
         return CONNECT_RESERVE * 1024
     try:
         return max(0, soft - in_use())
-    except OSError:  # EMFILE: listing /proc/self/fd takes a descriptor too
-        return 0
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):  # listing /proc/self/fd takes a descriptor too
+            return 0
+        return CONNECT_RESERVE * 1024  # no /proc to count with: let the connection tell
 
 
 def needed_by_worker(slots: int) -> int:

@@ -312,21 +312,22 @@ class Connection:
             sessions = self.sessions
             self.connect_attempts += 1
             event = WORKER_DISCONNECTED
+            level = logging.INFO
+            failure: BaseException | None = None
             try:
                 await self._session(address)
                 reason = "stream ended"
             except grpc.aio.AioRpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
                 if exc.code() in _REFUSALS:  # not the network: somebody has to change something
-                    event = WORKER_REFUSED
-            except (TimeoutError, OSError, asyncio.InvalidStateError, ProtocolError, Stalled) as exc:
+                    event, level = WORKER_REFUSED, logging.ERROR
+            except (TimeoutError, ConnectionError, asyncio.InvalidStateError, ProtocolError, Stalled) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             except FilesShort as exc:
-                reason = str(exc)
-                event = WORKER_FILES_SHORT
-            except Exception as exc:  # a bug here must not end the loop: the worker would never connect again
-                logger.exception(WORKER_DISCONNECTED, extra={"control_addr": address})
-                reason = f"unexpected {type(exc).__name__}: {exc}"
+                reason, event, level = str(exc), WORKER_FILES_SHORT, logging.ERROR
+            except Exception as exc:  # a local fault (a file it reads), or a bug: it must not end the loop,
+                # or the worker would run on and never connect again
+                reason, level, failure = f"{type(exc).__name__}: {exc}", logging.ERROR, exc
             finally:
                 self.registered.clear()
                 self._pending.clear()
@@ -334,8 +335,8 @@ class Connection:
             if self._closing:
                 return
             rotation.ended(registered=self.sessions > sessions)
-            level = logging.INFO if event is WORKER_DISCONNECTED else logging.ERROR
-            logger.log(level, event, extra={"control_addr": address, "reason": reason, "retry": rotation.retry})
+            extra = {"control_addr": address, "reason": reason, "retry": rotation.retry}
+            logger.log(level, event, extra=extra, exc_info=failure)
             await asyncio.sleep(rotation.delay(self._config.reconnect_max_sec, self._rng))
 
     async def _session(self, address: str) -> None:
