@@ -44,6 +44,8 @@ class DatabaseLock:
                 f"the database {database} is in use by another control plane ({taken.who}): "
                 "stop that one first, or give this one a database of its own"
             ) from None
+        except _Unlockable as exc:
+            raise OSError(f"cannot open the database {database}: {exc}") from exc
         except OSError as exc:  # no such directory, no write permission, a read-only file system, ...
             folder = os.path.dirname(os.path.abspath(database))
             if isinstance(exc, FileNotFoundError) and not os.path.isdir(folder):
@@ -71,6 +73,8 @@ class DatabaseLock:
             raise OSError(
                 f"{self.path} was removed, and another control plane ({taken.who}) has taken the database"
             ) from None
+        except _Unlockable as exc:
+            raise OSError(f"{self.path} was removed, and the new one cannot be locked: {exc}") from exc
         except OSError as exc:
             raise OSError(f"{self.path} was removed, and cannot be made again: {exc.strerror}") from exc
         self._fd = new
@@ -92,12 +96,20 @@ class _Taken(Exception):
         self.who = f"pid {holder}" if holder else "another process"
 
 
+class _Unlockable(Exception):
+    """The lock file opens, but cannot be locked (a file system without locks: some network ones)."""
+
+    def __init__(self, path: str, exc: OSError) -> None:
+        super().__init__(f"cannot lock {path}: {exc.strerror} (does this file system support locks? a local disk does)")
+
+
 def _take(path: str) -> int:
     """Open (or make) the lock file at ``path`` and lock it without waiting; returns its descriptor.
 
     Raises:
         _Taken: another process holds it.
-        OSError: the file cannot be opened or made, or locked for another reason.
+        _Unlockable: it cannot be locked for another reason.
+        OSError: the file cannot be opened or made.
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -106,9 +118,9 @@ def _take(path: str) -> int:
         holder = _read_pid(fd)
         os.close(fd)
         raise _Taken(holder) from None
-    except OSError:
+    except OSError as exc:
         os.close(fd)
-        raise
+        raise _Unlockable(path, exc) from exc
     _write_pid(fd)
     return fd
 

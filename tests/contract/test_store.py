@@ -3,6 +3,8 @@ on SQLite and on PostgreSQL (the session's throw-away cluster); then what is par
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import re
@@ -38,6 +40,7 @@ from control.store.lock import DatabaseLock
 from control.store.postgres import LOCK_KEY
 from control.store.sqlite import OFFLOAD_ROWS
 from corral.errors import Unavailable
+from tests.conftest import wait_until
 from tests.support.ports import dead_address
 from tests.support.postgres import Cluster
 
@@ -640,6 +643,19 @@ def test_a_database_is_held_by_one_store_at_a_time(tmp_path: Path) -> None:
     SQLiteStore(path).close()  # closing lets it go
 
 
+def test_a_lock_file_that_cannot_be_locked_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Some network file systems refuse flock (ENOLCK); this one does not, so flock is made to refuse here.
+    # Before, it was reported as "cannot create corral.db.lock", which it had just created.
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    path = tmp_path / "corral.db"
+    said = f"cannot open the database {path}: cannot lock {path}.lock: No locks available"
+    with pytest.raises(OSError, match=re.escape(said)):
+        DatabaseLock(str(path))
+
+
 def test_a_database_reached_through_a_symlink_is_held_by_the_same_lock(tmp_path: Path) -> None:
     # Given a control plane's store on corral.db, and another path that leads to the same file
     path = tmp_path / "corral.db"
@@ -852,9 +868,10 @@ def test_a_leading_postgres_store_whose_read_sessions_are_ended_reads_on_with_ne
         assert run(s.get("job-2")) is not None
     finally:
         s.close()
-    # and closing it ends the new sessions too
-    left = postgres.sql(url, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'corral-control %'")
-    assert left == [(0,)]
+    # and closing it ends the new sessions too (the server drops a session from pg_stat_activity once its
+    # backend has seen the connection close, a moment after close() returns)
+    count = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'corral-control %'"
+    wait_until(lambda: postgres.sql(url, count) == [(0,)], 10, what="the store's sessions to end")
 
 
 def test_nul_from_job_code_is_kept_as_a_replacement_character_not_a_failed_commit(postgres: Cluster) -> None:
