@@ -29,6 +29,7 @@ __all__ = [
     "hard_limit",
     "in_use",
     "inherited",
+    "most_slots",
     "needed_by_worker",
     "raise_soft_limit",
     "soft_limit",
@@ -109,3 +110,11 @@ def spare() -> int:
 def needed_by_worker(slots: int) -> int:
     """Descriptors a worker with ``slots`` runner processes needs, with its reserve to connect."""
     return WORKER_BASE + PER_RUNNER * slots + CONNECT_RESERVE
+
+
+def most_slots() -> int | None:
+    """The most runner processes a worker's hard limit holds (:func:`needed_by_worker`); None: no limit."""
+    hard = hard_limit()
+    if hard == _unlimited:
+        return None
+    return max(0, (hard - needed_by_worker(0)) // PER_RUNNER)

@@ -40,9 +40,8 @@ cdef extern from *:
     #include <sys/syscall.h>
     #include <sys/types.h>
     #include <sys/wait.h>
-    #include <unistd.h>
-
     #include <time.h>
+    #include <unistd.h>
 
     #define CORRAL_MAX_TREE 4096
     #define CORRAL_MAX_ROUNDS 1000

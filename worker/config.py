@@ -68,7 +68,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import resource
 import secrets
 import socket
 from collections.abc import Callable, Mapping
@@ -275,14 +274,13 @@ class WorkerConfig:
         """Refuse more runner processes than the worker's hard open-file limit can hold, which it raises
         its soft limit to as it starts (:mod:`corral.open_files`): it would fail part-way through starting
         them, or later, when gRPC aborts the process for want of a descriptor to reconnect with."""
-        hard = open_files.hard_limit()
-        needed = open_files.needed_by_worker(self.slots)
-        if hard != resource.RLIM_INFINITY and needed > hard:
-            most = max(0, (hard - open_files.needed_by_worker(0)) // open_files.PER_RUNNER)
+        most = open_files.most_slots()
+        if most is not None and self.slots > most:
             raise ConfigError(
-                f"CORRAL_WORKER_SLOTS (= CORRAL_WORKER_THREADS unless set) of {self.slots} needs {needed} open "
-                f"files, more than the worker's hard limit (RLIMIT_NOFILE, ulimit -Hn) of {hard}: at most "
-                f"{most} slots fit; lower it or raise the limit"
+                f"CORRAL_WORKER_SLOTS (= CORRAL_WORKER_THREADS unless set) of {self.slots} needs "
+                f"{open_files.needed_by_worker(self.slots)} open files, more than the worker's hard limit "
+                f"(RLIMIT_NOFILE, ulimit -Hn) of {open_files.hard_limit()}: at most {most} slots fit; lower it "
+                "or raise the limit"
             )
 
     @classmethod
