@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -59,14 +58,17 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
-def with_open_files(soft: int, hard: int) -> Callable[[], None]:
-    """A ``preexec_fn`` that starts a child with this RLIMIT_NOFILE, as a systemd unit or a shell's
-    ``ulimit -n`` would have it."""
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-    return apply
+def with_open_files(argv: list[str], limits: tuple[int, int] | None) -> list[str]:
+    """``argv`` started with this soft and hard RLIMIT_NOFILE (None: as it is), as a systemd unit or a
+    shell's ``ulimit -n`` would start it: a short Python step sets the limit, then execs ``argv`` in its
+    place (same pid). Not a ``preexec_fn``: this process's gRPC threads run while it forks, and a child
+    that ran Python code between fork and exec here once aborted in gRPC's poller."""
+    if limits is None:
+        return argv
+    soft, hard = limits
+    code = "import os, resource, sys; "
+    code += f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", code, *argv]
 
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -130,28 +132,30 @@ class ControlProc:
         self.starts += 1
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "control",
-                    "--grpc-port",
-                    str(self.port),
-                    "--port-file",
-                    str(port_file),
-                    "--db",
-                    self.db_url or str(self.db),
-                    "--http-port",
-                    str(self.http_port),
-                    "--http-port-file",
-                    str(http_port_file),
-                    "--worker-port-file",
-                    str(worker_port_file),
-                ],
+                with_open_files(
+                    [
+                        sys.executable,
+                        "-m",
+                        "control",
+                        "--grpc-port",
+                        str(self.port),
+                        "--port-file",
+                        str(port_file),
+                        "--db",
+                        self.db_url or str(self.db),
+                        "--http-port",
+                        str(self.http_port),
+                        "--http-port-file",
+                        str(http_port_file),
+                        "--worker-port-file",
+                        str(worker_port_file),
+                    ],
+                    self.open_files,
+                ),
                 cwd=ROOT,
                 env=base_env(self.env),
                 stdout=log,
                 stderr=log,
-                preexec_fn=None if self.open_files is None else with_open_files(*self.open_files),
             )
         if wait:
             self.wait_serving(timeout)
@@ -352,8 +356,9 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
             args += ["--import", module]
         log = tmp_path / f"worker-{wid}.log"
         with log.open("ab") as out:
-            limit = None if open_files is None else with_open_files(*open_files)
-            proc = subprocess.Popen(args, cwd=ROOT, env=base_env(env), stdout=out, stderr=out, preexec_fn=limit)
+            proc = subprocess.Popen(
+                with_open_files(args, open_files), cwd=ROOT, env=base_env(env), stdout=out, stderr=out
+            )
         w = WorkerProc(wid, proc, log, args)
         started.append(w)
         if wait:

@@ -68,7 +68,7 @@ def test_more_slots_than_the_hard_limit_holds_are_refused_before_any_process_sta
     # Given a worker whose hard limit of 150 open files cannot hold 60 runner processes
     args = [sys.executable, "-m", "worker", "--control", control_plane.address, "--threads", "60"]
     proc = subprocess.run(
-        args, cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60, preexec_fn=with_open_files(150, 150)
+        with_open_files(args, (150, 150)), cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=60
     )
     # Then it exits 2 at once, naming the setting, the limit and what fits
     assert proc.returncode == 2, proc.stderr
