@@ -10,8 +10,10 @@ bio=carol`` (an owner is in one group at most). ``CORRAL_JOB_VISIBILITY`` says w
   in none).
 
 With ``owner`` or ``group``, a job the caller may not see is answered as a job that does not exist
-(NOT_FOUND: its existence is not given away), ListJobs lists only what it may see, and idempotency
-keys are each client's own (two clients may both use ``order-42``). The principals named in
+(NOT_FOUND: its existence is not given away), and ListJobs lists only what it may see. Idempotency
+keys are always each client's own (two clients may both use ``order-42``), whatever the visibility: a
+key is kept with its owner, so it keeps finding its job when the visibility changes, and never finds
+another client's. The principals named in
 ``CORRAL_AUTH_ADMINS`` see and manage every job, and only they may call AdminService (ListWorkers,
 DrainWorker, GetAutoscaler, ListAuditEvents, ListShares); anyone else gets PERMISSION_DENIED there.
 GetStats stays whole-cluster for everyone: queue depth and worker counts are what a client needs to
@@ -131,9 +133,13 @@ class Access:
                 f"(CORRAL_JOB_VISIBILITY={self.visibility})"
             )
 
-    def idempotency_key(self, key: str, owner: str) -> str:
-        """The key under which ``owner``'s ``key`` is kept: the owner's own when isolation is on, so
-        that one client's key neither collides with nor finds another client's job."""
-        if not key or not self.isolated:
+    @staticmethod
+    def idempotency_key(key: str, owner: str) -> str:
+        """The key under which ``owner``'s ``key`` is kept ("" for none): the owner's own, so that one
+        client's key neither collides with nor finds another client's job. It does not depend on the
+        visibility: a key made while clients were not kept apart still finds its job once they are
+        (and back), and a key another client made then cannot name this client's (see
+        ``control.store.keys``, which moved the keys of older releases to this form)."""
+        if not key:
             return key
         return f"{owner}:{key}"  # a principal has no ':' (control.auth), so no two owners' keys meet

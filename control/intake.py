@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from control import jobs
 from control.admission import Submission, check_batch_size, validate, validate_part
-from control.admission.idempotency import Ahead
+from control.admission.idempotency import Ahead, unowned_form
 from control.jobs import JobRecord, JobState, StartWhen
 from control.store import IdempotencyEntry, JobRows
 from control.turns import CHUNK, in_turns
@@ -62,12 +62,17 @@ class Intake:
             for i, sub in enumerate(subs)
             if sub.idempotency_key
         }
+        # A client that may see jobs with no owner also finds their keys (admission.idempotency.unowned_form).
+        unowned = bool(keyed) and bool(owner) and self.s.access.scope(owner) is None
         # What the store holds that memory may lack (keys let go of, the states of jobs a batch reuses by
         # key), read now, off the event loop: nothing below reads the store on it, and it settles with no
         # await from the keys' resolution to their reservation.
-        ahead = await self.s.idempotency.read_ahead(key for key, _ in keyed.values()) if keyed else {}
+        wanted = [key for key, _ in keyed.values()]
+        if unowned:
+            wanted += [unowned_form(key) for key in wanted]
+        ahead = await self.s.idempotency.read_ahead(wanted) if keyed else {}
         try:
-            return await self._settle(subs, batch, client, owner, keyed, ahead)
+            return await self._settle(subs, batch, client, owner, keyed, ahead, unowned)
         finally:
             self.s.idempotency.let_go(ahead)
 
@@ -79,12 +84,15 @@ class Intake:
         owner: str,
         keyed: dict[int, tuple[str, str]],
         ahead: Ahead,
+        unowned: bool,
     ) -> list[JobRecord]:
         """:meth:`submit` once the submissions are valid and ``ahead`` read: resolve, reserve, store."""
         key_field = "jobs[{}].idempotency_key" if batch else "idempotency_key"
         known: dict[str, JobState | None] = {}
         if batch and keyed and any(sub.depends_on_index for sub in subs):
-            keys_now = self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field, ahead)  # changes nothing
+            keys_now = self.s.idempotency.resolve(
+                keyed, self.s.clock.now(), key_field, ahead, unowned
+            )  # changes nothing
             known = await self.s.dependencies.read_ahead(subs, keys_now)
         depends = any(sub.depends_on for sub in subs)
         found: dict[str, JobRecord] = {}
@@ -92,7 +100,11 @@ class Intake:
         if depends:
             # A replay answers the job its key made, whatever has become since of the jobs it depends on
             # (one that FAILED would refuse the request as new): only new jobs' dependencies are checked.
-            replays = set(self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field, ahead)) if keyed else set()
+            replays = (
+                set(self.s.idempotency.resolve(keyed, self.s.clock.now(), key_field, ahead, unowned))
+                if keyed
+                else set()
+            )
             found = await self.s.dependencies.find(subs, batch, owner, skip=replays)
             # A dependency's end still on its way to the store would decide this call (refused when it
             # failed) on what a crash could undo: wait for its commit. Only ends: a job that ended is
@@ -107,7 +119,7 @@ class Intake:
         keys: list[IdempotencyEntry] = []
         # Resolve every key before reserving any (a refused batch leaves nothing behind), and reserve
         # before the first await: a concurrent duplicate then finds this call's job (see admission).
-        earlier = self.s.idempotency.resolve(keyed, now, key_field, ahead)
+        earlier = self.s.idempotency.resolve(keyed, now, key_field, ahead, unowned)
         waiting: dict[int, frozenset[str]] = {}
         if depends:
             if not replays <= earlier.keys():  # a key that expired during the read above: its job is new now

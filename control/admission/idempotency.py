@@ -66,6 +66,19 @@ Earlier = str | int
 made (str), or the index of an earlier submission of the same call with the same key (int)."""
 
 
+def sent_key(key: str) -> str:
+    """The key as the client sent it, of ``key`` as it is kept (``owner:key``)."""
+    _, kept_with_owner, sent = key.partition(":")
+    return sent if kept_with_owner else key
+
+
+def unowned_form(key: str) -> str:
+    """``key`` (``owner:key``) as a job with no owner keeps it: one submitted with no client token, or
+    before the store kept owners. Every client that may see such a job (all, while clients are not kept
+    apart; admins) finds it by its key, as every client did before tokens were turned on."""
+    return ":" + sent_key(key)
+
+
 class IdempotencyKeys:
     """Live keys: the newest in memory, in expiry order, the rest in the store (see the module)."""
 
@@ -131,27 +144,42 @@ class IdempotencyKeys:
             self._trim()
 
     def lookup(
-        self, key: str, request_hash: str, now: float, field: str = "idempotency_key", ahead: Ahead | None = None
+        self,
+        key: str,
+        request_hash: str,
+        now: float,
+        field: str = "idempotency_key",
+        ahead: Ahead | None = None,
+        unowned: bool = False,
     ) -> str | None:
-        """The job id this key already made for an equal request, else None. ``ahead``: what
-        :meth:`read_ahead` read for this call, used where memory has nothing.
+        """The job id this key already made for an equal request, else None. ``key`` is kept with its
+        owner (``owner:key``, :meth:`control.access.Access.idempotency_key`); ``unowned``: the caller may
+        see jobs that have no owner, and the key, when it is not its own, may be one such a job made
+        (see :func:`unowned_form`). ``ahead``: what :meth:`read_ahead` read for this call, used where
+        memory has nothing.
 
         Raises:
             AlreadyExists: the key is live and was used with a different request.
         """
+        entry = self._live(key, now, ahead)
+        if entry is None and unowned:
+            entry = self._live(unowned_form(key), now, ahead)
+        if entry is None:
+            return None
+        if entry.request_hash != request_hash:
+            raise AlreadyExists(
+                f"{field}: key {sent_key(key)!r} was already used for a different request (job {entry.job_id}); "
+                "use a new key for a new job"
+            )
+        return entry.job_id
+
+    def _live(self, key: str, now: float, ahead: Ahead | None) -> IdempotencyEntry | None:
         entry = self._keys.get(key)
         if entry is None and self._fetch is not None and not self._complete:
             # An older key, no longer in memory: read ahead by this call, or (let go of by memory only
             # after the read began) read now.
             entry = ahead[key] if ahead is not None and key in ahead else self._fetch(key)
-        if entry is None or entry.expires_at <= now:
-            return None
-        if entry.request_hash != request_hash:
-            raise AlreadyExists(
-                f"{field}: key {key!r} was already used for a different request (job {entry.job_id}); "
-                "use a new key for a new job"
-            )
-        return entry.job_id
+        return None if entry is None or entry.expires_at <= now else entry
 
     def resolve(
         self,
@@ -159,11 +187,13 @@ class IdempotencyKeys:
         now: float,
         field: str = "idempotency_key",
         ahead: Ahead | None = None,
+        unowned: bool = False,
     ) -> dict[int, Earlier]:
         """For submissions ``{index: (key, request hash)}`` of one call: what each maps to, if anything.
 
         ``field`` names the key in errors; a ``{}`` in it is replaced by the index (``jobs[{}].idempotency_key``);
-        ``ahead`` as for :meth:`lookup`. Changes nothing, so a refused call leaves no reservation behind.
+        ``ahead`` and ``unowned`` as for :meth:`lookup`. Changes nothing, so a refused call leaves no
+        reservation behind.
 
         Raises:
             AlreadyExists: a key is live for a different request, or repeats in the call with another request.
@@ -176,12 +206,12 @@ class IdempotencyKeys:
             if j is not None:
                 if keyed[j][1] != digest:
                     raise AlreadyExists(
-                        f"{name}: key {key!r} is used for a different request at {field.format(j)} in the same "
+                        f"{name}: key {sent_key(key)!r} is used for a different request at {field.format(j)} in the same "
                         "call; use a new key for a new job"
                     )
                 found[i] = j
                 continue
-            job_id = self.lookup(key, digest, now, name, ahead)
+            job_id = self.lookup(key, digest, now, name, ahead, unowned)
             if job_id is not None:
                 found[i] = job_id
             first[key] = i

@@ -61,6 +61,7 @@ from control.store.base import (
     PurgeStep,
     StandingBy,
 )
+from control.store.keys import OLD_KEYS, moved_keys
 from control.store.rows import (
     COLUMNS,
     first_page,
@@ -98,10 +99,11 @@ SCHEMA_LOCK_TIMEOUT_SEC = 1.0
 holds it: a pg_dump, a VACUUM FULL, DDL by hand) before it gives up, leaves as much time to the queries
 queued behind its request, and tries again."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this release makes, kept in the table ``corral_schema`` (no row: a database made before it
 was kept, which the schema step brings up to date). A release that changes the schema so that an older
-one would misread it raises it; an older release then refuses the database instead of using it."""
+one would misread it raises it; an older release then refuses the database instead of using it.
+2: idempotency keys are kept with their owner whatever the visibility (:mod:`control.store.keys`)."""
 
 _FIRST_COLUMNS = {
     "jobs": (
@@ -420,7 +422,11 @@ class PostgresStore:
                 if refused:
                     raise psycopg.Rollback(tx)
                 self._wconn.execute(ddl)
-                if stale:
+                if stale:  # an older schema's (or none): its keys take their form now, in this transaction
+                    rows = moved_keys(self._wconn.execute(OLD_KEYS).fetchall())
+                    self._wconn.execute("DELETE FROM idempotency_keys")
+                    with self._wconn.cursor() as cur:
+                        cur.executemany(_SQL["idem_put"], rows)
                     self._wconn.execute(_VERSION_PUT, (SCHEMA_VERSION,))
         except psycopg.errors.LockNotAvailable as exc:
             return _reason(exc)

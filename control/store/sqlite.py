@@ -44,6 +44,7 @@ from control.store.base import (
     PurgeStep,
     StandingBy,
 )
+from control.store.keys import OLD_KEYS, moved_keys
 from control.store.lock import DatabaseLock
 from control.store.rows import (
     COLUMNS,
@@ -119,10 +120,11 @@ _FILES = ("", "-wal", "-shm")
 """The database file and the two SQLite keeps beside it while it is open in WAL mode."""
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this release writes, kept in the database's ``PRAGMA user_version`` (0: a database made
 before it was kept, which _migrate brings up to date). A release that changes the schema so that an
-older one would misread it raises it; an older release then refuses the database instead of using it."""
+older one would misread it raises it; an older release then refuses the database instead of using it.
+2: idempotency keys are kept with their owner whatever the visibility (:mod:`control.store.keys`)."""
 
 _HEADER = b"SQLite format 3\x00"
 
@@ -182,7 +184,24 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.execute(_OWNER_INDEX)
     _mend_labels(conn)
     if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+        _move_keys(conn)
+
+
+def _move_keys(conn: sqlite3.Connection) -> None:
+    """Give the idempotency keys of an older schema their form now (:mod:`control.store.keys`) and record
+    :data:`SCHEMA_VERSION`, in one transaction: a crash part way leaves the keys as they were, to be
+    moved at the next start."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = moved_keys(conn.execute(OLD_KEYS).fetchall())
+        conn.execute("DELETE FROM idempotency_keys")
+        conn.executemany(SQLiteStore._SQL["idem_put"], rows)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _mend_labels(conn: sqlite3.Connection) -> None:

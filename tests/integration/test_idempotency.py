@@ -32,9 +32,12 @@ def total(cp: ControlProc) -> int:
 
 
 def stored_keys(db: Path) -> dict[str, str]:
-    """key -> job id of the idempotency keys in the control plane's database (read beside it: WAL)."""
+    """key -> job id of the idempotency keys in the control plane's database (read beside it: WAL), each
+    key as its client sent it (the store keeps it with its owner, none here: ``:key``)."""
     with sqlite3.connect(db) as conn:
-        return dict(conn.execute("SELECT key, job_id FROM idempotency_keys").fetchall())
+        rows = conn.execute("SELECT key, job_id FROM idempotency_keys").fetchall()
+    assert all(key.startswith(":") for key, _ in rows), rows
+    return {key[1:]: job_id for key, job_id in rows}
 
 
 async def submit_concurrently(cp: ControlProc, calls: list[Any]) -> list[bytes]:
