@@ -17,6 +17,11 @@ share go by it.
 * A login names the account's *session*, made anew with each password: a new password, or deleting
   the account, ends every login made before, also one of a later account of the same name.
   :meth:`Accounts.end_all_logins` replaces the key, which ends every login of every account.
+* Jobs are owned by name, and stay when their account is deleted or their token leaves the token
+  file. So while the store holds a job of a name, open registration may not take it (ALREADY_EXISTS):
+  the newcomer would get the jobs, their payloads and idempotency keys. One who manages accounts may
+  create it, handing the jobs over on purpose (logged at warning level); once retention has purged
+  every job of the name, it is free again.
 * A wrong name and a wrong password get the same answer, after the same work (a name without an
   account is checked against a hash of nothing), so a login does not tell which names exist. After
   :data:`MAX_FAILURES` failures for one name within :data:`FAILURE_WINDOW_SEC`, that name is refused
@@ -181,25 +186,35 @@ class Accounts:
         return sorted(self._accounts.values(), key=lambda a: a.name)
 
     # ---- changes ------------------------------------------------------------------------------
-    async def register(self, name: str, password: str) -> AccountEntry:
+    async def register(self, name: str, password: str, *, by_admin: bool = False) -> AccountEntry:
         """Create the account ``name``; returns it once stored.
+
+        Args:
+            by_admin: Whether one who manages accounts creates it (always so with ``mode`` admin): only
+                then may it take a name that still owns jobs (see the module docstring).
 
         Raises:
             InvalidArgument: the name or the password breaks its rule.
-            AlreadyExists: the name is an account's or a configured client token's.
+            AlreadyExists: the name is an account's or a configured client token's, or it owns jobs and
+                ``by_admin`` is false with open registration.
         """
         check_name(name)
         raw = check_password_rule(password)
         self._check_free(name)
+        await self._former_jobs(name, by_admin)
         hashed = await self._hash(raw)
         async with self._changes():
             self._check_free(name)  # another registration of the name may have finished while we hashed
+            former_jobs = await self._former_jobs(name, by_admin)  # or a token left the file, or a purge ran
             now = self._clock.now()
             entry = AccountEntry(name, hashed, secrets.token_hex(16), now, now)
             self.store.put_account(entry)
             await self.store.commit()
             self._accounts[name] = entry
-        logger.info(logs.ACCOUNT_REGISTERED, extra={"account": name})
+        if former_jobs:
+            logger.warning(logs.ACCOUNT_REGISTERED, extra={"account": name, "former_jobs": True})
+        else:
+            logger.info(logs.ACCOUNT_REGISTERED, extra={"account": name})
         return entry
 
     async def set_password(self, name: str, password: str) -> AccountEntry:
@@ -353,6 +368,21 @@ class Accounts:
             raise AlreadyExists(f"account {name!r} already exists")
         if name in self.reserved():
             raise AlreadyExists(f"{name!r} is the name of a configured client token: choose another name")
+
+    async def _former_jobs(self, name: str, by_admin: bool) -> bool:
+        """Whether the store holds a job of ``name`` (committed: a read sees no other).
+
+        Raises:
+            AlreadyExists: it does, and open registration would take it (not ``by_admin``).
+        """
+        if (await self.store.list_jobs((), "", 1, 0, owners=(name,))).total == 0:
+            return False
+        if self.open and not by_admin:
+            raise AlreadyExists(
+                f"{name!r} still owns jobs of a former account or token: choose another name "
+                "(an admin may create it, and so hand those jobs over)"
+            )
+        return True
 
     def _changes(self) -> asyncio.Lock:
         """The lock that makes changes one at a time (made on the running loop: tests run several)."""

@@ -84,8 +84,9 @@ class AccountServicer:
         self, request: accounts_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.Account:
         """Create an account; answers it once stored. With CORRAL_ACCOUNTS=open anyone may, else only those who manage
-        accounts; ALREADY_EXISTS for a name an account or a client token has. A name in CORRAL_AUTH_ADMINS is an
-        admin's, which only those who manage accounts may create, even with open registration."""
+        accounts; ALREADY_EXISTS for a name an account or a client token has, and, unless the caller manages accounts,
+        for one that still owns jobs. A name in CORRAL_AUTH_ADMINS is an admin's, which only those who manage accounts
+        may create, even with open registration."""
         accounts = self._on()
         caller = PRINCIPAL.get()
         if not accounts.open:
@@ -102,7 +103,9 @@ class AccountServicer:
                 f"{request.name!r} is named in CORRAL_AUTH_ADMINS: an admin's account is created by one who manages "
                 "accounts (an admin's client token or login), not by registering"
             )
-        return self._account(await accounts.register(request.name, request.password))
+        # One who manages accounts may take a name that still owns jobs (a hand-over); open registration may not.
+        by_admin = not accounts.open or self._manages(caller)
+        return self._account(await accounts.register(request.name, request.password, by_admin=by_admin))
 
     @grpc_errors
     @audited("account.login", _name, anonymous={"OK", "UNAUTHENTICATED"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +16,7 @@ import pytest
 from control.accounts import FAILURE_WINDOW_SEC, MAX_FAILURES, Accounts, LoginGrant
 from control.auth import LOGIN_EXPIRES
 from control.clock import FakeClock
+from control.jobs import JobRecord, JobState
 from control.store import SQLiteStore
 from corral.errors import AlreadyExists, InvalidArgument, NotFound, RateLimited, Unauthenticated
 
@@ -261,3 +263,88 @@ def test_ending_all_logins_ends_every_account_s_and_outlives_a_restart(tmp_path:
         again.close()
     finally:
         store.close()
+
+
+# ---- a name that still owns jobs ----------------------------------------------------------------------
+
+
+def own(store: SQLiteStore, owner: str, seq: int) -> None:
+    """Store a finished job of ``owner`` (finished at 1.0: a purge with a later cut-off takes it)."""
+    job = JobRecord(
+        id=f"{owner}-{seq}", seq=seq, type="noop", payload_json='{"secret": 1}', created_at=0.0, owner=owner
+    )
+    job.state, job.finished_at = JobState.SUCCEEDED, 1.0
+    store.insert([job])
+    run(store.commit())
+
+
+def handed_over(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The names whose jobs an account was made over, as logged (at warning level)."""
+    return [
+        getattr(r, "account", "") for r in caplog.records if r.levelno == logging.WARNING and hasattr(r, "former_jobs")
+    ]
+
+
+def test_a_deleted_account_s_name_that_owns_jobs_is_not_open_to_registration(
+    accounts: Accounts, store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given alice's job, and her account deleted
+    run(accounts.register("alice", PASSWORD))
+    own(store, "alice", 1)
+    run(accounts.delete("alice"))
+    # When anyone registers the name, Then it is refused, and nothing is stored
+    with pytest.raises(AlreadyExists, match=r"still owns jobs of a former account or token.*an admin may create it"):
+        run(accounts.register("alice", "mallory's password"))
+    assert accounts.get("alice") is None and store.load_accounts() == []
+    with pytest.raises(Unauthenticated):
+        login(accounts, "alice", "mallory's password")
+    # When one who manages accounts creates it, Then it is made (the hand-over), and logged as such
+    with caplog.at_level(logging.WARNING, logger="control.accounts"):
+        run(accounts.register("alice", "handed over", by_admin=True))
+    assert accounts.verify(login(accounts, "alice", "handed over")) == "alice"
+    assert handed_over(caplog) == ["alice"]
+
+
+def test_where_admins_create_accounts_they_may_hand_a_name_over(
+    store: SQLiteStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    own(store, "alice", 1)
+    accounts = Accounts(store, "admin", TTL, rounds=10, clock=clock)
+    try:
+        with caplog.at_level(logging.WARNING, logger="control.accounts"):
+            run(accounts.register("alice", PASSWORD))  # CORRAL_ACCOUNTS=admin: only admins get here
+        assert [a.name for a in accounts.all()] == ["alice"] and handed_over(caplog) == ["alice"]
+    finally:
+        accounts.close()
+
+
+def test_a_name_is_free_again_once_its_jobs_are_purged(
+    accounts: Accounts, store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A name that never had a job is free, and its registration is no hand-over.
+    with caplog.at_level(logging.WARNING, logger="control.accounts"):
+        run(accounts.register("bob", PASSWORD))
+    own(store, "alice", 1)
+    own(store, "alice", 2)
+    with pytest.raises(AlreadyExists, match="still owns jobs"):
+        run(accounts.register("alice", PASSWORD))
+    step = run(store.purge_finished(JobState.SUCCEEDED, 10.0, 100))  # retention deletes both
+    assert sorted(step.ids) == ["alice-1", "alice-2"]
+    with caplog.at_level(logging.WARNING, logger="control.accounts"):
+        run(accounts.register("alice", PASSWORD))
+    assert [a.name for a in accounts.all()] == ["alice", "bob"] and handed_over(caplog) == []
+
+
+def test_a_token_name_removed_by_a_reload_is_not_open_to_registration_while_it_owns_jobs(
+    store: SQLiteStore, clock: FakeClock
+) -> None:
+    tokens = {"ops", "carol"}
+    accounts = Accounts(store, "open", TTL, rounds=10, reserved=lambda: tokens, clock=clock)
+    try:
+        own(store, "carol", 1)
+        tokens.discard("carol")  # the token file no longer names carol
+        with pytest.raises(AlreadyExists, match="still owns jobs of a former account or token"):
+            run(accounts.register("carol", PASSWORD))
+        assert accounts.all() == []
+    finally:
+        accounts.close()

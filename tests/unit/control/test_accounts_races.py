@@ -17,8 +17,9 @@ import pytest
 
 from control.accounts import Accounts
 from control.clock import FakeClock
+from control.jobs import JobRecord
 from control.store import SQLiteStore
-from corral.errors import NotFound, Unauthenticated
+from corral.errors import AlreadyExists, NotFound, Unauthenticated
 
 TTL = 600.0
 OLD = "old password"
@@ -186,6 +187,32 @@ def test_a_delete_racing_a_password_change_leaves_memory_and_store_agreeing(
     asyncio.run(scenario())
     assert accounts.get("alice") is None
     assert stored_sessions(path) == {}
+
+
+async def waited_for(lock: asyncio.Lock) -> None:
+    """Return once a task waits for ``lock``; fail after DEADLINE_SEC."""
+    deadline = asyncio.get_running_loop().time() + DEADLINE_SEC
+    while not lock._waiters:
+        assert asyncio.get_running_loop().time() < deadline, "nothing came to wait for the lock"
+        await asyncio.sleep(0.01)
+
+
+def test_a_job_of_the_name_that_lands_while_its_registration_hashes_refuses_it(
+    store: HeldStore, accounts: Accounts, path: str
+) -> None:
+    async def scenario() -> None:
+        async with accounts._changes():  # Given the changes held: the registration checks, hashes and waits
+            register = asyncio.ensure_future(accounts.register("alice", NEW))
+            await waited_for(accounts._changes())
+            # When a job of alice's lands meanwhile (the last submission of a deleted account of that name)
+            store.insert([JobRecord(id="alice-1", type="noop", payload_json="{}", created_at=0.0, owner="alice")])
+            await store.commit()
+        # Then the check made under the lock refuses the name
+        with pytest.raises(AlreadyExists, match="still owns jobs"):
+            await register
+
+    asyncio.run(scenario())
+    assert accounts.get("alice") is None and stored_sessions(path) == {}
 
 
 def test_a_login_checked_against_a_password_changed_meanwhile_gives_no_login(accounts: Accounts) -> None:
