@@ -33,6 +33,10 @@ class ConfigError(ValueError):
     """Raised when a setting is missing its rule: the message names the variable and the rule."""
 
 
+_KEPT_AT_LEAST_A_TTL = ("job_retention_sec", "failed_retention_sec")
+"""Settings that keep finished jobs, which must outlive the idempotency keys that name them."""
+
+
 @dataclass(frozen=True, slots=True)
 class ControlConfig:
     """Settings of one control-plane process."""
@@ -91,10 +95,11 @@ class ControlConfig:
     """IDEMPOTENCY_TTL_SEC: > 0; how long an idempotency key is remembered."""
     job_retention_sec: float = 7 * 86_400.0
     """CORRAL_JOB_RETENTION_SEC: 0, or >= IDEMPOTENCY_TTL_SEC; SUCCEEDED and CANCELLED jobs are deleted
-    this long after they finished (0 keeps them for ever)."""
+    this long after they finished (0 keeps them for ever). Unset, it is at least IDEMPOTENCY_TTL_SEC."""
     failed_retention_sec: float = 14 * 86_400.0
     """CORRAL_FAILED_RETENTION_SEC: 0, or >= IDEMPOTENCY_TTL_SEC; FAILED jobs (the dead-letter queue)
-    are deleted this long after they failed (0 keeps them until retried)."""
+    are deleted this long after they failed (0 keeps them until retried). Unset, it is at least
+    IDEMPOTENCY_TTL_SEC."""
     rate_limit_jobs_per_min: float = 0.0
     """RATE_LIMIT_JOBS_PER_MIN: >= 0; jobs submitted per minute across all clients (0 = no limit)."""
     rate_limit_burst: int = 0
@@ -239,6 +244,12 @@ class ControlConfig:
                 values[f.name] = overrides[f.name]
             elif var in env and env[var] != "":
                 values[f.name] = _PARSE[f.name](var, env[var])
+        defaults = {f.name: f.default for f in fields(cls)}
+        for name in _KEPT_AT_LEAST_A_TTL:
+            if name not in values and "idempotency_ttl_sec" in values:
+                # Unset, it follows a longer key TTL: a release before retention accepted any TTL, and
+                # refusing one at start after an upgrade, naming a setting never set, helps no one.
+                values[name] = max(defaults[name], values["idempotency_ttl_sec"])
         config = cls(**values)
         config.check()
         return config
@@ -312,11 +323,8 @@ class ControlConfig:
             self.selection,
         )
         _rule(_pos(self.idempotency_ttl_sec), "IDEMPOTENCY_TTL_SEC", "must be > 0", self.idempotency_ttl_sec)
-        for name, var in (
-            ("job_retention_sec", "CORRAL_JOB_RETENTION_SEC"),
-            ("failed_retention_sec", "CORRAL_FAILED_RETENTION_SEC"),
-        ):
-            keep = getattr(self, name)
+        for name in _KEPT_AT_LEAST_A_TTL:
+            var, keep = _ENV[name], getattr(self, name)
             _rule(_nonneg(keep), var, "must be >= 0 (0 keeps finished jobs for ever)", keep)
             _rule(
                 keep == 0 or keep >= self.idempotency_ttl_sec,

@@ -24,7 +24,7 @@ from control.jobs import JobRecord, JobState, StartWhen
 from control.store import IdempotencyEntry, JobRows
 from control.turns import CHUNK, in_turns
 from corral import logs
-from corral.errors import RateLimited, Unavailable
+from corral.errors import NotFound, RateLimited, Unavailable
 
 if TYPE_CHECKING:
     from control.scheduler import Scheduler
@@ -166,7 +166,31 @@ class Intake:
             self.s.on_commit(lambda: self.s.idempotency.committed(k.key for k in keys))
         await self.s.commit()
         _log_submitted(fresh)
-        return [o if isinstance(o, JobRecord) else await self.s.get(o) for o in out]
+        return [
+            o if isinstance(o, JobRecord) else await self._replayed(o, i, subs, keyed, client, owner)
+            for i, o in enumerate(out)
+        ]
+
+    async def _replayed(
+        self, job_id: str, i: int, subs: list[Submission], keyed: dict[int, tuple[str, str]], client: str, owner: str
+    ) -> JobRecord:
+        """The job ``job_id`` that submission ``i`` is a replay of. A key can outlive its job when the key
+        TTL was lowered (keys made before keep the expiry they were given, and retention, at least the
+        new TTL, may purge their jobs first): such a key is taken as expired, and the submission makes a
+        job, once, as it would with no key left.
+
+        Raises:
+            NotFound: the job is gone and the submission was not keyed (a job it repeats in its own call),
+                or names others of its batch by index (it cannot be made alone).
+        """
+        try:
+            return await self.s.get(job_id)
+        except NotFound:
+            if i not in keyed or subs[i].depends_on_index or not self.s.idempotency.forget(keyed[i][0], job_id):
+                raise
+        logger.warning(logs.IDEMPOTENCY_KEY_OUTLIVED_JOB, extra={"job_id": job_id})
+        (job,) = await self.submit([subs[i]], client=client, owner=owner)
+        return job
 
     def _ending(self, job_id: str) -> bool:
         """Whether the job ``job_id`` has ended and its end is not committed yet."""

@@ -226,6 +226,19 @@ class IdempotencyKeys:
         self._pending.add(key)
         return entry
 
+    def forget(self, key: str, job_id: str) -> bool:
+        """Take ``key`` as expired if it still names ``job_id`` (a job that is gone: see
+        ``control.intake``); returns whether it did. The store keeps its row until a reservation of the key
+        replaces it or it expires; memory keeps the key as expired meanwhile, so that the row is not read
+        back."""
+        entry = self._keys.get(key)
+        if entry is None and self._fetch is not None and not self._complete:
+            entry = self._fetch(key)
+        if entry is None or entry.job_id != job_id:
+            return False
+        self._keys[key] = IdempotencyEntry(key, entry.request_hash, job_id, 0.0)
+        return True
+
     def committed(self, keys: Iterable[str]) -> None:
         """The store now holds these reserved keys: memory may let them go when it is full."""
         self._pending.difference_update(keys)

@@ -244,3 +244,33 @@ def test_an_expired_key_is_swept_and_makes_a_new_job(make_control_plane: Any, tt
     assert second.id != first.id and total(cp) == 2
     assert submit(cp, "noop", name="another", idempotency_key=key).id == second.id
     assert stored_keys(cp.db) == {key: second.id}
+
+
+def test_a_key_that_outlived_its_job_makes_a_new_job_instead_of_not_found(
+    make_control_plane: Any, spawn_worker: Any
+) -> None:
+    # Given a keyed job that finished while keys lived an hour
+    cp: ControlProc = make_control_plane(IDEMPOTENCY_TTL_SEC="3600")
+    spawn_worker(cp)
+    first = submit(cp, "noop", idempotency_key="nightly")
+    assert wait_done(cp, first.id).state == jobs_pb2.Job.SUCCEEDED
+    # When the TTL and retention are lowered to a second, so that retention purges the job while its key,
+    # made under the old TTL, still lives
+    assert cp.stop() == 0
+    cp.env.update(IDEMPOTENCY_TTL_SEC="1", CORRAL_JOB_RETENTION_SEC="1")
+    cp.start()
+
+    def gone() -> bool:
+        try:
+            cp.jobs.GetJob(jobs_pb2.GetJobRequest(id=first.id), timeout=10)
+        except grpc.RpcError as err:
+            return err.code() == grpc.StatusCode.NOT_FOUND
+        return False
+
+    wait_until(gone, timeout=15, what="the finished job to be purged")
+    assert "nightly" in stored_keys(cp.db)
+    # Then the key sent again makes a new job (as an expired key does), not a NOT_FOUND for the old one
+    again = submit(cp, "noop", idempotency_key="nightly")
+    assert again.id != first.id
+    assert submit(cp, "noop", idempotency_key="nightly").id == again.id
+    assert [e["job_id"] for e in cp.events("idempotency_key_outlived_job")] == [first.id]

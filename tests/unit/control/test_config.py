@@ -129,3 +129,17 @@ def test_docker_mode_refuses_a_ca_for_the_containers_when_the_control_plane_spea
         " speaks plaintext, and worker containers given a CA would try TLS against it"
     )
     ControlConfig.from_env({"AUTOSCALE_MODE": "recommend", "CORRAL_AUTOSCALE_TLS_CA": ca})  # starts no container
+
+
+def test_unset_retention_follows_a_longer_key_ttl_and_a_set_one_is_checked() -> None:
+    # Given a key TTL longer than the default retention of finished jobs (7 days; FAILED 14)
+    ttl = {"IDEMPOTENCY_TTL_SEC": str(20 * 86_400)}
+    # Then retention left unset keeps jobs at least as long as their keys (a release before retention
+    # accepted this TTL, and an upgrade must not stop on a setting the operator never made)
+    config = ControlConfig.from_env(ttl)
+    assert (config.job_retention_sec, config.failed_retention_sec) == (20 * 86_400, 20 * 86_400)
+    # and a shorter TTL leaves the defaults as they are
+    assert ControlConfig.from_env({"IDEMPOTENCY_TTL_SEC": "3600"}).job_retention_sec == 7 * 86_400
+    # But a retention set shorter than the TTL is still refused, by its own name
+    with pytest.raises(ConfigError, match=r"CORRAL_JOB_RETENTION_SEC must be 0 or at least IDEMPOTENCY_TTL_SEC"):
+        ControlConfig.from_env({**ttl, "CORRAL_JOB_RETENTION_SEC": str(7 * 86_400)})
