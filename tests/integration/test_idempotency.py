@@ -264,7 +264,7 @@ def test_a_key_that_outlived_its_job_makes_a_new_job_instead_of_not_found(
         try:
             cp.jobs.GetJob(jobs_pb2.GetJobRequest(id=first.id), timeout=10)
         except grpc.RpcError as err:
-            return err.code() == grpc.StatusCode.NOT_FOUND
+            return bool(err.code() == grpc.StatusCode.NOT_FOUND)
         return False
 
     wait_until(gone, timeout=15, what="the finished job to be purged")

@@ -57,9 +57,10 @@ def test_admin_service_and_anonymous_calls() -> None:
     Access.of("all", ()).check_admin(None)
 
 
-def test_keys_are_each_client_s_own_once_clients_are_kept_apart() -> None:
-    assert Access.of("all", ()).idempotency_key("k", "alice") == "k"
+def test_keys_are_each_client_s_own_whatever_the_visibility() -> None:
+    assert Access.of("all", ()).idempotency_key("k", "alice") == "alice:k"
     assert Access.of("group", (), GROUPS).idempotency_key("k", "alice") == "alice:k"
+    assert Access.of("all", ()).idempotency_key("k", "") == ":k"
     assert Access.of("owner", ()).idempotency_key("", "alice") == ""
 
 
