@@ -59,6 +59,11 @@ class Submission:
     """Where its ends are announced."""
     start_when: int = 0
     """What its dependencies must do first (a ``StartWhen`` value, checked by :func:`validate`)."""
+    payload_checked: object | None = field(default=None, compare=False, repr=False)
+    """The type's payload validator that :func:`validate` last passed ``payload`` with (``payload_json``
+    made and within the size limit): a later :func:`validate` under the same validator checks the other
+    fields only. A large payload is checked on a worker thread before intake (control.api.jobs), and
+    intake, on the event loop, does not check it again unless the type's schema changed meanwhile."""
 
     def request_hash(self) -> str:
         """A digest of everything that defines the job: equal requests have equal hashes."""
@@ -130,9 +135,21 @@ class JobTypeCatalog:
         """Every known type's name, sorted: the built-ins and those workers advertised."""
         return sorted(self._validators)
 
-    def validate(self, name: str, payload: dict[str, Any], field_prefix: str) -> None:
-        """Raise InvalidArgument naming the first payload field that breaks the type's schema."""
-        validator = self._validators[name]
+    def validator(self, name: str) -> jsonschema.protocols.Validator | None:
+        """The type's payload validator (None for an unknown type); a changed schema gets a new one."""
+        return self._validators.get(name)
+
+    def validate(
+        self,
+        name: str,
+        payload: dict[str, Any],
+        field_prefix: str,
+        validator: jsonschema.protocols.Validator | None = None,
+    ) -> None:
+        """Raise InvalidArgument naming the first payload field that breaks the type's schema (``validator``:
+        the one :meth:`validator` gave, when read already)."""
+        if validator is None:
+            validator = self._validators[name]
         error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
         if error is not None:
             path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
@@ -291,6 +308,9 @@ def validate(
         notify.check_targets(sub.notify, f"{prefix}notify")
     if sub.start_when:
         check_start_when(sub, prefix)
+    validator = catalog.validator(sub.type)  # read once: a worker thread may run this while a type changes
+    if sub.payload_checked is not None and sub.payload_checked is validator:
+        return  # passed already under the same schema (see Submission.payload_checked)
     if (where := too_deep(sub.payload)) is not None:
         # deeper would be stored, but GetJob, WatchJob and ListJobs could not carry it back
         raise InvalidArgument(
@@ -300,8 +320,9 @@ def validate(
     size = len(payload_json.encode())
     if size > limits.max_payload_bytes:
         raise InvalidArgument(f"{prefix}payload", f"is {size} bytes; the limit is {limits.max_payload_bytes} bytes")
-    catalog.validate(sub.type, sub.payload, prefix)
+    catalog.validate(sub.type, sub.payload, prefix, validator)
     sub.payload_json = payload_json
+    sub.payload_checked = validator
 
 
 def validate_batch(subs: list[Submission], catalog: JobTypeCatalog, limits: Limits) -> None:

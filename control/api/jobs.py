@@ -5,11 +5,14 @@ is NOT_FOUND, as a missing one is."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import grpc
+from google.protobuf import struct_pb2
 
+from control.admission import Submission, validate, validate_batch
 from control.admission.validation import MAX_TYPE, check_labels, check_text
 from control.api import convert
 from control.api.audited import audited
@@ -31,6 +34,10 @@ from corral.v1 import jobs_pb2
 MAX_LIST = 1000
 MAX_OWNER = 64
 """No client token's name is longer (control.auth)."""
+OFF_LOOP_BYTES = 64 << 10
+"""A submission whose payloads take more than this encoded is converted and checked on a worker thread,
+off the event loop that every other call and every worker's heartbeats share: converting a payload costs
+about 0.15 s a MB of it encoded (64 KiB, about 10 ms), and making the answer's copy about as much."""
 
 
 def _metadata(context: grpc.aio.ServicerContext, key: str) -> str:
@@ -64,9 +71,9 @@ class JobServicer:
         """Admit, store and queue one job owned by the caller; answers it once committed. The ``idempotency-key``
         metadata stands in for an empty ``idempotency_key`` (and must equal a given one); a replayed key answers the
         job it made."""
-        sub = convert.submission(request, _metadata(context, "idempotency-key"))
+        sub = await self._submission(request, _metadata(context, "idempotency-key"))
         (job,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
-        return jobs_pb2.SubmitJobResponse(job=convert.job(job))
+        return jobs_pb2.SubmitJobResponse(job=await self._answer(job))
 
     @grpc_errors
     async def SubmitJobs(
@@ -76,22 +83,65 @@ class JobServicer:
         names its place (``jobs[3].payload``). An ``idempotency-key`` in the call's metadata is INVALID_ARGUMENT: it
         would name every job of the batch."""
         _refuse_call_key(context, "in a SubmitJobs batch, give each job its own jobs[i].idempotency_key")
-        subs = []
-        async for start, chunk in in_turns(request.jobs):
-            for i, r in enumerate(chunk, start):
-                try:
-                    subs.append(convert.submission(r))
-                except InvalidArgument as exc:
-                    raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
+        size = request.ByteSize()
+        limit = self.s.limits.max_payload_bytes
+        if size > limit * convert.ENCODED_PER_JSON_BYTE + convert.ENCODED_SLACK_BYTES:  # one job's may be too large
+            async for start, chunk in in_turns(request.jobs):
+                for i, r in enumerate(chunk, start):
+                    convert.check_encoded_payload(r.payload, limit, f"jobs[{i}].payload")
+        if size > OFF_LOOP_BYTES:
+            subs = await asyncio.to_thread(self._checked_batch, request)
+        else:
+            subs = []
+            async for start, chunk in in_turns(request.jobs):
+                subs += _submissions(chunk, start)
         jobs = await self.s.intake.submit(subs, batch=True, client=self._client(context), owner=PRINCIPAL.get() or "")
         answer = jobs_pb2.SubmitJobsResponse()
-        async for _, done in in_turns(jobs):  # copied into the answer a chunk per turn too: 10,000 took 10 ms
-            answer.jobs.extend([convert.job(j) for j in done])
+        payloads: list[struct_pb2.Struct | None]
+        if size > OFF_LOOP_BYTES:  # the payloads made off the loop too (the records' other fields may change)
+            payloads = await asyncio.to_thread(lambda: [convert.payload_struct(j.payload_json) for j in jobs])
+        else:
+            payloads = [None] * len(jobs)
+        async for start, done in in_turns(jobs):  # copied into the answer a chunk per turn too: 10,000 took 10 ms
+            answer.jobs.extend([convert.job(j, payloads[i]) for i, j in enumerate(done, start)])
         return answer
 
     def _client(self, context: grpc.aio.ServicerContext) -> str:
         """Who submits, when a per-client rate limit needs to know (else not worked out)."""
         return client_identity(context) if self.s.submit_limits.per_client else ""
+
+    async def _submission(self, request: jobs_pb2.SubmitJobRequest, idempotency_key: str = "") -> Submission:
+        """``request`` as a Submission: a payload too large for its JSON to be within the limit is refused
+        before it is converted, and a large one is converted and checked off the event loop (intake then
+        checks it again on the loop, all but the payload: see ``Submission.payload_checked``)."""
+        size = convert.check_encoded_payload(request.payload, self.s.limits.max_payload_bytes, "payload")
+        if size <= OFF_LOOP_BYTES:
+            return convert.submission(request, idempotency_key)
+        return await asyncio.to_thread(self._checked, request, idempotency_key)
+
+    def _checked(self, request: jobs_pb2.SubmitJobRequest, idempotency_key: str) -> Submission:
+        """On a worker thread: ``request`` converted and validated. Nothing shared is changed: the
+        submission is new, and the catalog is only read (its validator once)."""
+        sub = convert.submission(request, idempotency_key)
+        validate(sub, self.s.catalog, self.s.limits)
+        return sub
+
+    def _checked_batch(self, request: jobs_pb2.SubmitJobsRequest) -> list[Submission]:
+        """:meth:`_checked` for a batch, refused in the order intake refuses it (conversion, size, jobs)."""
+        subs = _submissions(request.jobs, 0)
+        validate_batch(subs, self.s.catalog, self.s.limits)
+        return subs
+
+    async def _payload(self, job: JobRecord) -> struct_pb2.Struct | None:
+        """The job's payload as its answers carry it, made off the event loop when it is large; None when
+        small (:func:`convert.job` makes it then)."""
+        if len(job.payload_json) <= OFF_LOOP_BYTES // convert.ENCODED_PER_JSON_BYTE:
+            return None
+        return await asyncio.to_thread(convert.payload_struct, job.payload_json)
+
+    async def _answer(self, job: JobRecord) -> jobs_pb2.Job:
+        """``convert.job(job)``, its payload made off the event loop when it is large."""
+        return convert.job(job, await self._payload(job))
 
     async def _visible(self, job_id: str) -> str:
         """``job_id`` once the caller may see that job (NOT_FOUND otherwise, as for a missing job)."""
@@ -293,11 +343,12 @@ class JobServicer:
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         """Submit one job as :meth:`SubmitJob` does and stream it as :meth:`WatchJob` does, from the job as committed
         (for a replayed key, the job the key made); ending the stream early leaves the job to run."""
-        sub = convert.submission(request, _metadata(context, "idempotency-key"))
+        sub = await self._submission(request, _metadata(context, "idempotency-key"))
         (accepted,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
+        payload = await self._payload(accepted)  # made once for all the events: the payload does not change
         # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
         async for job in self.s.feeds.watch(accepted.id, budgeted=False):
-            yield jobs_pb2.JobEvent(job=convert.job(job))
+            yield jobs_pb2.JobEvent(job=convert.job(job, payload))
 
     @grpc_errors
     async def RunJobs(
@@ -317,7 +368,7 @@ class JobServicer:
             # removed, a login ended or an account deleted since must not go on submitting in its name.
             if auth is not None and (auth.authenticate(Role.CLIENT, authorization) or "") != owner:
                 raise Unauthenticated("the stream's credentials now name another caller: open a new stream")
-            (accepted,) = await self.s.intake.submit([convert.submission(request)], client=client, owner=owner)
+            (accepted,) = await self.s.intake.submit([await self._submission(request)], client=client, owner=owner)
             return accepted
 
         async for event in RunJobsStream(self.s, submit).events(requests):
@@ -349,6 +400,17 @@ class JobServicer:
                 for g in (self.s.exec_limits.gates if self.s.exec_limits is not None else ())
             ],
         )
+
+
+def _submissions(requests: Iterable[jobs_pb2.SubmitJobRequest], start: int) -> list[Submission]:
+    """The jobs of a batch from index ``start`` on, converted; an error names the job (``jobs[3].payload``)."""
+    subs = []
+    for i, r in enumerate(requests, start):
+        try:
+            subs.append(convert.submission(r))
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"jobs[{i}].{exc.field}", exc.rule) from None
+    return subs
 
 
 def _selection_text(request: jobs_pb2.CancelJobsRequest | jobs_pb2.RetryJobsRequest) -> str:

@@ -15,9 +15,14 @@ such clients hold a thousand (slowloris). So, on each connection:
 * **Nothing else.** Once the body is in, the connection stays as long as the answer takes: a WatchJob
   stream for hours, a large response to a client that reads it slowly. The deadlines are on what the
   client sends, never on what it is sent.
-* **Connections.** At most ``max_connections`` are open at once: one more is answered 503 (a
-  ``google.rpc.Status`` JSON, ``Retry-After: 1``) and closed, so that REST clients cannot take the
-  descriptors that workers need to reconnect over gRPC.
+* **Connections.** At most ``max_connections`` are open at once, so that REST clients cannot take the
+  descriptors that workers need to reconnect over gRPC. Past the cap, :data:`PROBE_RESERVE` more are
+  taken for probes only: such a connection is served ``/healthz``, ``/readyz``, ``/health``, ``/ready``
+  and ``/metrics`` (:data:`PROBE_PATHS`), one request and then closed; anything else, or no request in
+  :data:`PROBE_HEADER_SEC`, is answered 503 (a ``google.rpc.Status`` JSON, ``Retry-After: 1``) and
+  closed. So long watch streams that hold every connection do not make a liveness probe restart a
+  healthy control plane. Once the reserve is taken too, a connection is answered that 503 at once and
+  closed, before it is read.
 
 A connection past a deadline is aborted (closed with a reset), so its descriptor is free at once, where
 a graceful close would first wait for the client to read what is left to send. Nothing is lost by it
@@ -35,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import grpc
@@ -57,6 +62,14 @@ HANDLER_ARGS: dict[str, Any] = {"access_log": None}
 """What aiohttp's request handlers are made with, by the runner and by :class:`GuardedSite` alike: no
 access log (the gateway counts requests in its metrics)."""
 
+PROBE_RESERVE = 16
+"""Connections past the cap that may be opened for :data:`PROBE_PATHS` only."""
+PROBE_HEADER_SEC = 1.0
+"""How long a connection of the reserve may take to send its request's headers (a probe sends them at
+once), when CORRAL_HTTP_HEADER_TIMEOUT_SEC is longer: the reserve is small, and the client told to retry."""
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/health", "/ready", "/metrics"})
+"""What a connection of the reserve is served: liveness, readiness and metrics."""
+
 FULL_WARNING_EVERY_SEC = 60.0
 """A flood of refused connections is logged once a minute at most, with how many were refused."""
 
@@ -71,15 +84,27 @@ class HttpLimits:
     """CORRAL_HTTP_BODY_TIMEOUT_SEC."""
     max_connections: int = 1000
     """CORRAL_HTTP_MAX_CONNECTIONS; 0: no cap."""
+    max_payload_bytes: int = field(default=0, compare=False)
+    """CORRAL_MAX_PAYLOAD_BYTES: a body whose payload is surely longer as JSON is refused before it is
+    converted (control.gateway.protojson.to_message); 0: left to the services. Not compared: it bounds
+    what a request holds, not what a client may hold of the port."""
 
     @classmethod
     def from_config(cls, config: ControlConfig) -> HttpLimits:
         """The limits a control plane's configuration sets."""
-        return cls(config.http_header_timeout_sec, config.http_body_timeout_sec, config.http_max_connections)
+        return cls(
+            config.http_header_timeout_sec,
+            config.http_body_timeout_sec,
+            config.http_max_connections,
+            config.max_payload_bytes,
+        )
+
+
+FULL_FAILURE = RpcFailure(grpc.StatusCode.UNAVAILABLE, "too many HTTP connections are open; try again")
 
 
 def _full_answer() -> bytes:
-    failure = RpcFailure(grpc.StatusCode.UNAVAILABLE, "too many HTTP connections are open; try again")
+    failure = FULL_FAILURE
     body = protojson.dumps(failure.to_json())
     head = (
         f"HTTP/1.1 {failure.http_status} Service Unavailable\r\nContent-Type: application/json\r\n"
@@ -89,31 +114,45 @@ def _full_answer() -> bytes:
 
 
 class Admission:
-    """Counts the site's open connections against the cap."""
+    """Counts the site's open connections against the cap, and those of the probes' reserve past it."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, reserve: int = PROBE_RESERVE) -> None:
         self.limit = limit
         """0: no cap."""
+        self.reserve = reserve
         self.open = 0
+        self.probes = 0
+        """Connections open in the reserve."""
         self._refused = 0
         self._warn_after = 0.0
 
-    def admit(self) -> bool:
-        """Count one more connection, or say no (and log, now and then) when the cap is reached."""
-        if self.limit and self.open >= self.limit:
-            self._refused += 1
-            now = time.monotonic()
-            if now >= self._warn_after:
-                self._warn_after = now + FULL_WARNING_EVERY_SEC
-                logger.warning("http_connections_full", extra={"limit": self.limit, "refused": self._refused})
-                self._refused = 0
-            return False
-        self.open += 1
-        return True
+    def admit(self) -> bool | None:
+        """Count one more connection: True, admitted; None, admitted for probes only (the cap is reached);
+        False, refused (the reserve is taken too), and logged now and then."""
+        if not self.limit or self.open < self.limit:
+            self.open += 1
+            return True
+        if self.probes < self.reserve:
+            self.probes += 1
+            return None
+        self.refused()
+        return False
 
-    def release(self) -> None:
-        """One admitted connection is gone."""
-        self.open -= 1
+    def refused(self) -> None:
+        """One connection is turned away for the cap (logged once a minute at most, with how many)."""
+        self._refused += 1
+        now = time.monotonic()
+        if now >= self._warn_after:
+            self._warn_after = now + FULL_WARNING_EVERY_SEC
+            logger.warning("http_connections_full", extra={"limit": self.limit, "refused": self._refused})
+            self._refused = 0
+
+    def release(self, probes_only: bool = False) -> None:
+        """One admitted connection is gone (``probes_only``: one of the reserve)."""
+        if probes_only:
+            self.probes -= 1
+        else:
+            self.open -= 1
 
 
 class GuardedHandler(web.RequestHandler):
@@ -129,6 +168,7 @@ class GuardedHandler(web.RequestHandler):
         "_last_byte_at",
         "_limits",
         "_owed_body",
+        "probes_only",
     )
 
     FULL = _full_answer()
@@ -147,6 +187,8 @@ class GuardedHandler(web.RequestHandler):
         self._limits = limits
         self._admission = admission
         self._admitted = False
+        self.probes_only = False
+        """Admitted in the probes' reserve: :data:`PROBE_PATHS` only, one request (see :func:`headers_in`)."""
         self._deadline: asyncio.TimerHandle | None = None
         self._answering = False
         """From a request's headers being in (:meth:`request_started`) to the end of its response."""
@@ -161,13 +203,15 @@ class GuardedHandler(web.RequestHandler):
     # ---- the connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Admit the connection and start the deadline for its first request's headers, or turn it away."""
-        if not self._admission.admit():
+        admitted = self._admission.admit()
+        if admitted is False:
             # Turned away before aiohttp sees it: no handler task, not among the server's connections.
             tcp = cast(asyncio.Transport, transport)
             tcp.write(self.FULL)
             tcp.close()
             return
         self._admitted = True
+        self.probes_only = admitted is None
         super().connection_made(transport)
         self._waiting_for_headers()
 
@@ -179,7 +223,7 @@ class GuardedHandler(web.RequestHandler):
         if not self._admitted:
             return
         self._admitted = False
-        self._admission.release()
+        self._admission.release(self.probes_only)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -222,11 +266,19 @@ class GuardedHandler(web.RequestHandler):
             self._answering = False
             self._waiting_for_headers()
 
+    def refused(self) -> None:
+        """This connection of the probes' reserve is answered 503 (see :func:`headers_in`)."""
+        self._admission.refused()
+
     # ---- the deadline -----------------------------------------------------------------------------
+    def _header_timeout(self) -> float:
+        timeout = self._limits.header_timeout_sec
+        return min(timeout, PROBE_HEADER_SEC) if self.probes_only else timeout
+
     def _waiting_for_headers(self) -> None:
         self._idle_since = self._loop.time()
         if self.transport is not None:
-            self._arm(self._idle_since + self._limits.header_timeout_sec)
+            self._arm(self._idle_since + self._header_timeout())
 
     def _arm(self, due: float) -> None:
         timer = self._deadline
@@ -255,9 +307,14 @@ class GuardedHandler(web.RequestHandler):
         elif self._answering:
             return  # nothing is owed while a request is answered: no deadline on how long that takes
         else:
-            due, owed = self._idle_since + self._limits.header_timeout_sec, "headers"
+            due, owed = self._idle_since + self._header_timeout(), "headers"
         if now < due:
             self._arm(due)
+            return
+        if self.probes_only and owed == "headers":  # over the cap, and no probe: told so, as at the cap
+            self._admission.refused()
+            self.transport.write(self.FULL)
+            self.transport.close()
             return
         logger.debug("http_connection_timed_out", extra={"owed": owed, "peer": self.peername})
         self.transport.abort()
@@ -265,10 +322,24 @@ class GuardedHandler(web.RequestHandler):
 
 @web.middleware
 async def headers_in(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The outermost middleware: tells the connection that ``request``'s headers are all in."""
+    """The outermost middleware: tells the connection that ``request``'s headers are all in; on a
+    connection of the probes' reserve, serves :data:`PROBE_PATHS` only, and closes it after the answer."""
     protocol = request.protocol
     if isinstance(protocol, GuardedHandler):
         protocol.request_started(request)
+        if protocol.probes_only:
+            if request.method in ("GET", "HEAD") and request.path in PROBE_PATHS:
+                response = await handler(request)
+            else:
+                protocol.refused()
+                response = web.Response(
+                    status=FULL_FAILURE.http_status,
+                    body=protojson.dumps(FULL_FAILURE.to_json()),
+                    content_type="application/json",
+                    headers={"Retry-After": "1"},
+                )
+            response.force_close()  # one request: the reserve is for probes, which come and go
+            return response
     return await handler(request)
 
 

@@ -8,11 +8,14 @@
 * :class:`Loopback` calls the process's own gRPC port, as grpc-gateway does: the exact gRPC path,
   interceptors included, at the price of a serialise/parse and a loopback round trip per call.
 
-``CORRAL_GATEWAY_MODE`` picks one; ``bench/rest.py`` measures both.
+``CORRAL_GATEWAY_MODE`` picks one; ``bench/rest.py`` measures both. A request too large for the loopback
+channel to send is INVALID_ARGUMENT, as the same request in-process is refused for its size: gRPC's own
+client-side RESOURCE_EXHAUSTED would be a 429 that tells the client to send it again.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NoReturn, Protocol
 
@@ -22,6 +25,7 @@ from google.protobuf.message import Message
 
 from control.gateway.rules import Route
 from control.gateway.status import RpcFailure
+from corral.errors import InvalidArgument
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -104,6 +108,8 @@ class Loopback:
     """Calls the services over a gRPC channel to ``target`` (this process's own port)."""
 
     def __init__(self, target: str, max_message_bytes: int) -> None:
+        self.max_message_bytes = max_message_bytes
+        """The largest message the channel sends (and receives)."""
         self.channel = grpc.aio.insecure_channel(
             target,
             options=[
@@ -130,10 +136,11 @@ class Loopback:
 
     async def unary(self, route: Route, request: Message, metadata: Metadata) -> Message:
         """Call the method over the channel, interceptors included; a non-OK status raises :class:`RpcFailure`."""
+        self._check_size(request)
         try:
             response: Message = await self._callable(route)(request, metadata=metadata)
         except grpc.aio.AioRpcError as err:
-            raise _failure(err) from None
+            raise self._failure(err) from None
         return response
 
     async def stream(
@@ -141,19 +148,63 @@ class Loopback:
     ) -> AsyncIterator[Message]:
         """The call's messages as they arrive; a non-OK status raises :class:`RpcFailure`. The call is
         cancelled however the iteration ends (a client that went away ends it)."""
+        too_large: list[int] = []
+        if isinstance(request, Message):
+            self._check_size(request)
+        else:
+            request = self._sized(request, too_large)
         call = self._callable(route)(request, metadata=metadata)
         try:
             async for item in call:
                 yield item
-        except grpc.aio.AioRpcError as err:
-            raise _failure(err) from None
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as err:
+            if too_large:
+                raise self._too_large(too_large[0]) from None
+            if isinstance(err, asyncio.CancelledError):
+                raise
+            raise self._failure(err) from None
         finally:
             call.cancel()
+
+    async def _sized(self, messages: AsyncIterator[Message], too_large: list[int]) -> AsyncIterator[Message]:
+        """``messages`` as long as each can be sent; the first that cannot is noted in ``too_large`` and
+        ends the call (gRPC would end it INTERNAL, "Internal error from Core")."""
+        async for message in messages:
+            size = message.ByteSize()
+            if size > self.max_message_bytes:
+                too_large.append(size)
+                raise asyncio.CancelledError
+            yield message
 
     async def close(self) -> None:
         """Close the channel: calls still in progress on it are cancelled."""
         await self.channel.close()
 
+    def _too_large(self, size: int | None) -> RpcFailure:
+        how_large = f"is {size} bytes as protobuf, over" if size is not None else "is over"
+        return RpcFailure.from_error(
+            InvalidArgument(
+                "",
+                f"the request {how_large} the {self.max_message_bytes} bytes a call to the control plane may "
+                "carry: send less in one call (fewer jobs, smaller payloads)",
+            )
+        )
 
-def _failure(err: grpc.aio.AioRpcError) -> RpcFailure:
-    return RpcFailure.from_trailers(err.code(), err.details() or "", err.trailing_metadata())
+    def _check_size(self, request: Message) -> None:
+        """Refuse a request the channel could not send (a batch whose JSON is within the body limit may
+        take several times as many bytes encoded)."""
+        size = request.ByteSize()
+        if size > self.max_message_bytes:
+            raise self._too_large(size)
+
+    def _failure(self, err: grpc.aio.AioRpcError) -> RpcFailure:
+        """The call's status as the bridge answers it; the channel's own refusal to send a message too
+        large (a client-streaming call's messages are not sized beforehand) is INVALID_ARGUMENT."""
+        details = err.details() or ""
+        if err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and _SENT_TOO_LARGE in details:
+            return self._too_large(None)
+        return RpcFailure.from_trailers(err.code(), details, err.trailing_metadata())
+
+
+_SENT_TOO_LARGE = "Sent message larger than max"
+"""gRPC's words when the client side will not send a message over ``grpc.max_send_message_length``."""

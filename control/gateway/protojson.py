@@ -118,10 +118,16 @@ def _json_errors(which: str) -> Iterator[None]:
 
 
 # ---- JSON value -> message -------------------------------------------------------------------------
-def to_message(value: Any, message: Message) -> None:
-    """Merge the JSON object ``value`` into ``message``; InvalidArgument names the first bad field."""
+def to_message(value: Any, message: Message, max_struct_bytes: int = 0) -> None:
+    """Merge the JSON object ``value`` into ``message``; InvalidArgument names the first bad field.
+
+    ``max_struct_bytes`` (0: none): a ``google.protobuf.Struct`` field (a job's payload) whose JSON is
+    surely longer is refused first, before the checks and the conversion that cost about 2 s and 13 s
+    for 6 million numbers (:func:`json_floor`)."""
     if value is None:
         return
+    if max_struct_bytes:
+        _check_struct_sizes(value, message.DESCRIPTOR, "", max_struct_bytes)
     _check_message(value, message.DESCRIPTOR, "")
     try:
         json_format.ParseDict(value, message)
@@ -178,6 +184,57 @@ def _check_message(value: Any, desc: Descriptor | Any, path: str) -> None:
         seen[field.name] = key
         if item is not None:
             _check_field(item, field, _join(path, field.name))
+
+
+def _check_struct_sizes(value: Any, desc: Descriptor | Any, path: str, limit: int) -> None:
+    """Refuse a Struct field of ``value`` (a JSON object for ``desc``) whose :func:`json_floor` is over
+    ``limit``, naming it as the API does (``jobs[2].payload``). Anything malformed is left to
+    :func:`_check_message`, which runs next."""
+    if not isinstance(value, dict):
+        return
+    for key, item in value.items():
+        if item is None or not _utf8(key):  # such a key would fail the lookup (see _check_key)
+            continue
+        field = desc.fields_by_name.get(key) or _by_json_name(desc, key)
+        if field is None or field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        name = _join(path, field.name)
+        places = enumerate(item) if field.is_repeated and isinstance(item, list) else [(-1, item)]
+        for i, one in places:
+            where = f"{name}[{i}]" if i >= 0 else name
+            if field.message_type.full_name == "google.protobuf.Struct":
+                least = json_floor(one)
+                if least > limit:
+                    raise InvalidArgument(where, f"is at least {least} bytes as JSON; the limit is {limit} bytes")
+            elif not field.message_type.full_name.startswith("google.protobuf."):
+                _check_struct_sizes(one, field.message_type, where, limit)
+
+
+def json_floor(value: Any) -> int:
+    """The fewest bytes the compact JSON of ``value`` can take once it has been through a Struct, where a
+    number may get shorter (``1.0`` is ``1``, ``1e2`` is ``100``): a number counts 1, and the rest at least
+    what its quotes, brackets, colons and commas take. An array of scalars is counted without a look at each
+    one (C-speed type scan only), so 6 million numbers cost about 0.1 s rather than a walk."""
+    total = 0
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            n = len(item)
+            total += 2 + max(n - 1, 0) + 3 * n + sum(map(len, item))  # braces, commas, quotes and colons, keys
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            n = len(item)
+            total += 2 + max(n - 1, 0)
+            if _SCALARS.issuperset(map(type, item)):
+                total += n
+            else:
+                todo.extend(item)
+        elif isinstance(item, str):
+            total += 2 + len(item)
+        else:
+            total += 1
+    return total
 
 
 def _by_json_name(desc: Descriptor, key: str) -> FieldDescriptor | None:
