@@ -19,6 +19,7 @@ from control.scheduler import Scheduler
 from control.store import JobTypeEntry
 from corral import logs
 from corral.errors import AlreadyExists, NotFound, StaleAttempt
+from corral.job import result_fault
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +210,13 @@ class WorkerSessions:
                 if job is None:
                     raise StaleAttempt(r.job_id, r.attempt, "job is finished or unknown")
                 before = job.state
-                if r.outcome is Outcome.SUCCEEDED:
+                outcome, fault = r.outcome, None
+                if outcome is Outcome.SUCCEEDED and (fault := result_fault(r.result_json or "{}")) is not None:
+                    # Stored, it would break every read of the job (GetJob, ListJobs, WatchJob) until
+                    # retention removed it: a runner checks this itself, but a worker of another
+                    # version, or a hostile one, need not have.
+                    outcome = Outcome.FAILED
+                if outcome is Outcome.SUCCEEDED:
                     jobs.succeed(job, r.attempt, r.result_json or "{}", now, exec_seconds, r.output)
                     s.metrics.job_succeeded(job.type, exec_seconds)
                     s.moved(job, before)
@@ -225,7 +232,7 @@ class WorkerSessions:
                             "request_id": job.request_id,
                         },
                     )
-                elif r.outcome is Outcome.HANDED_BACK:
+                elif outcome is Outcome.HANDED_BACK:
                     jobs.hand_back(job, r.attempt, now)
                     s.moved(job, before)
                     logger.info(
@@ -233,10 +240,14 @@ class WorkerSessions:
                     )
                 else:
                     jobs.check_attempt(job, r.attempt)
-                    code = r.error_code or {Outcome.TIMEOUT: jobs.TIMEOUT, Outcome.CANCELLED: jobs.CANCELLED}.get(
-                        r.outcome, jobs.ERROR
-                    )
-                    s.fail(job, r.attempt, code, r.error_message, exec_seconds, r.output)
+                    if fault is not None:
+                        code, message = jobs.ERROR, f"the worker's result cannot be read back: {fault}"
+                    else:
+                        code = r.error_code or {Outcome.TIMEOUT: jobs.TIMEOUT, Outcome.CANCELLED: jobs.CANCELLED}.get(
+                            r.outcome, jobs.ERROR
+                        )
+                        message = r.error_message
+                    s.fail(job, r.attempt, code, message, exec_seconds, r.output)
                     if worker is not None:
                         worker.jobs_failed += 1
                 changed.append(job)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ __all__ = [
     "JobState",
     "check_json_value",
     "dict_to_struct",
+    "result_fault",
     "struct_to_dict",
     "timestamp_to_datetime",
 ]
@@ -298,15 +300,68 @@ def dict_to_struct(value: Mapping[str, Any] | None, what: str = "payload") -> st
     return struct
 
 
-def check_json_value(value: Any, path: str) -> None:
+def check_json_value(value: Any, path: str, *, exact_integers: bool = True) -> None:
     """Refuse, naming its path under ``path``, anything in ``value`` a ``Struct`` cannot carry as given
-    (see :func:`dict_to_struct`)."""
+    (see :func:`dict_to_struct`). ``exact_integers=False`` (results, see :func:`result_fault`) takes an
+    integer beyond ±2**53 that a double still holds, rounded."""
     if (where := too_deep(value)) is not None:
         raise InvalidArgument(f"{path}{where}", f"nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
-    _check_json(value, path)
+    _check_json(value, path, exact_integers)
 
 
-def _check_json(value: Any, path: str) -> None:
+_parse_as_doubles = json.JSONDecoder(parse_int=float).decode
+_strict_json = json.JSONEncoder(allow_nan=False, ensure_ascii=False, check_circular=False).encode
+
+
+def result_fault(result_json: str) -> str | None:
+    """Why a job's result, as JSON text, could not be carried back as a ``Struct`` (GetJob, ListJobs,
+    WatchJob would fail on it for everyone), naming the path (``result.x[2]``); None when it can.
+
+    The rule is the payloads' (:func:`check_json_value`), but for integers: one beyond ±2**53 is taken
+    (it arrives rounded, as built-in types' big sums do, next to their exact ``sum_text``) up to what a
+    double holds (about ±1.8e308); past that it is refused, as are a number that is not finite (``NaN``,
+    ``1e400``), a lone surrogate (an escaped ``\\ud800``), text that is not a JSON object, and nesting deeper
+    than MAX_JSON_DEPTH.
+
+    This runs for every result (the runner's, and the control plane's for any worker's), so the test
+    is a parse and an encode in C: nothing for ``{}``, a few microseconds for a small result; the walk
+    in Python that names the path runs only for a result found wrong.
+    """
+    if result_json == "{}":  # most results
+        return None
+    try:
+        # parse_int=float: an integer beyond a double's range becomes inf, which the encoder refuses
+        # with the NaN and the 1e400 (allow_nan=False); encoding to UTF-8 refuses a lone surrogate.
+        value = _parse_as_doubles(result_json)
+        _strict_json(value).encode()
+    except (ValueError, RecursionError):
+        return _result_fault_found(result_json)
+    if not isinstance(value, dict):
+        return f"result: is a JSON {type(value).__name__}, not an object"
+    # No value can nest deeper than it has objects and arrays: the walk is for the few that have many.
+    if result_json.count("{") + result_json.count("[") > MAX_JSON_DEPTH and (where := too_deep(value)) is not None:
+        return f"result{where}: nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays"
+    return None
+
+
+def _result_fault_found(result_json: str) -> str:
+    """The fault of a result that :func:`result_fault` found wrong, with its path."""
+    try:
+        value = json.loads(result_json)
+    except RecursionError:
+        return f"result: nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays"
+    except ValueError as exc:
+        return f"result: is not JSON ({type(exc).__name__}: {exc})"
+    if not isinstance(value, dict):
+        return f"result: is a JSON {type(value).__name__}, not an object"
+    try:
+        check_json_value(value, "result", exact_integers=False)
+    except InvalidArgument as exc:
+        return str(exc)
+    return "result: cannot be carried as a google.protobuf.Struct"
+
+
+def _check_json(value: Any, path: str, exact_integers: bool = True) -> None:
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -315,12 +370,22 @@ def _check_json(value: Any, path: str) -> None:
     elif isinstance(value, bool) or value is None:
         pass
     elif isinstance(value, int):
-        if abs(value) > MAX_EXACT_INTEGER:
-            raise InvalidArgument(
-                path,
-                f"integer {value} is beyond ±2**53 ({MAX_EXACT_INTEGER}): payload numbers travel as "
-                "doubles and it would arrive rounded",
-            )
+        if exact_integers:
+            if abs(value) > MAX_EXACT_INTEGER:
+                raise InvalidArgument(
+                    path,
+                    f"integer {value} is beyond ±2**53 ({MAX_EXACT_INTEGER}): payload numbers travel as "
+                    "doubles and it would arrive rounded",
+                )
+        else:
+            try:
+                float(value)
+            except OverflowError:
+                raise InvalidArgument(
+                    path,
+                    f"integer of {value.bit_length()} bits is beyond what a double holds (about ±1.8e308, "
+                    "1024 bits): numbers travel as doubles; return it as text",
+                ) from None
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidArgument(path, f"must be a finite number, got {value}")
@@ -328,10 +393,11 @@ def _check_json(value: Any, path: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidArgument(path, f"keys must be strings, got {type(key).__name__} {key!r}")
-            _check_json(item, f"{path}.{key}")
+            _check_json(key, f"{path} (key {key!r})", exact_integers)
+            _check_json(item, f"{path}.{key}", exact_integers)
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _check_json(item, f"{path}[{i}]")
+            _check_json(item, f"{path}[{i}]", exact_integers)
     else:
         raise InvalidArgument(
             path, f"must be a JSON value (object, array, string, number, boolean or null), got {type(value).__name__}"

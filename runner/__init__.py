@@ -25,6 +25,7 @@ See ``runner/README.md`` for the job types and how to add one.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from corral.jobtypes import MAX_JSON_DEPTH, too_deep
@@ -71,3 +72,35 @@ def execute(job_type: str, payload: dict[str, Any], ctx: JobContext) -> dict[str
     if (where := too_deep(result)) is not None:  # it could be stored but never read back (corral.jobtypes)
         raise JobFailed("ERROR", f"job type {job_type!r} returned result{where} deeper than {MAX_JSON_DEPTH} levels")
     return result
+
+
+# Bound at import: a job that replaces json.loads or json.dumps must not change this check.
+_parse_as_doubles = json.JSONDecoder(parse_int=float).decode
+_strict_json = json.JSONEncoder(allow_nan=False, ensure_ascii=False, check_circular=False).encode
+
+
+def check_result_json(job_type: str, result_json: str) -> None:
+    """Refuse a result (the JSON text of what :func:`execute` returned) that could not be carried back
+    as a ``google.protobuf.Struct``: an integer beyond what a double holds (about ±1.8e308), or a
+    string or key with a lone surrogate. Stored, such a result broke every read of its job.
+
+    The control plane refuses the same (:func:`corral.job.result_fault`, which names the path); this is
+    its test in C (a parse and an encode: nothing for ``{}``, microseconds for a small result), and
+    that module, slow to import into every runner process, is imported only to explain a refusal.
+
+    Raises:
+        JobFailed: ``ERROR``, naming the path (``result.x[2]``) and what is wrong there.
+    """
+    if result_json == "{}":
+        return
+    try:
+        # parse_int=float: an integer past a double's range becomes inf, which allow_nan=False refuses;
+        # encoding to UTF-8 refuses a lone surrogate (json.dumps wrote it as an escape, "\\ud800").
+        _strict_json(_parse_as_doubles(result_json)).encode()
+        return
+    except (ValueError, RecursionError):
+        pass
+    from corral.job import result_fault
+
+    fault = result_fault(result_json) or "result: cannot be carried back as a google.protobuf.Struct"
+    raise JobFailed("ERROR", f"job type {job_type!r} returned {fault}")

@@ -16,8 +16,8 @@ import argparse
 import json
 import sys
 
-from runner import JobContext, execute, get, load_plugins
-from runner.errors import EXIT_OK, JobFailed, exit_code_for
+from runner import JobContext, check_result_json, execute, get, load_plugins
+from runner.errors import EXIT_OK, JobFailed, as_text, exit_code_for
 from runner.payload import validate
 
 
@@ -50,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         ctx = JobContext(job_id=args.job_id, attempt=args.attempt, threads=args.threads)
         result = execute(args.job_type, payload, ctx)
         text = json.dumps(result, allow_nan=False)
+        check_result_json(args.job_type, text)
     except JobFailed as exc:
-        print(json.dumps({"code": exc.code, "message": exc.message}), file=sys.stderr)
-        return exit_code_for(exc.code)
+        code = as_text(exc.code)
+        print(json.dumps({"code": code, "message": as_text(exc.message)}), file=sys.stderr)
+        return exit_code_for(code)
     except ImportError as exc:
         print(json.dumps({"code": "ERROR", "message": str(exc)}), file=sys.stderr)
         return exit_code_for("ERROR")

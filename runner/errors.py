@@ -25,6 +25,7 @@ __all__ = [
     "EXIT_UNKNOWN_TYPE",
     "EXIT_USAGE",
     "JobFailed",
+    "as_text",
     "exit_code_for",
 ]
 
@@ -54,3 +55,14 @@ class JobFailed(Exception):
 def exit_code_for(code: str) -> int:
     """The exit code of ``python -m runner`` for a failure with this error code."""
     return _EXIT_BY_CODE.get(code, EXIT_FAILED)
+
+
+def as_text(value: object) -> str:
+    """``value`` as text for a failure's code or message: a job may set them to anything (an int, an
+    object whose ``__str__`` raises), and its runner must still answer, not die writing the answer."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:  # anything its __str__ raises
+        return f"<{type(value).__name__} that cannot be shown>"

@@ -54,9 +54,9 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO
 
-from runner import JobContext, all_types, execute, load_plugins
+from runner import JobContext, all_types, check_result_json, execute, load_plugins
 from runner.descendants import children, end_descendants
-from runner.errors import JobFailed
+from runner.errors import JobFailed, as_text
 from runner.limits import apply_memory_limit, warm_up_threads
 from runner.output import LiveFeed, PrintStream, PrintTail, keep_std_streams_open
 from runner.procstate import LOST_PIPES_EXIT, ProcessState, move_high
@@ -205,14 +205,17 @@ def serve(
             ctx = JobContext(job_id, attempt, threads, deadline or None)
             if backstop and deadline:
                 backstop(deadline + backstop_sec)
-            frame = encode_result(dumps(execute(job_type, payload, ctx)).encode())
+            result_json = dumps(execute(job_type, payload, ctx))
+            check_result_json(job_type, result_json)  # one a Struct cannot carry would break reads of the job
+            frame = encode_result(result_json.encode())
         except JobFailed as exc:
-            message = exc.message
-            if exc.code == "MEMORY_LIMIT":
+            # str(): a job may raise JobFailed with any code or message, and encode_failure needs text
+            code, message = as_text(exc.code), as_text(exc.message)
+            if code == "MEMORY_LIMIT":
                 spent = True  # its heap may be left fragmented or full
                 if memory_limit_mb:
                     message = f"{message}; the limit is {memory_limit_mb} MiB (CORRAL_JOB_MEMORY_LIMIT_MB)"
-            frame = encode_failure(exc.code, message)
+            frame = encode_failure(code, message)
         except MemoryError as exc:  # outside the job (its result was too large to encode)
             frame, spent = encode_failure("MEMORY_LIMIT", f"result: {exc!r}"), True
         except ValueError as exc:  # malformed payload JSON, or a result that is not JSON

@@ -8,9 +8,11 @@ caller can batch completions of one loop turn), except attempts killed with ``ou
 Killing (deadline, :meth:`kill`): SIGTERM, then SIGKILL after ``kill_grace_sec``, to the runner and its
 process group; the completion is sent when the process is gone (seen through its pidfd), and a
 replacement process is started so the pool keeps its size. Deadlines are event-loop timers
-(``loop.call_at``), not polling; an attempt still waiting in the FIFO at its deadline is reported
-TIMEOUT there and then, never run. A process that dies by itself reports its job FAILED with code
-``CRASHED`` and is replaced the same way.
+(``loop.call_at``), not polling; an attempt still waiting in the FIFO at its deadline (its runner
+process still starting, after a crash) is reported HANDED_BACK there and then, never run: it goes back
+in line with no attempt spent. The deadline counts from the assignment, as the control plane's lease
+does, so the time an attempt waits for a process is taken from its run time. A process that dies by
+itself reports its job FAILED with code ``CRASHED`` and is replaced the same way.
 
 Strays: a process a job started that left its runner's process group (``setsid``, a daemon's double
 fork) is not in the group a kill signals. The runner ends it as it exits by itself; when the runner is
@@ -367,10 +369,19 @@ class RunnerPool:
             return
         with contextlib.suppress(ValueError):
             self._queue.remove(key)
-        logger.debug(JOB_TIMED_OUT, extra={"job_id": spec.job_id, "attempt": spec.attempt})
+        logger.debug(JOB_TIMED_OUT, extra={"job_id": spec.job_id, "attempt": spec.attempt, "started": False})
         now = time.time()
-        message = f"deadline passed before start (it waited {round(now - queued_at, 3):g} s for a runner process)"
-        self._complete(spec, Outcome.TIMEOUT, now, now, "TIMEOUT", message)
+        self._hand_back_unstarted(spec, now, f"it waited {round(now - queued_at, 3):g} s for a runner process")
+
+    def _hand_back_unstarted(self, spec: JobSpec, now: float, waited: str) -> None:
+        """Report an attempt whose deadline passed before it started HANDED_BACK: it never ran, through
+        no fault of its own (its runner process was still starting, after a crash or a retirement), so
+        it goes back in line with no attempt spent, rather than TIMEOUT, which spent one. Its deadline
+        is not moved to when a process is ready instead: it counts from the assignment, as the control
+        plane's lease does (which expires at that deadline plus a grace this worker does not know), and
+        an attempt run past its lease could run twice."""
+        message = f"deadline passed before it started ({waited}); handed back, no attempt spent"
+        self._complete(spec, Outcome.HANDED_BACK, now, now, "HANDED_BACK", message)
         self._check_idle()
 
     def _needs_fresh(self, proc: RunnerProcess, spec: JobSpec) -> bool:
@@ -494,8 +505,7 @@ class RunnerPool:
         now = time.time()
         deadline = spec.deadline
         if deadline is not None and deadline <= now:
-            self._complete(spec, Outcome.TIMEOUT, now, now, "TIMEOUT", "deadline passed before start")
-            self._check_idle()
+            self._hand_back_unstarted(spec, now, "a runner process came free too late")
             return False
         devices: bytes | None = None  # None: the runner leaves CUDA_VISIBLE_DEVICES alone
         held: tuple[str, ...] = ()
