@@ -23,6 +23,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from corral import payload_schema
 from runner.errors import JobFailed
 
 __all__ = ["JobContext", "JobType", "all_types", "builtin_names", "get", "register"]
@@ -91,7 +92,8 @@ def register(cls: _T) -> _T:
 
     Raises:
         TypeError: ``cls`` is not a :class:`JobType` with a name, a dict schema and its own ``run``.
-        ValueError: the name is taken by a different class.
+        ValueError: the name is taken by a different class, or its schema is one the control plane
+            refuses (see :func:`_check_schema`).
     """
     if not (inspect.isclass(cls) and issubclass(cls, JobType)):
         raise TypeError(f"@register needs a JobType subclass, got {cls!r}")
@@ -100,6 +102,8 @@ def register(cls: _T) -> _T:
         raise TypeError(f"{cls.__qualname__}.name must be a non-empty string")
     if not isinstance(cls.schema, dict):
         raise TypeError(f"{cls.__qualname__}.schema must be a dict (a JSON Schema)")
+    if not cls.__module__.startswith("runner.jobs."):  # the built-ins' are checked by their tests
+        _check_schema(cls)
     if cls.run is JobType.run:
         raise TypeError(f"{cls.__qualname__} must define run(payload, ctx)")
     if not cls.description:
@@ -135,6 +139,16 @@ def builtin_names() -> frozenset[str]:
     """The names of the built-in job types (:mod:`runner.jobs`), as against plug-ins' (user code)."""
     _load_builtins()
     return frozenset(name for name, impl in _REGISTRY.items() if type(impl).__module__.startswith("runner.jobs."))
+
+
+def _check_schema(cls: type[JobType]) -> None:
+    """Refuse a schema the control plane would refuse (the same check, :func:`corral.payload_schema.check`:
+    a valid JSON Schema whose patterns run in linear time and whose references stay within it), as the
+    plug-in is imported: a worker advertising it would be refused at every registration, for ever."""
+    try:
+        payload_schema.check(cls.schema)
+    except payload_schema.SchemaRefused as exc:
+        raise ValueError(f"{cls.__qualname__}.schema: {exc}") from None
 
 
 def _identity(cls: type) -> str:

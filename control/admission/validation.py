@@ -10,16 +10,19 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+import referencing
+from jsonschema.exceptions import ValidationError
 
 from control import notify
 from control.jobs import StartWhen
 from control.notify import NotifyTarget
 from control.store.base import JobTypeEntry
+from corral import payload_schema
 from corral.errors import InvalidArgument
 from corral.jobtypes import BUILTIN_SCHEMAS, MAX_EXACT_INTEGER, MAX_JSON_DEPTH, too_deep
 from corral.limits import MAX_GPUS, MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_MEMORY_MB, MAX_THREADS
@@ -107,9 +110,10 @@ class JobTypeCatalog:
             self.add(entry)
 
     def _install(self, name: str, schema: dict[str, Any]) -> None:
+        payload_schema.check(schema)
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-        self._validators[name] = _exact_integers(cls)(schema)
+        # An empty registry retrieves nothing: check() lets only references within the schema through.
+        self._validators[name] = _linear_patterns(_exact_integers(cls))(schema, registry=referencing.Registry())
         self._schemas[name] = json.dumps(schema, sort_keys=True)
 
     def add(self, entry: JobTypeEntry) -> bool:
@@ -122,7 +126,9 @@ class JobTypeCatalog:
             if self._schemas.get(entry.name) == canon:
                 return False
             self._install(entry.name, schema)
-        except (ValueError, jsonschema.SchemaError) as exc:
+        except payload_schema.SchemaRefused as exc:
+            raise InvalidArgument(f"job_types[{entry.name}].payload_schema_json", str(exc)) from None
+        except ValueError as exc:
             raise InvalidArgument(
                 f"job_types[{entry.name}].payload_schema_json", f"not a valid JSON Schema: {exc}"
             ) from exc
@@ -175,6 +181,55 @@ def _exact_integers(cls: Any) -> Any:
     """``cls`` with JSON Schema's ``integer`` meaning an integer carried exactly (see _is_exact_integer)."""
     extend: Callable[..., Any] = jsonschema.validators.extend
     return extend(cls, type_checker=cls.TYPE_CHECKER.redefine("integer", _is_exact_integer))
+
+
+def _linear_patterns(cls: Any) -> Any:
+    """``cls`` matching payloads against its patterns with RE2, in linear time (corral.payload_schema):
+    ``pattern``, ``patternProperties`` and the properties ``additionalProperties`` leaves to them."""
+    extend: Callable[..., Any] = jsonschema.validators.extend
+    return extend(
+        cls,
+        validators={
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+        },
+    )
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not payload_schema.search(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if payload_schema.search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = [
+        key
+        for key in instance
+        if key not in named and not any(payload_schema.search(pattern, key) for pattern in patterns)
+    ]
+    if validator.is_type(allowed, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], allowed, path=key)
+    elif not allowed and extras:
+        listed = ", ".join(repr(key) for key in sorted(extras))
+        if patterns:
+            yield ValidationError(f"{listed} do not match any of the regexes: {', '.join(map(repr, sorted(patterns)))}")
+        else:
+            yield ValidationError(f"Additional properties are not allowed ({listed} unexpected)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,8 +94,12 @@ SCHEMA: dict[str, Any] = {
         "env": {
             "type": "object",
             "maxProperties": 256,
-            # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT ... would load a job's own code into an allowed program
-            "propertyNames": {"pattern": r"^(?!LD_)[^=\x00]+$", "maxLength": 256},
+            # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT ... would load a job's own code into an allowed program.
+            # "Not LD_, then no = or NUL", without lookahead: payload patterns run on RE2 (corral.payload_schema)
+            "propertyNames": {
+                "pattern": r"^(?:[^L=\x00]|L(?:$|[^D=\x00])|LD(?:$|[^_=\x00]))[^=\x00]*$",
+                "maxLength": 256,
+            },
             "additionalProperties": {"type": "string", "maxLength": 131072, "pattern": _NO_NUL},
         },
         "cwd": {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": _NO_NUL},
