@@ -119,9 +119,20 @@ def payload_struct(text: str) -> struct_pb2.Struct:
 
 
 def set_time(target: Any, t: float | None) -> None:
-    """Set the Timestamp ``target`` to ``t`` (Unix seconds); None leaves it unset."""
+    """Set the Timestamp ``target`` to ``t`` (Unix seconds), to the microsecond; None leaves it unset.
+
+    Times are kept as float seconds, which hold microseconds (to 2100 and well past); nanoseconds from
+    ``t * 1e9`` showed the float's error instead (``00.123Z`` sent came back ``00.123000064Z``), and a
+    client that sent back the time it was shown had its idempotency key refused as another request."""
     if t is not None:
-        target.FromNanoseconds(int(t * 1e9))
+        seconds = math.floor(t)
+        micros = round((t - seconds) * 1e6)  # t - floor(t) is exact
+        if micros == 1_000_000:
+            seconds, micros = seconds + 1, 0
+        if seconds > _MAX_SECONDS:  # 9999-12-31T23:59:59.9999999 is 253402300800.0 as a float
+            seconds, micros = _MAX_SECONDS, 999_999
+        target.seconds = seconds
+        target.nanos = micros * 1000
 
 
 def _time(msg: Message, name: str) -> float | None:

@@ -274,3 +274,22 @@ def test_a_key_that_outlived_its_job_makes_a_new_job_instead_of_not_found(
     assert again.id != first.id
     assert submit(cp, "noop", idempotency_key="nightly").id == again.id
     assert [e["job_id"] for e in cp.events("idempotency_key_outlived_job")] == [first.id]
+
+
+def test_a_time_comes_back_as_sent_and_a_request_rebuilt_from_the_answer_replays_its_key(
+    control_plane: ControlProc,
+) -> None:
+    # Given a keyed job scheduled at a time with milliseconds, over REST and over gRPC
+    rest = Rest(control_plane.http_port)
+    sent = {"type": "noop", "scheduledAt": "2030-01-01T00:00:00.123Z", "idempotencyKey": "at-123"}
+    job = rest.submit(sent)
+    # Then the time comes back as it was sent, not with the float's error (.123000064Z)
+    assert job["scheduledAt"] == "2030-01-01T00:00:00.123Z"
+    # and a request rebuilt from the answer, the time as shown, is the same request: its key replays
+    again = request("noop", idempotency_key="at-123")
+    again.scheduled_at.CopyFrom(
+        control_plane.jobs.GetJob(jobs_pb2.GetJobRequest(id=job["id"]), timeout=10).scheduled_at
+    )
+    assert again.scheduled_at.nanos == 123_000_000
+    assert control_plane.jobs.SubmitJob(again, timeout=10).job.id == job["id"]
+    assert total(control_plane) == 1
