@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -48,6 +49,7 @@ from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.typedefs import Handler
 
+from control.api.interceptors import request_id
 from control.gateway import protojson
 from control.gateway.status import RpcFailure
 
@@ -100,7 +102,23 @@ class HttpLimits:
         )
 
 
+REQUEST_ID_HEADER = "X-Request-ID"
+"""The header that carries a request's id, given (``control.api.interceptors.request_id``) or made."""
+
 FULL_FAILURE = RpcFailure(grpc.StatusCode.UNAVAILABLE, "too many HTTP connections are open; try again")
+
+
+def _unreadable(status: int, exc: BaseException | None, message: str | None) -> str:
+    """What :meth:`GuardedHandler.handle_error` says: the first line of aiohttp's reason, never the
+    client's bytes that it quotes after it, and no advice about the server's libraries."""
+    if status >= 500:
+        return "internal error while reading the request"
+    reason = getattr(exc, "message", None) or message or str(exc or "")
+    first = str(reason).strip().splitlines()[0] if str(reason).strip() else "malformed request"
+    if "content-encoding" in first.lower():
+        return "Content-Encoding: cannot be decoded here; send the body as gzip, deflate or not encoded"
+    said = re.split(r"""b?['"]""", first, maxsplit=1)[0].rstrip(" :(")  # what follows quotes the client's bytes
+    return f"the request could not be read as HTTP: {said[:200] or 'malformed request'}"
 
 
 def _full_answer() -> bytes:
@@ -201,6 +219,30 @@ class GuardedHandler(web.RequestHandler):
         """Reading is paused by flow control: the client may not send, so its silence does not count."""
 
     # ---- the connection ---------------------------------------------------------------------------
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """aiohttp's own answer to a request it could not read (a header or a URL too long, a Content-Length
+        that is not a number, a Content-Encoding it cannot undo, bytes that are not HTTP), made as the bridge
+        answers every failed call: a ``google.rpc.Status`` JSON with an ``X-Request-ID``. aiohttp's text
+        echoed the client's bytes back and, for an encoding whose library is missing, told the client what
+        to install on the server."""
+        super().handle_error(request, status, exc, message)  # logs it; raises when an answer is under way
+        code = grpc.StatusCode.INTERNAL if status >= 500 else grpc.StatusCode.INVALID_ARGUMENT
+        failure = RpcFailure(code, _unreadable(status, exc, message))
+        response = web.Response(
+            status=status,
+            body=protojson.dumps(failure.to_json()),
+            content_type="application/json",
+            headers={REQUEST_ID_HEADER: request_id(None)},
+        )
+        response.force_close()
+        return response
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Admit the connection and start the deadline for its first request's headers, or turn it away."""
         admitted = self._admission.admit()

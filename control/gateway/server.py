@@ -48,7 +48,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from control.api.interceptors import REQUEST_ID, request_id
 from control.auth import Authenticator, Role, role_of
 from control.gateway import protojson
-from control.gateway.connections import HANDLER_ARGS, GuardedSite, HttpLimits, headers_in
+from control.gateway.connections import HANDLER_ARGS, REQUEST_ID_HEADER, GuardedSite, HttpLimits, headers_in
 from control.gateway.invoke import Invoker, Metadata
 from control.gateway.rules import Route, Router
 from control.gateway.status import RpcFailure
@@ -62,7 +62,6 @@ logger = logging.getLogger(__name__)
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
-REQUEST_ID_HEADER = "X-Request-ID"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 """The IETF HTTP API draft's header: an RFC 8941 quoted string (``"order-42"``), or a bare key."""
 IDEMPOTENCY_HEADER_X = "X-Idempotency-Key"
