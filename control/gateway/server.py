@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import grpc
-from aiohttp import web
+from aiohttp import compression_utils, web
 from aiohttp.http_exceptions import ContentEncodingError
 from google.protobuf import message_factory
 from google.protobuf.message import Message
@@ -67,7 +67,12 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 IDEMPOTENCY_HEADER_X = "X-Idempotency-Key"
 """The older spelling, a bare key; when both are given they must agree."""
 CONTENT_ENCODING = "Content-Encoding"
-CODINGS = frozenset({"", "identity", "gzip", "deflate", "br", "zstd"})
+CODINGS = frozenset(
+    {"", "identity", "gzip", "deflate"}
+    | ({"br"} if compression_utils.HAS_BROTLI else set())
+    | ({"zstd"} if compression_utils.HAS_ZSTD else set())
+)
+"""The Content-Encodings of request bodies the bridge decodes (br and zstd when their libraries are there)."""
 """What a request body may be sent in: aiohttp decodes the four (br and zstd when their libraries are
 installed; else it refuses them itself with a 400)."""
 OFF_LOOP_BYTES = 64 << 10
@@ -244,7 +249,7 @@ class Gateway:
             # aiohttp hands a body in any other coding over as it came: it would be read as if not encoded.
             raise InvalidArgument(
                 CONTENT_ENCODING,
-                f"{coding!r} is not a coding the bridge decodes (it takes gzip, deflate, br, zstd or identity)",
+                f"{coding!r} is not a coding the bridge decodes (it takes {', '.join(sorted(CODINGS - {''}))})",
             )
         announced = request.content_length
         if coding in ("", "identity") and announced is not None and announced > self.max_body_bytes:
