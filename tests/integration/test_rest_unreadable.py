@@ -68,3 +68,32 @@ def test_an_unreadable_request_gets_a_status_json_with_a_request_id(
     answer = json.loads(body)
     assert answer["code"] == 3 and says in answer["message"], (case, answer)
     assert SECRET not in answer["message"] and "install" not in answer["message"].lower(), (case, answer)
+
+
+def test_expect_continue_is_refused_before_a_body_over_the_limit_is_sent(control_plane: ControlProc) -> None:
+    # Given a client that asks before sending a body whose Content-Length is over the limit (64 MiB)
+    with socket.create_connection(("127.0.0.1", control_plane.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+            b"Content-Length: 100000000\r\n\r\n"
+        )
+        first = sock.recv(65536)
+    # Then it is told no at once (not "100 Continue", which has it send 100 MB to be refused)
+    assert first.startswith(b"HTTP/1.1 400"), first[:200]
+    assert b"larger than" in first and b"100 Continue" not in first
+
+
+def test_expect_continue_within_the_limit_goes_on_as_usual(control_plane: ControlProc) -> None:
+    body = b'{"type": "noop"}'
+    with socket.create_connection(("127.0.0.1", control_plane.http_port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+            b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["job"]["type"] == "noop"
