@@ -376,12 +376,21 @@ class RunnerPool:
     def _hand_back_unstarted(self, spec: JobSpec, now: float, waited: str) -> None:
         """Report an attempt whose deadline passed before it started HANDED_BACK: it never ran, through
         no fault of its own (its runner process was still starting, after a crash or a retirement), so
-        it goes back in line with no attempt spent, rather than TIMEOUT, which spent one. Its deadline
+        it goes back in line with no attempt spent, rather than TIMEOUT, which spent one; but TIMEOUT while
+        replacements die as they start (see there). Its deadline
         is not moved to when a process is ready instead: it counts from the assignment, as the control
         plane's lease does (which expires at that deadline plus a grace this worker does not know), and
         an attempt run past its lease could run twice."""
-        message = f"deadline passed before it started ({waited}); handed back, no attempt spent"
-        self._complete(spec, Outcome.HANDED_BACK, now, now, "HANDED_BACK", message)
+        if self._crashes:
+            # Its replacements die as they start: this worker cannot run jobs now. Handed back, the job
+            # would come back here (or another job would) and go round without end, unseen; TIMEOUT spends
+            # an attempt, so that its retries and their end say what is wrong.
+            message = f"deadline passed before start ({waited}; runner processes die as they start: "
+            message += f"{self._crashes} in a row, see runner_restarted in the worker's log)"
+            self._complete(spec, Outcome.TIMEOUT, now, now, "TIMEOUT", message)
+        else:
+            message = f"deadline passed before it started ({waited}); handed back, no attempt spent"
+            self._complete(spec, Outcome.HANDED_BACK, now, now, "HANDED_BACK", message)
         self._check_idle()
 
     def _needs_fresh(self, proc: RunnerProcess, spec: JobSpec) -> bool:

@@ -2,7 +2,8 @@
 
 * At import: when ``CORRAL_TEST_STALL_FILE`` names a file that exists, the import sleeps the number of
   seconds written in it, so that a test can let the first runners start at once and make their
-  replacements slow to start, or never ready (a plug-in that stopped importing).
+  replacements slow to start, or never ready (a plug-in that stopped importing); when it says
+  ``crash``, the import exits at once (a replacement that dies as it starts).
 * ``leave_thread`` {"seconds"}: starts a non-daemon thread that sleeps ``seconds``, and returns at once
   ``{"pid": the runner's pid}``; the runner's ``sys.exit`` then waits for that thread.
 * ``hang_at_exit`` {"seconds"}: registers an exit handler that sleeps ``seconds``, and returns at once
@@ -25,6 +26,8 @@ STALL_FILE_ENV = "CORRAL_TEST_STALL_FILE"
 
 _stall = os.environ.get(STALL_FILE_ENV)
 if _stall and Path(_stall).exists():
+    if Path(_stall).read_text() == "crash":
+        os._exit(3)  # a plug-in that now dies as it imports
     time.sleep(float(Path(_stall).read_text()))  # the slow (or endless) import itself
 
 

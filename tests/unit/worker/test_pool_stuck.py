@@ -129,3 +129,27 @@ def test_a_queued_job_is_handed_back_at_its_deadline_while_its_runner_is_replace
             assert set(b.done) == {"first", "queued"} and b.pool.busy == 0
 
     scenario(body, max_jobs=1)
+
+
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
+def test_a_queued_job_times_out_when_its_runner_s_replacements_die_as_they_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stall = tmp_path / "stall"
+    monkeypatch.setenv(STALL_FILE_ENV, str(stall))
+
+    async def body(b: Bundle) -> None:
+        # Given one slot whose runner retires after each job, and replacements that die as they start
+        stall.write_text("crash")
+        b.submit("first", "noop", {})
+        b.submit("queued", "noop", {}, timeout=1.0)
+        assert (await b.result("first", 10)).outcome is Outcome.SUCCEEDED
+        # Then the queued job is not handed back (it would go round without end, unseen) but ends TIMEOUT,
+        # spending an attempt, and says why
+        done = await b.result("queued", 5)
+        assert (done.outcome, done.error_code) == (Outcome.TIMEOUT, "TIMEOUT"), done.error_message
+        assert "runner processes die as they start" in done.error_message, done.error_message
+        stall.unlink()  # and once they start again, the pool is whole
+        await until(lambda: b.pool.idle == 1, 15, "a replacement to be ready")
+
+    scenario(body, max_jobs=1)
