@@ -447,6 +447,10 @@ def _ascii_header(request: web.Request, name: str) -> str:
 
 
 def _idempotency_key(request: web.Request) -> str:
+    for name in (IDEMPOTENCY_HEADER, IDEMPOTENCY_HEADER_X):
+        if name in request.headers and _sf_string(_ascii_header(request, name), name) == "":
+            # Sent empty, it would make a job with no key: one that a retry of this request makes again.
+            raise InvalidArgument(name, "is empty: give a key, or leave the header out for a job with none")
     key = _sf_string(_ascii_header(request, IDEMPOTENCY_HEADER), IDEMPOTENCY_HEADER)
     older = _ascii_header(request, IDEMPOTENCY_HEADER_X)
     if key and older and key != older:

@@ -293,3 +293,15 @@ def test_a_time_comes_back_as_sent_and_a_request_rebuilt_from_the_answer_replays
     assert again.scheduled_at.nanos == 123_000_000
     assert control_plane.jobs.SubmitJob(again, timeout=10).job.id == job["id"]
     assert total(control_plane) == 1
+
+
+@pytest.mark.parametrize("header", ["Idempotency-Key", "X-Idempotency-Key"])
+@pytest.mark.parametrize("value", ["", '""'])
+def test_an_empty_key_header_is_refused_not_taken_as_no_key(
+    control_plane: ControlProc, header: str, value: str
+) -> None:
+    # A client that means to send a key and sends it empty would make a job its retry makes again
+    reply = Rest(control_plane.http_port).post("/v1/jobs", {"type": "noop"}, headers={header: value})
+    assert reply.status == 400, reply.body
+    assert reply.json()["message"].startswith(f"{header}: is empty"), reply.json()
+    assert total(control_plane) == 0
