@@ -35,7 +35,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any
 
 import grpc
@@ -49,7 +49,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from control.api.interceptors import REQUEST_ID, request_id
 from control.auth import Authenticator, Role, role_of
 from control.gateway import protojson
-from control.gateway.connections import HANDLER_ARGS, REQUEST_ID_HEADER, GuardedSite, HttpLimits, headers_in
+from control.gateway.connections import (
+    HANDLER_ARGS,
+    PROBE_PATHS,
+    REQUEST_ID_HEADER,
+    GuardedSite,
+    HttpLimits,
+    headers_in,
+)
 from control.gateway.invoke import Invoker, Metadata
 from control.gateway.rules import Route, Router
 from control.gateway.status import RpcFailure
@@ -191,6 +198,8 @@ class Gateway:
     async def _bridge(self, request: web.Request) -> web.StreamResponse:
         PEER.set(_peer(request))  # who calls, for per-client rate limits (gRPC reads its own peer)
         logs.current_request.set(_request_id(request))  # log lines of this request (and the jobs it makes)
+        if request.path in PROBE_PATHS:  # served without credentials for GET and HEAD: any other method is it
+            return _method_not_allowed(("GET", "HEAD"))
         try:
             match = self.router.match(request.method, request.rel_url.raw_path)
         except UnicodeDecodeError:
@@ -213,10 +222,7 @@ class Gateway:
         route = match.route
         if route is None:
             if match.allowed:
-                failure = RpcFailure(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed")
-                resp = _json(405, failure.to_json())
-                resp.headers["Allow"] = ", ".join(match.allowed)
-                return resp
+                return _method_not_allowed(match.allowed)
             return _json(404, RpcFailure(grpc.StatusCode.NOT_FOUND, "Not Found").to_json())
         request[ROUTE] = route.name
         try:
@@ -423,6 +429,12 @@ def _peer(request: web.Request) -> str:
     """The caller's address as gRPC names a peer (``ipv4:127.0.0.1``, ``ipv6:[::1]``), port left out."""
     host = request.remote or "unknown"
     return f"ipv6:[{host}]" if ":" in host else f"ipv4:{host}"
+
+
+def _method_not_allowed(allowed: Iterable[str]) -> web.Response:
+    resp = _json(405, RpcFailure(grpc.StatusCode.UNIMPLEMENTED, "Method Not Allowed").to_json())
+    resp.headers["Allow"] = ", ".join(allowed)
+    return resp
 
 
 def _too_large(limit: int, announced: int) -> InvalidArgument:

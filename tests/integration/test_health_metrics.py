@@ -95,3 +95,14 @@ def test_metrics_parse_and_move_as_jobs_run(control_plane: ControlProc, spawn_wo
     assert after['corral_http_requests_total{code="200",route="metrics"}'] >= 1
     stats = control_plane.jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=10)
     assert stats.jobs_by_status["SUCCEEDED"] == after['corral_jobs{state="SUCCEEDED"}']
+
+
+def test_probes_and_metrics_answer_other_methods_405_with_allow(make_control_plane: Any) -> None:
+    # With client tokens on too: these paths are open, so a wrong method is said as such, not as a 401
+    cp: ControlProc = make_control_plane(CORRAL_AUTH_TOKENS="alice:" + "a" * 24, CORRAL_WORKER_TOKEN="w" * 24)
+    rest = Rest(cp.http_port)
+    for path in ("/healthz", "/readyz", "/health", "/ready", "/metrics"):
+        for method in ("POST", "PUT", "DELETE"):
+            reply = rest.call(method, path, {} if method != "DELETE" else None)
+            assert (reply.status, reply.headers.get("Allow")) == (405, "GET, HEAD"), (method, path, reply.body)
+        assert rest.call("GET", path).status in (200, 503), path
