@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -42,8 +42,8 @@ from corral.client import (
     ssl_credentials,
 )
 from corral.cluster import AutoscalerStatus, Shares, Stats, WorkerInfo
-from corral.errors import CorralError, DeadlineExceeded, Unavailable
-from corral.failover import NOT_SENT_PREFIX, RECONNECT_OPTIONS, Failover, client_addresses
+from corral.errors import ClientClosed, CorralError, DeadlineExceeded, Unavailable
+from corral.failover import NOT_SENT_PREFIX, RECONNECT_OPTIONS, Failover, client_addresses, unreached
 from corral.follow import Follow, FollowMany
 from corral.job import Changed, Job, JobPage, JobState, Notify
 from corral.printed import OutputChunk, PrintedCursor
@@ -142,6 +142,8 @@ class AsyncClient:
         self._credentials = None if tls_ca is None else ssl_credentials(tls_ca)
         self._failover = Failover(self.addresses, self._connect)
         self._runs: RunStreams[AsyncRunStream] = RunStreams()
+        self._closing = asyncio.Event()
+        """As corral.Client's: set by :meth:`close`, then replaced."""
 
     @property
     def current_address(self) -> str:
@@ -162,13 +164,16 @@ class AsyncClient:
     async def _unary(self, rpc: Callable[[_Connection], Any], request: Any) -> Any:
         """The answer of ``rpc(connection)(request)``, sent to the current address and on round the
         list while the failure allows (corral.failover)."""
+        closed = self._closing
         attempts = self._failover.attempts()
         for address, conn in attempts:
             try:
-                with translate_errors():
+                with translate_errors(), _cut_by_close(closed):
                     response = await rpc(conn)(request, timeout=self.timeout, metadata=self.metadata)
             except CorralError as exc:
-                attempts.failed(address, exc)
+                if closed.is_set():
+                    raise ClientClosed() from exc
+                attempts.failed(address, unreached(exc, address, _connected(conn.channel)))
                 continue
             attempts.took(address)
             return response
@@ -310,7 +315,7 @@ class AsyncClient:
         A restart of the control plane does not end it (:mod:`corral.follow`). ``aclose()`` on the
         generator (or ``contextlib.aclosing``) cancels the stream.
         """
-        return self._follow(Follow(id))
+        return self._follow(Follow(id, address=self.address), self._closing)
 
     async def watch_output(self, id: str) -> AsyncGenerator[OutputChunk, None]:
         """Yield what the job prints, as it prints it, until the job ends; see
@@ -323,43 +328,45 @@ class AsyncClient:
             call = conn.jobs.WatchOutput(request, metadata=self.metadata)
             return (OutputChunk(c.attempt, c.offset, c.text) async for c in call), call.cancel
 
+        closed = self._closing
         while True:
             try:
-                async with aclosing(self._served(start)) as chunks:
+                async with aclosing(self._served(start, closed)) as chunks:
                     async for chunk in chunks:
                         follow.reached()
                         if (fresh := cursor.take(chunk)) is not None:
                             yield fresh.chunk
                 return  # the stream ends once the job has ended
             except CorralError as exc:
-                await asyncio.sleep(follow.pause(exc))  # raises it unless the control plane went away
+                await _pause(closed, follow.pause(exc))  # raises it unless the control plane went away
 
     async def wait(self, id: str, timeout: float | None = None) -> Job:  # noqa: ASYNC109 (same API as Client.wait)
         """Wait until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout`` seconds
         (``timeout=0`` looks once: the job if it has ended, else DeadlineExceeded)."""
-        return await _last(self._follow(Follow(id, timeout)))
+        return await _last(self._follow(Follow(id, timeout, address=self.address), self._closing))
 
     def watch_many(
         self, ids: Iterable[str], *, ends_only: bool = False, timeout: float | None = None
     ) -> AsyncGenerator[Job, None]:
         """Yield each job now, then after every change, until every one has ended, on one ``WatchJobs``
         stream; see :meth:`corral.Client.watch_many`. ``aclose()`` on the generator cancels the stream."""
-        return self._follow_many(FollowMany(ids, timeout, ends_only))
+        return self._follow_many(FollowMany(ids, timeout, ends_only, address=self.address))
 
     async def wait_all(self, ids: Iterable[str], timeout: float | None = None) -> builtins.list[Job]:  # noqa: ASYNC109 (same API as Client.wait_all)
         """Wait until every job has ended and return them terminal, in the order of ``ids``; see
         :meth:`corral.Client.wait_all`."""
-        follow = FollowMany(ids, timeout, ends_only=True)
+        follow = FollowMany(ids, timeout, ends_only=True, address=self.address)
         async for _ in self._follow_many(follow):
             pass
         return follow.ends()
 
     async def _follow_many(self, follow: FollowMany) -> AsyncGenerator[Job, None]:
+        closed = self._closing
         while not follow.done:
             error: CorralError | None = None
             limit = follow.opening()  # before request(): a check asks for more than the ends
-            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), limit)
+            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), limit, closed)
             try:
                 async with aclosing(updates):
                     async for job in updates:
@@ -367,12 +374,13 @@ class AsyncClient:
                             yield job
                         if follow.checked:
                             break  # timeout=0 looked once: pause() raises DeadlineExceeded for the rest
-            except DeadlineExceeded:
+            except DeadlineExceeded:  # on a connection (_served): the control plane took the stream
+                follow.reached()
                 raise follow.timed_out() from None
             except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
             if not follow.done:
-                await asyncio.sleep(follow.pause(error))
+                await _pause(closed, follow.pause(error))
 
     async def run(
         self,
@@ -392,23 +400,29 @@ class AsyncClient:
         """What :meth:`run` does, yielding the job as accepted and after every change; see
         :meth:`corral.Client.submit_and_watch`."""
         request = JobSpec(type=type, payload=payload, **fields).to_proto()
-        follow = Follow("", timeout)
+        follow = Follow("", timeout, address=self.address)
+        closed = self._closing
         if timeout is None:
-            return self._follow(follow, lambda: self._run_on_stream(request))
-        return self._follow(follow, lambda: self._stream(lambda c: c.jobs.RunJob, request, follow.remaining()))
+            return self._follow(follow, closed, lambda: self._run_on_stream(request, closed))
+        return self._follow(
+            follow, closed, lambda: self._stream(lambda c: c.jobs.RunJob, request, follow.remaining(), closed)
+        )
 
     async def _follow(
-        self, follow: Follow, submit: Callable[[], AsyncGenerator[Job, None]] | None = None
+        self,
+        follow: Follow,
+        closed: asyncio.Event,
+        submit: Callable[[], AsyncGenerator[Job, None]] | None = None,
     ) -> AsyncGenerator[Job, None]:
         """Follow ``follow.job_id`` to its end; with ``submit``, first the stream that submits it (see
-        corral.Client._follow)."""
+        corral.Client._follow, and for ``closed``)."""
         while True:
             error: CorralError | None = None
             if submit is not None:
                 updates = submit()
             else:
                 watch = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
-                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.opening())
+                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.opening(), closed)
             try:
                 async with aclosing(updates):
                     async for job in updates:
@@ -419,15 +433,16 @@ class AsyncClient:
                             return
                         if follow.checked:
                             break  # timeout=0 looked once: pause() raises DeadlineExceeded
-            except DeadlineExceeded:
+            except DeadlineExceeded:  # on a connection (_served): the control plane took the stream
+                follow.reached()
                 raise follow.timed_out() from None
             except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
             pause = follow.after_run(error) if submit is not None else follow.pause(error)
             submit = None  # never sent twice: from here the job is watched
-            await asyncio.sleep(pause)
+            await _pause(closed, pause)
 
-    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest) -> AsyncGenerator[Job, None]:
+    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest, closed: asyncio.Event) -> AsyncGenerator[Job, None]:
         """As corral.Client._run_on_stream; a kept stream found ended when written to (its end not read
         yet by this event loop) is replaced by a fresh one, since nothing was sent on it."""
 
@@ -448,10 +463,10 @@ class AsyncClient:
             finally:
                 self._runs.give_back(stream)
 
-        return self._served(lambda address, conn: (run(address, conn), lambda: None))
+        return self._served(lambda address, conn: (run(address, conn), lambda: None), closed)
 
     def _stream(
-        self, rpc: Callable[[_Connection], Any], request: Any, time_limit: float | None
+        self, rpc: Callable[[_Connection], Any], request: Any, time_limit: float | None, closed: asyncio.Event
     ) -> AsyncGenerator[Job, None]:
         """As corral.Client._stream."""
 
@@ -459,18 +474,23 @@ class AsyncClient:
             call = rpc(conn)(request, timeout=time_limit, metadata=self.metadata)
             return (Job.from_proto(event.job) async for event in call), call.cancel
 
-        return self._served(start)
+        return self._served(start, closed)
 
     async def _served(
-        self, start: Callable[[str, _Connection], tuple[AsyncGenerator[_T, None], Callable[[], None]]]
+        self,
+        start: Callable[[str, _Connection], tuple[AsyncGenerator[_T, None], Callable[[], None]]],
+        closed: asyncio.Event,
     ) -> AsyncGenerator[_T, None]:
-        """As corral.Client._served."""
+        """As corral.Client._served (a call that close() cut ends ClientClosed, not the bare
+        ``asyncio.CancelledError`` grpc.aio raises in a task that nobody cancelled)."""
         attempts = self._failover.attempts()
         for address, conn in attempts:
+            if closed.is_set():
+                raise ClientClosed()
             jobs, end = start(address, conn)
             served = False
             try:
-                with translate_errors():
+                with translate_errors(), _cut_by_close(closed):
                     async with aclosing(jobs):
                         async for job in jobs:
                             if not served:
@@ -478,8 +498,11 @@ class AsyncClient:
                                 attempts.took(address)
                             yield job
             except CorralError as exc:
+                if closed.is_set():
+                    raise ClientClosed() from exc
+                exc = unreached(exc, address, _connected(conn.channel))
                 if served:
-                    raise
+                    raise exc from None
                 attempts.failed(address, exc)
                 continue
             finally:
@@ -573,7 +596,11 @@ class AsyncClient:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close the channels; calls in flight are cancelled. Idempotent (a later call opens new ones)."""
+        """Close the channels; calls in flight (other tasks' ``wait``, ``watch``, ``run``, unary calls) end
+        at once with :class:`~corral.errors.ClientClosed`, and a follow never watches again on a new
+        channel. Idempotent (a call made after it opens new channels)."""
+        closed, self._closing = self._closing, asyncio.Event()
+        closed.set()  # first: a call that sees its channel cut then knows it was closed
         self._runs.close()
         for conn in self._failover.take_connections():
             await conn.channel.close()
@@ -588,6 +615,36 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.address!r})"
+
+
+@contextmanager
+def _cut_by_close(closed: asyncio.Event) -> Iterator[None]:
+    """Run the body, raising :class:`ClientClosed` for the ``asyncio.CancelledError`` that grpc.aio raises
+    in a call whose channel :meth:`AsyncClient.close` closed, when the task itself is not being cancelled."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if closed.is_set() and task is not None and not task.cancelling():
+            raise ClientClosed() from None
+        raise
+
+
+async def _pause(closed: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds`` before following again, or raise at once when the client is closed meanwhile.
+
+    Raises:
+        ClientClosed: ``closed`` is set.
+    """
+    with suppress(TimeoutError):
+        await asyncio.wait_for(closed.wait(), seconds)
+    if closed.is_set():
+        raise ClientClosed()
+
+
+def _connected(channel: grpc.aio.Channel) -> bool:
+    """Whether ``channel`` has a connection to its server (READY) now."""
+    return bool(channel.get_state(try_to_connect=False) == grpc.ChannelConnectivity.READY)
 
 
 async def _last(updates: AsyncGenerator[Job, None]) -> Job:

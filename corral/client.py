@@ -23,7 +23,7 @@ import builtins
 import functools
 import math
 import os
-import time
+import threading
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -36,8 +36,8 @@ import grpc.experimental
 from corral.account import Account, Identity, Login, account_request
 from corral.audit import AuditPage, audit_request
 from corral.cluster import AutoscalerStatus, Shares, Stats, WorkerInfo
-from corral.errors import CorralError, DeadlineExceeded, InvalidArgument
-from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses
+from corral.errors import ClientClosed, CorralError, DeadlineExceeded, InvalidArgument
+from corral.failover import RECONNECT_OPTIONS, Failover, client_addresses, unreached
 from corral.follow import Follow, FollowMany
 from corral.job import Changed, Job, JobPage, JobState, Notify
 from corral.job_ids import watched_ids
@@ -226,6 +226,9 @@ class Client:
 
         self._failover = Failover(self.addresses, connect)
         self._runs: RunStreams[RunStream] = RunStreams()
+        self._closing = threading.Event()
+        """Set by :meth:`close`, then replaced: a call holds the one it started under, and ends with
+        ClientClosed once it is set (calls started after a close get the new one)."""
         # Every channel is made now rather than on first use: a thread-safe client then needs no lock
         # around making one, and a gRPC channel opens no connection before its first call, so an
         # address that is never needed costs an object, not a socket.
@@ -391,7 +394,7 @@ class Client:
         still yielded once (:mod:`corral.follow` says when it gives up). Closing the generator (or
         leaving a ``with contextlib.closing(...)`` block) cancels the stream.
         """
-        return self._follow(Follow(id))
+        return self._follow(Follow(id, address=self.address), self._closing)
 
     def watch_output(self, id: str) -> Generator[OutputChunk, None, None]:
         """Yield what the job prints, as it prints it (``WatchOutput``), until the job ends: first the
@@ -411,22 +414,23 @@ class Client:
             call = conn.jobs.WatchOutput(request, metadata=self.metadata)
             return (OutputChunk(c.attempt, c.offset, c.text) for c in call), call.cancel
 
+        closed = self._closing
         while True:
             try:
-                with closing(self._served(start)) as chunks:
+                with closing(self._served(start, closed)) as chunks:
                     for chunk in chunks:
                         follow.reached()
                         if (fresh := cursor.take(chunk)) is not None:
                             yield fresh.chunk
                 return  # the stream ends once the job has ended
             except CorralError as exc:
-                time.sleep(follow.pause(exc))  # raises it unless the control plane went away
+                _pause(closed, follow.pause(exc))  # raises it unless the control plane went away
 
     def wait(self, id: str, timeout: float | None = None) -> Job:
         """Block until the job is terminal and return it, across control-plane restarts
         (:mod:`corral.follow`); :class:`~corral.errors.DeadlineExceeded` after ``timeout`` seconds
         (``timeout=0`` looks once: the job if it has ended, else DeadlineExceeded)."""
-        return _last(self._follow(Follow(id, timeout)))
+        return _last(self._follow(Follow(id, timeout, address=self.address), self._closing))
 
     def watch_many(
         self, ids: Iterable[str], *, ends_only: bool = False, timeout: float | None = None
@@ -446,22 +450,23 @@ class Client:
                 128 characters) or ``timeout``, before anything is sent.
             NotFound: an id that names no job.
         """
-        return self._follow_many(FollowMany(ids, timeout, ends_only))
+        return self._follow_many(FollowMany(ids, timeout, ends_only, address=self.address))
 
     def wait_all(self, ids: Iterable[str], timeout: float | None = None) -> builtins.list[Job]:
         """Block until every job has ended and return them terminal, in the order of ``ids``: one
         ``WatchJobs`` stream that carries only the ends; as :meth:`watch_many` across restarts, on bad
         input and on ``timeout`` (0: the jobs if all have ended, else DeadlineExceeded)."""
-        follow = FollowMany(ids, timeout, ends_only=True)
+        follow = FollowMany(ids, timeout, ends_only=True, address=self.address)
         for _ in self._follow_many(follow):
             pass
         return follow.ends()
 
     def _follow_many(self, follow: FollowMany) -> Generator[Job, None, None]:
+        closed = self._closing
         while not follow.done:
             error: CorralError | None = None
             limit = follow.opening()  # before request(): a check asks for more than the ends
-            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), limit)
+            updates = self._stream(lambda c: c.jobs.WatchJobs, follow.request(), limit, closed)
             try:
                 with closing(updates):
                     for job in updates:
@@ -469,12 +474,13 @@ class Client:
                             yield job
                         if follow.checked:
                             break  # timeout=0 looked once: pause() raises DeadlineExceeded for the rest
-            except DeadlineExceeded:
+            except DeadlineExceeded:  # on a connection (_served): the control plane took the stream
+                follow.reached()
                 raise follow.timed_out() from None
             except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
             if not follow.done:
-                time.sleep(follow.pause(error))
+                _pause(closed, follow.pause(error))
 
     def run(
         self, type: str, payload: Mapping[str, Any] | None = None, *, timeout: float | None = None, **fields: Any
@@ -502,23 +508,30 @@ class Client:
         """What :meth:`run` does, yielding the job as accepted and after every change, as :meth:`watch`
         yields it; the iteration ends at a terminal state."""
         request = JobSpec(type=type, payload=payload, **fields).to_proto()
-        follow = Follow("", timeout)
+        follow = Follow("", timeout, address=self.address)
+        closed = self._closing
         if timeout is None:
-            return self._follow(follow, lambda: self._run_on_stream(request))
-        return self._follow(follow, lambda: self._stream(lambda c: c.jobs.RunJob, request, follow.remaining()))
+            return self._follow(follow, closed, lambda: self._run_on_stream(request, closed))
+        return self._follow(
+            follow, closed, lambda: self._stream(lambda c: c.jobs.RunJob, request, follow.remaining(), closed)
+        )
 
     def _follow(
-        self, follow: Follow, submit: Callable[[], Generator[Job, None, None]] | None = None
+        self,
+        follow: Follow,
+        closed: threading.Event,
+        submit: Callable[[], Generator[Job, None, None]] | None = None,
     ) -> Generator[Job, None, None]:
         """Follow ``follow.job_id`` to its end; with ``submit``, first the stream that submits it (its
-        first event names the job), then follow it as any other."""
+        first event names the job), then follow it as any other. ``closed``: the client's close event
+        when the follow began (set: it ends with ClientClosed, and opens no new stream)."""
         while True:
             error: CorralError | None = None
             if submit is not None:
                 updates = submit()
             else:
                 watch = by_id(jobs_pb2.WatchJobRequest, follow.job_id)
-                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.opening())
+                updates = self._stream(lambda c: c.jobs.WatchJob, watch, follow.opening(), closed)
             try:
                 with closing(updates):
                     for job in updates:
@@ -529,25 +542,26 @@ class Client:
                             return
                         if follow.checked:
                             break  # timeout=0 looked once: pause() raises DeadlineExceeded
-            except DeadlineExceeded:
+            except DeadlineExceeded:  # on a connection (_served): the control plane took the stream
+                follow.reached()
                 raise follow.timed_out() from None
             except CorralError as exc:
                 error = exc  # pause() raises it unless the control plane went away (corral.follow)
             pause = follow.after_run(error) if submit is not None else follow.pause(error)
             submit = None  # never sent twice: from here the job is watched
-            time.sleep(pause)
+            _pause(closed, pause)
 
-    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest) -> Generator[Job, None, None]:
+    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest, closed: threading.Event) -> Generator[Job, None, None]:
         """``request``'s job from acceptance to its end, on a kept RunJobs stream (corral.run_streams)."""
 
         def start(address: str, conn: _Connection) -> tuple[Generator[Job, None, None], Callable[[], None]]:
             stream = self._runs.borrow(address, functools.partial(RunStream, address, conn.jobs.RunJobs, self.metadata))
             return stream.run(request), lambda: self._runs.give_back(stream)
 
-        return self._served(start)
+        return self._served(start, closed)
 
     def _stream(
-        self, rpc: Callable[[_Connection], Any], request: Any, timeout: float | None
+        self, rpc: Callable[[_Connection], Any], request: Any, timeout: float | None, closed: threading.Event
     ) -> Generator[Job, None, None]:
         """The jobs of the server stream ``rpc(connection)(request)`` (WatchJob, RunJob)."""
 
@@ -555,16 +569,23 @@ class Client:
             call = rpc(conn)(request, timeout=timeout, metadata=self.metadata)
             return (Job.from_proto(event.job) for event in call), call.cancel
 
-        return self._served(start)
+        return self._served(start, closed)
 
     def _served(
-        self, start: Callable[[str, _Connection], tuple[Generator[_T, None, None], Callable[[], None]]]
+        self,
+        start: Callable[[str, _Connection], tuple[Generator[_T, None, None], Callable[[], None]]],
+        closed: threading.Event,
     ) -> Generator[_T, None, None]:
         """The jobs of a stream that ``start(address, connection)`` opens (with what ends it, called
         however it ends). A stream moves on like a unary call, but only before its first event: after
-        that the break is raised, and corral.follow watches again, from the address that served it."""
+        that the break is raised, and corral.follow watches again, from the address that served it.
+        Once ``closed`` is set (the client was closed), it ends with ClientClosed, and opens nothing."""
         attempts = self._failover.attempts()
         for address, conn in attempts:
+            # After taking the connection: a close() that set the event before this check took (and
+            # closes) the connections after it, so a stream opened here is cut and fails below.
+            if closed.is_set():
+                raise ClientClosed()
             jobs, end = start(address, conn)
             served = False
             try:
@@ -575,8 +596,11 @@ class Client:
                             attempts.took(address)
                         yield job
             except CorralError as exc:
+                if closed.is_set():
+                    raise ClientClosed() from exc
+                exc = unreached(exc, address, _connected(conn.channel))
                 if served:
-                    raise
+                    raise exc from None
                 attempts.failed(address, exc)
                 continue
             finally:
@@ -588,13 +612,16 @@ class Client:
     def _unary(self, rpc: Callable[[_Connection], Any], request: Any) -> Any:
         """The answer of ``rpc(connection)(request)``, sent to the current address and on round the
         list while the failure allows (corral.failover)."""
+        closed = self._closing
         attempts = self._failover.attempts()
         for address, conn in attempts:
             try:
                 with translate_errors():
                     response = rpc(conn)(request, timeout=self.timeout, metadata=self.metadata)
             except CorralError as exc:
-                attempts.failed(address, exc)
+                if closed.is_set():
+                    raise ClientClosed() from exc
+                attempts.failed(address, unreached(exc, address, _connected(conn.channel)))
                 continue
             attempts.took(address)
             return response
@@ -715,8 +742,13 @@ class Client:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the channels; calls in flight are cancelled. Idempotent; a later call opens new ones, as
+        """Close the channels; calls in flight (in other threads: a ``wait``, a ``watch``, a ``run``, a
+        unary call) end at once with :class:`~corral.errors.ClientClosed`, and a follow never watches
+        again on a new channel. Idempotent; a call made after it opens new channels, as
         :meth:`corral.AsyncClient.close` does (before, it raised a bare ``ValueError``)."""
+        # First: a call that sees its channel cut (or is about to open one) then knows it was closed.
+        closed, self._closing = self._closing, threading.Event()
+        closed.set()
         self._runs.close()
         for conn in self._failover.take_connections():
             conn.channel.close()
@@ -829,6 +861,40 @@ def _states(status: Iterable[JobState | str]) -> list[jobs_pb2.Job.State.ValueTy
     if isinstance(status, str | int) or not isinstance(status, Iterable):  # one state (a JobState is an int), or None
         status = [status]
     return [jobs_pb2.Job.State.Value(JobState.parse(s).name) for s in status]
+
+
+def _pause(closed: threading.Event, seconds: float) -> None:
+    """Wait ``seconds`` before following again, or raise at once when the client is closed meanwhile.
+
+    Raises:
+        ClientClosed: ``closed`` is set.
+    """
+    if closed.wait(seconds):
+        raise ClientClosed()
+
+
+def _connected(channel: grpc.Channel) -> bool:
+    """Whether ``channel`` has a connection to its server (READY) now; True when grpc does not say.
+
+    The blocking channel's state is read through grpc's own object (the public ``subscribe`` answers on
+    another thread, later): a deadline that passed on a channel that is not READY reached no server."""
+    check = getattr(getattr(channel, "_channel", None), "check_connectivity_state", None)
+    if check is None:
+        return True
+    try:
+        state = check(False)
+    except Exception:  # a grpc whose internals differ: leave the deadline as it is
+        return True
+    return bool(state == _READY)
+
+
+def _ready_state() -> object:
+    """grpc's READY connectivity state as its blocking channel reports it (2 where grpc does not name it)."""
+    states = getattr(getattr(getattr(grpc, "_cython", None), "cygrpc", None), "ConnectivityState", None)
+    return getattr(states, "ready", 2)
+
+
+_READY = _ready_state()
 
 
 def _last(updates: Generator[Job, None, None]) -> Job:

@@ -17,6 +17,7 @@ Domain code raises these; the gRPC layer maps them to status codes in one table
      +-- Unavailable                            -> UNAVAILABLE / 503
      +-- DeadlineExceeded                       -> DEADLINE_EXCEEDED / 504
      +-- Internal                               -> INTERNAL / 500
+     +-- ClientClosed                           a call in flight when its client was closed (no server code)
 
 This module imports nothing from grpc: ``code`` is the name of the status code.
 """
@@ -140,6 +141,20 @@ class Internal(CorralError):
     """Raised for a bug or an unexpected failure; the message says what was being done."""
 
     code = "INTERNAL"
+
+
+class ClientClosed(CorralError):
+    """Raised when a call in flight (``wait``, ``watch``, ``run``, a unary call) ends because its client
+    was closed (:meth:`corral.Client.close`, :meth:`corral.AsyncClient.close`) meanwhile.
+
+    The client made it, not a control plane (``code`` is ``CANCELLED``, as gRPC's for a cancelled call):
+    a job being followed goes on; a call that was sent may or may not have been carried out.
+    """
+
+    code = "CANCELLED"
+
+    def __init__(self, message: str = "the client was closed while the call was in flight") -> None:
+        super().__init__(message)
 
 
 ERRORS_BY_CODE: dict[str, type[CorralError]] = {

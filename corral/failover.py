@@ -57,18 +57,20 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from corral.addresses import AddressError, parse_addresses
-from corral.errors import STANDBY_PREFIX, CorralError, InvalidArgument, Unavailable
+from corral.addresses import AddressError, parse_targets
+from corral.errors import STANDBY_PREFIX, CorralError, DeadlineExceeded, InvalidArgument, Unavailable
 
 __all__ = [
     "NEVER_SENT",
     "NOT_SENT_PREFIX",
     "RECONNECT_OPTIONS",
+    "UNREACHED_PREFIX",
     "Attempts",
     "Failover",
     "client_addresses",
     "cut_by_stop",
     "moves_on",
+    "unreached",
 ]
 
 C = TypeVar("C")
@@ -80,6 +82,10 @@ connection (see the module docstring): the request was never sent."""
 NOT_SENT_PREFIX = "not sent: "
 """How the message of an ``UNAVAILABLE`` begins that the client made itself for a request it knows it
 never sent (a write that gRPC refused because the call had already ended): any address may take it."""
+
+UNREACHED_PREFIX = "cannot reach the control plane"
+"""How the message of an ``Unavailable`` begins that the client made for a deadline that passed before any
+control plane was reached (:func:`unreached`, and a follow's :meth:`corral.follow.Follow.timed_out`)."""
 
 RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -97,19 +103,19 @@ failed in the background until the channel idles (30 minutes after its last call
 about one connection attempt a second instead of fewer."""
 
 
-def client_addresses(address: str) -> tuple[str, ...]:
+def client_addresses(address: object) -> tuple[str, ...]:
     """The addresses of a client's ``address`` argument, in order.
 
-    One address (no comma) is kept as it is and left to gRPC, as before lists (``localhost``,
-    ``unix:/path`` ...); a comma-separated list follows :func:`corral.addresses.parse_addresses`.
+    One address or a comma-separated list, by the rule of :func:`corral.addresses.parse_targets` (the
+    CLI's too): HOST:PORT with a port in 1..65535, an IPv6 host in brackets, no scheme, no spaces; or a
+    ``unix:`` target alone. Nothing is left for gRPC to guess: it took ``"127.0.0.1"`` as port 443,
+    ``"::1:5"`` as the host ``::0.1.0.5``, and printed its own error lines for ``""``.
 
     Raises:
-        InvalidArgument: field ``address``, when a list breaks the rule (the rule and the entry are named).
+        InvalidArgument: field ``address``, when it breaks the rule (the rule and the entry are named).
     """
-    if "," not in address:
-        return (address,)
     try:
-        return parse_addresses(address, "address")
+        return parse_targets(address, "address")
     except AddressError as exc:
         raise InvalidArgument("address", exc.rule) from None
 
@@ -122,6 +128,19 @@ def moves_on(error: CorralError) -> bool:
     if error.message.startswith(STANDBY_PREFIX):
         return True
     return not error.answered and error.message.startswith((*NEVER_SENT, NOT_SENT_PREFIX))
+
+
+def unreached(error: CorralError, address: str, connected: bool) -> CorralError:
+    """``error``, or the :class:`~corral.errors.Unavailable` it stands for when it is a deadline that passed
+    while the channel to ``address`` had no connection (``connected`` False: not READY, e.g. a port that
+    accepts and never speaks HTTP/2): no control plane was reached, so the address is what is wrong,
+    not the time given. Not ``answered``, and not passed on by :func:`moves_on` (gRPC may have been
+    sending it when the deadline passed)."""
+    if not isinstance(error, DeadlineExceeded) or error.answered or connected:
+        return error
+    gone = Unavailable(f"{UNREACHED_PREFIX} at {address}: no connection before the deadline ({error.message})")
+    gone.answered = False
+    return gone
 
 
 def cut_by_stop(error: CorralError) -> CorralError:

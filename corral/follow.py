@@ -10,7 +10,11 @@ a pause that doubles from :data:`REWATCH_PAUSE_SEC` to :data:`REWATCH_PAUSE_MAX_
 starts with the job as it is now; :meth:`Follow.is_new` drops it when nothing changed meanwhile, so
 a watcher sees each state once. An outage longer than :data:`OUTAGE_LIMIT_SEC` (counted from the
 first failure after the last contact) raises the ``Unavailable`` error, and the wait's own timeout
-still raises ``DeadlineExceeded``; any other error is raised at once. Before the first contact the
+still raises ``DeadlineExceeded``, unless no control plane was ever reached: then it is the
+``Unavailable`` naming the address(es) and the last connection error, as at the outage limit (a wrong
+address is not a job that did not finish). Any other error is raised at once, and a
+:class:`~corral.errors.ClientClosed` (the client closed under the follow) ends it: it is never
+followed on a new channel. Before the first contact the
 limit is :data:`FIRST_CONTACT_LIMIT_SEC`, so that a wrong address is an error within seconds.
 
 Contact is an event, or a stream that was taken by a control plane and broke: its request was sent
@@ -33,8 +37,8 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from corral.errors import CorralError, DeadlineExceeded, InvalidArgument, Unavailable
-from corral.failover import moves_on
+from corral.errors import ClientClosed, CorralError, DeadlineExceeded, InvalidArgument, Unavailable
+from corral.failover import UNREACHED_PREFIX, moves_on
 from corral.job import Job
 from corral.job_ids import watched_ids
 from corral.v1 import jobs_pb2
@@ -70,7 +74,10 @@ CHECK_LIMIT_SEC = 5.0
 
 def broken_stream(error: CorralError) -> bool:
     """Whether ``error`` ended a watch because of the control plane (watch again), not because of the
-    request (raise it). A cancellation by the client itself never gets here: it ends the follow."""
+    request (raise it). A cancellation by the client itself (a closed client: :class:`ClientClosed`)
+    ends the follow."""
+    if isinstance(error, ClientClosed):
+        return False
     return isinstance(error, Unavailable) or error.code == "CANCELLED"
 
 
@@ -79,14 +86,23 @@ def _taken(error: CorralError) -> bool:
     request was sent on a connection, to no standby (the proof that the address is right)."""
     if isinstance(error.__cause__, CorralError):  # Attempts.exhausted: every address passed it on
         return False
+    if error.message.startswith(UNREACHED_PREFIX):  # a deadline with no connection (failover.unreached)
+        return False
     return not moves_on(error)
 
 
 class Follow:
     """The state of one watch-until-done: the deadline, the last job seen and the current outage."""
 
-    def __init__(self, job_id: str, timeout: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        """``timeout``: seconds for the whole follow (None: no limit but the outage limit; 0: look once).
+    def __init__(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        address: str = "",
+    ) -> None:
+        """``timeout``: seconds for the whole follow (None: no limit but the outage limit; 0: look once);
+        ``address``: the client's address(es), for the error when none was ever reached.
 
         Raises:
             InvalidArgument: on ``timeout`` unless it is a finite number >= 0 (None waits without a limit).
@@ -106,6 +122,8 @@ class Follow:
         self._opened_at: float | None = None
         self._looked = False
         self._check: int | None = None  # while the stream is a check: the events it has still to read
+        self._address = address
+        self._failure: CorralError | None = None  # the last broken stream's error
 
     def opening(self) -> float | None:
         """A stream (WatchJob, WatchJobs) opens now: the seconds it may take (None: no limit), as
@@ -147,8 +165,25 @@ class Follow:
             raise self.timed_out()
         return left
 
-    def timed_out(self) -> DeadlineExceeded:
-        """The error for a follow that ran out of time."""
+    def timed_out(self) -> CorralError:
+        """The error for a follow that ran out of time: :class:`Unavailable` when no control plane was
+        ever reached (naming the address(es) and the last failure), else ``DeadlineExceeded``."""
+        if not self._reached and self._failure is not None:
+            return self._unreached()
+        return self._late()
+
+    def _unreached(self) -> Unavailable:
+        """The error for a follow whose time ran out before any control plane was reached."""
+        at = f" at {self._address}" if self._address else ""
+        within = "" if self._timeout is None else f" within {self._timeout:g} s"
+        failure = self._failure
+        assert failure is not None
+        error = Unavailable(f"{UNREACHED_PREFIX}{at}{within}: {failure.message}")
+        error.answered = failure.answered  # a standby that refused: it was reached, yet serves nothing
+        return error
+
+    def _late(self) -> DeadlineExceeded:
+        """The error for a follow that reached a control plane and ran out of time."""
         limit = "" if self._timeout is None else f" after {self._timeout:g} s"
         job = f"job {self.job_id!r}" if self.job_id else "the job"  # RunJob: not known to be accepted yet
         return DeadlineExceeded(f"{job} not finished{limit}")
@@ -205,6 +240,7 @@ class Follow:
         if error is not None:
             if not broken_stream(error):
                 raise error
+            self._failure = error
             if _taken(error):
                 # A stream open with no event (WatchJobs with ends_only is silent until a job ends) was
                 # still the control plane's: contact, though only one open a while shows it served.
@@ -235,14 +271,16 @@ class FollowMany(Follow):
         timeout: float | None = None,
         ends_only: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        address: str = "",
     ) -> None:
-        """Follow the jobs ``ids`` names (only their ends with ``ends_only``) for ``timeout`` seconds.
+        """Follow the jobs ``ids`` names (only their ends with ``ends_only``) for ``timeout`` seconds;
+        ``address`` as :class:`Follow`'s.
 
         Raises:
             InvalidArgument: on ``ids`` as the control plane would (:func:`corral.job_ids.watched_ids`),
                 and on ``timeout`` as :class:`Follow` does; before anything is sent.
         """
-        super().__init__("", timeout, clock)
+        super().__init__("", timeout, clock, address)
         self.ids = watched_ids(ids)
         self.ends_only = ends_only
         self._seen: dict[str, Job] = {}
@@ -281,7 +319,7 @@ class FollowMany(Follow):
         """Each job as it ended, in the order they were given (once :attr:`done`)."""
         return [self._seen[job_id] for job_id in self.ids]
 
-    def timed_out(self) -> DeadlineExceeded:
+    def _late(self) -> DeadlineExceeded:
         """The error for a watch that ran out of time: how many jobs had not ended, and the first of them."""
         limit = "" if self._timeout is None else f" after {self._timeout:g} s"
         left = list(self._open)

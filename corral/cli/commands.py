@@ -17,8 +17,8 @@ import argparse
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
-from contextlib import ExitStack, closing
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from rich.markup import escape
 from corral.cli import job_file, login_file, render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
+from corral.errors import Unavailable
 from corral.job import Changed, Job, JobState
 from corral.job_ids import MAX_WATCHED_JOBS
 from corral.limits import MAX_CANCELLED_PER_CALL, MAX_RETRIED_PER_CALL
@@ -74,21 +75,30 @@ def submit(args: argparse.Namespace) -> int:
             job = client.submit(args.type, args.payload, **fields)
             if not args.json:
                 print(f"Submitted job {job.id} ({job.type})", file=sys.stderr, flush=True)
-            _print_output(client, job.id, args.json)
-            job = client.get(job.id)  # the watch ended with the job
+            with _goes_on(job.id):
+                _print_output(client, job.id, args.json)
+                job = client.get(job.id)  # the watch ended with the job
             if args.json:
                 render.print_json_line(job.to_dict())
             return ExitCode.OK if job.state is JobState.SUCCEEDED else fail(_ending(job))
         if args.wait:
-            if args.json:
-                job = client.run(args.type, args.payload, **fields)
-            else:
-                with (
-                    render.console(stderr=True).status(f"Submitting a {escape(args.type)} job...") as status,
-                    closing(client.submit_and_watch(args.type, args.payload, **fields)) as updates,
-                ):
-                    for job in updates:
-                        status.update(f"Job {job.id} ({escape(job.type)}) is {job.state.name}...")
+            accepted: list[str] = []  # the job's id, once the first event said it was accepted
+            with _goes_on(accepted):
+                if args.json:
+                    with closing(client.submit_and_watch(args.type, args.payload, **fields)) as updates:
+                        for job in updates:
+                            accepted[:] = [job.id]
+                else:
+                    err = render.console(stderr=True)
+                    with (
+                        err.status(f"Submitting a {escape(args.type)} job...") as status,
+                        closing(client.submit_and_watch(args.type, args.payload, **fields)) as updates,
+                    ):
+                        for job in updates:
+                            if not accepted:  # said above the spinner, which is erased at the end
+                                accepted[:] = [job.id]
+                                err.print(f"Submitted job {job.id} ({job.type})", markup=False, highlight=False)
+                            status.update(f"Job {job.id} ({escape(job.type)}) is {job.state.name}...")
             return _show_final(job, args.json)
         job = client.submit(args.type, args.payload, **fields)
     if args.json:
@@ -97,6 +107,20 @@ def submit(args: argparse.Namespace) -> int:
         out = render.console()
         out.print(f"Submitted job [bold]{job.id}[/] ({escape(job.type)}, ", render.state_text(job.state), ")", sep="")
     return ExitCode.OK
+
+
+@contextmanager
+def _goes_on(job: str | list[str]) -> Iterator[None]:
+    """Inside the block, a Ctrl-C or an unreachable control plane (the outage limit) after job ``job`` was
+    accepted (a list: empty until then) says that the job goes on, and how to follow it: it was
+    accepted, and runs whether or not this command waits (``corral: error: interrupted; job X ...``)."""
+    try:
+        yield
+    except (KeyboardInterrupt, Unavailable) as exc:
+        ids = [job] if isinstance(job, str) else job
+        if ids:
+            exc.add_note(f"job {ids[0]} was accepted and goes on: follow it with `corral watch {ids[0]}`")
+        raise
 
 
 def submit_many(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from corral.cli import commands, render
 from corral.cli.demoboard import Check, DemoBoard
 from corral.cli.exitcode import ExitCode, fail
 from corral.cli.supervisor import ClusterConfig, Supervisor, SupervisorError
+from corral.cli.up import stop_signals
 from corral.errors import CorralError, RateLimited
 from corral.job import Job
 from corral.job_ids import MAX_WATCHED_JOBS
@@ -108,8 +109,28 @@ def _embedded(out: Console, err: Console, tmp: Path, jobs: list[DemoJob], timeou
             err.print(line, markup=False)
         return code
     finally:
-        with out.status("Stopping Corral..."):
-            supervisor.stop()
+        _stop(out, supervisor)
+
+
+def _stop(out: Console, supervisor: Supervisor) -> None:
+    """Stop the embedded Corral, under :func:`corral.cli.up.stop_signals` as ``corral up`` stops: a
+    Ctrl-C or SIGTERM meanwhile makes it SIGKILL what is left, and it still waits for every child, so
+    that none outlives the demo's temporary directory (database, logs), which goes next. A KeyboardInterrupt
+    raised inside the stop used to abort it half-way, leaving the control plane running.
+
+    Raises:
+        KeyboardInterrupt: a signal came during the stop (after it has finished).
+    """
+    signalled: list[bool] = []
+
+    def on_signal() -> None:
+        signalled.append(True)
+        supervisor.request_kill()
+
+    with stop_signals(on_signal), out.status("Stopping Corral..."):
+        supervisor.stop()
+    if signalled:
+        raise KeyboardInterrupt
 
 
 async def _run(

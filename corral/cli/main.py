@@ -11,6 +11,7 @@ from corral.cli.exitcode import ExitCode, fail
 from corral.cli.job_file import BadJobFile
 from corral.cli.parser import PASSTHROUGH, build_parser
 from corral.errors import CorralError, InvalidArgument, Unavailable
+from corral.failover import UNREACHED_PREFIX
 
 __all__ = ["main"]
 
@@ -34,21 +35,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(parsed.handler(parsed))
     except Unavailable as exc:
-        if exc.answered:  # it was reached, and cannot take the call now (stopping, its store failing)
-            return fail(f"UNAVAILABLE: {exc.message}", ExitCode.UNREACHABLE)
+        # "cannot reach ...": the client named the address(es) itself (a deadline before any contact)
+        if exc.answered or exc.message.startswith(UNREACHED_PREFIX):
+            return fail(f"UNAVAILABLE: {exc.message}{_notes(exc)}", ExitCode.UNREACHABLE)
         address = getattr(parsed, "control", None) or "the control plane"
-        return fail(f"UNAVAILABLE: cannot reach the control plane at {address}: {exc.message}", ExitCode.UNREACHABLE)
+        return fail(
+            f"UNAVAILABLE: cannot reach the control plane at {address}: {exc.message}{_notes(exc)}",
+            ExitCode.UNREACHABLE,
+        )
     except BadJobFile as exc:  # the file given on the command line, as a bad --payload is
         return fail(_invalid(exc), ExitCode.USAGE)
     except InvalidArgument as exc:
         return fail(_invalid(exc))
     except CorralError as exc:
-        return fail(f"{exc.code}: {exc.message}")
-    except KeyboardInterrupt:
-        return fail("interrupted", ExitCode.INTERRUPTED)
+        return fail(f"{exc.code}: {exc.message}{_notes(exc)}")
+    except KeyboardInterrupt as exc:
+        return fail(f"interrupted{_notes(exc)}", ExitCode.INTERRUPTED)
     except BrokenPipeError:  # `corral list | head`: the reader left; nothing more to say
         sys.stderr.close()
         return ExitCode.OK
+
+
+def _notes(exc: BaseException) -> str:
+    """What a handler added to ``exc`` (``add_note``: a job that was accepted and goes on), after a ``;``."""
+    return "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
 
 
 def _invalid(exc: InvalidArgument) -> str:

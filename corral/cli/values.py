@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from corral.addresses import AddressError, parse_addresses
+from corral.addresses import ADDRESS_RULE, AddressError, parse_addresses, parse_targets
 from corral.client import auth_metadata
 from corral.errors import InvalidArgument
 from corral.job import JobState, Notify
@@ -181,11 +181,16 @@ def end_state(text: str) -> JobState:
 
 
 def address(text: str) -> str:
-    """A ``host:port`` gRPC address (IPv6 hosts in brackets)."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise argparse.ArgumentTypeError(f"invalid address {text!r}: use HOST:PORT, e.g. 127.0.0.1:50051")
-    return text
+    """A ``host:port`` gRPC address (IPv6 hosts in brackets; a port in 1..65535; no scheme, no spaces), or a
+    ``unix:`` target: the rule of :func:`corral.addresses.parse_targets`, which the clients follow too."""
+    try:
+        (one,) = parse_targets(text, "--control")
+    except (AddressError, ValueError):  # ValueError: a comma, which addresses() takes as a list
+        raise argparse.ArgumentTypeError(
+            f"invalid address {text!r}: use HOST:PORT with a port in 1..65535 ({ADDRESS_RULE}), "
+            "e.g. 127.0.0.1:50051 or [::1]:50051"
+        ) from None
+    return one
 
 
 def addresses(text: str) -> str:

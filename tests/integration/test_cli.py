@@ -254,8 +254,10 @@ def test_submit_wait_json_prints_the_result(served: ControlProc) -> None:
 def test_submit_wait_exits_1_when_the_job_fails(served: ControlProc) -> None:
     done = corral("submit", "failing", "--max-attempts", "1", "--wait", "--control", served.address)
     assert done.returncode == 1
-    assert done.stderr.startswith("corral: error: job ")
-    assert "ended FAILED: ERROR" in done.stderr
+    # the job's id once it was accepted (as --follow says it), then the one error line
+    submitted, error = done.stderr.splitlines()
+    assert submitted.startswith("Submitted job ") and submitted.endswith(" (failing)")
+    assert error.startswith("corral: error: job ") and "ended FAILED: ERROR" in error
 
 
 def test_get_of_an_unknown_job_exits_1_with_one_line(control_plane: ControlProc) -> None:

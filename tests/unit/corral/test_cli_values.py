@@ -112,7 +112,8 @@ def test_labels() -> None:
 def test_addresses_and_ports() -> None:
     assert values.address("127.0.0.1:50051") == "127.0.0.1:50051"
     assert values.address("[::1]:50051") == "[::1]:50051"
-    for bad in ("127.0.0.1", ":50051", "host:port", "127.0.0.1:0", "127.0.0.1:70000"):
+    assert values.address("unix:/tmp/corral.sock") == "unix:/tmp/corral.sock"
+    for bad in ("127.0.0.1", ":50051", "host:port", "127.0.0.1:0", "127.0.0.1:70000", "::1:5", "[::1", "a b:1"):
         with pytest.raises(argparse.ArgumentTypeError):
             values.address(bad)
     assert values.port("0") == 0

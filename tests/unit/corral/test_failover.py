@@ -74,14 +74,32 @@ def test_a_bad_list_names_the_entry_and_the_rule_everywhere(raw: str, named: str
         values.addresses(raw)
 
 
-def test_one_address_is_left_to_grpc_as_before_lists() -> None:
-    # No comma: not checked here (gRPC takes "localhost", "unix:/path" ...), exactly as before
-    for single in ("localhost", "unix:/tmp/corral.sock", "127.0.0.1:50051"):
+def test_one_address_follows_the_rule_of_a_list_and_a_unix_target_is_left_to_grpc() -> None:
+    for single in ("unix:/tmp/corral.sock", "127.0.0.1:50051", "[::1]:50051", "localhost:50051"):
         assert client_addresses(single) == (single,)
         client = corral.Client(single)
         assert (client.address, client.addresses, client.current_address) == (single, (single,), single)
         assert repr(client) == f"Client({single!r})"
         client.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["127.0.0.1", "localhost", "::1:5", "[::1", "[::1]", "[nothost]:5", "http://127.0.0.1:5", "a b:1", "", None, 5],
+)
+def test_an_address_that_is_not_host_port_is_refused_the_same_by_the_clients_and_the_cli(bad: object) -> None:
+    # Before: gRPC was left to guess. "127.0.0.1" dialled port 443, "::1:5" the host ::0.1.0.5 on 443 (not
+    # loopback), "" printed gRPC's own error lines; None and 5 raised a bare TypeError.
+    for make in (corral.Client, corral.AsyncClient):
+        with pytest.raises(InvalidArgument) as refused:
+            make(bad)  # type: ignore[arg-type]
+        assert refused.value.field == "address"
+        assert "HOST:PORT" in refused.value.rule and "brackets" in refused.value.rule, refused.value.rule
+    if isinstance(bad, str):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"HOST:PORT.*brackets"):
+            values.addresses(bad)
+        with pytest.raises(AddressError):
+            parse_addresses(f"127.0.0.1:1,{bad}", "X")  # the same rule inside a list
 
 
 def test_a_client_keeps_the_list_as_given_and_starts_at_its_first_address() -> None:
