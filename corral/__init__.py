@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.cluster import WorkerInfo as WorkerInfo
     from corral.cluster import WorkerState as WorkerState
     from corral.errors import AlreadyExists as AlreadyExists
+    from corral.errors import ClientClosed as ClientClosed
     from corral.errors import CorralError as CorralError
     from corral.errors import DeadlineExceeded as DeadlineExceeded
     from corral.errors import FailedPrecondition as FailedPrecondition
@@ -91,6 +92,7 @@ _HOMES = {
     **dict.fromkeys(
         (
             "AlreadyExists",
+            "ClientClosed",
             "CorralError",
             "DeadlineExceeded",
             "FailedPrecondition",

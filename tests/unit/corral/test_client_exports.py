@@ -38,6 +38,7 @@ EXPECTED = {
     "AuditPage",
     # Errors
     "AlreadyExists",
+    "ClientClosed",
     "CorralError",
     "DeadlineExceeded",
     "FailedPrecondition",
