@@ -29,7 +29,7 @@ import grpc
 import pytest
 
 from corral.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
-from tests.support.ports import free_port
+from tests.support.ports import free_port, silent_listener
 from tests.support.postgres import Cluster, running_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,6 +239,13 @@ class ControlProc:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
+
+
+@pytest.fixture
+def silent_address() -> Iterator[str]:
+    """A 127.0.0.1 address that accepts connections and never answers (tests.support.ports)."""
+    with silent_listener() as address:
+        yield address
 
 
 @pytest.fixture(scope="session")

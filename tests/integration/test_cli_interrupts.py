@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,33 +79,6 @@ def test_submit_wait_json_prints_only_the_job_on_stdout(control_plane: ControlPr
 
 
 # -- item: a deadline before any contact exits 3 naming the address -------------------------------------
-
-
-@pytest.fixture
-def silent_address() -> Iterator[str]:
-    """A 127.0.0.1 address that accepts connections and never says a word."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    stop = threading.Event()
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join(5)
-    listener.close()
-    for conn in accepted:
-        conn.close()
 
 
 def test_wait_on_an_address_that_refuses_exits_3_naming_it() -> None:

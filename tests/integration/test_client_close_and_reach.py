@@ -11,8 +11,6 @@ and what a deadline that passes before any control plane was reached is.
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,33 +25,6 @@ from corral import errors
 from tests.conftest import ControlProc, wait_until
 from tests.support.ports import dead_address
 from tests.support.waiting import in_thread, until
-
-
-@pytest.fixture
-def silent_address() -> Iterator[str]:
-    """A 127.0.0.1 address that accepts connections and never says a word (no HTTP/2 handshake)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:  # the timeout, or the listener closed
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join(5)
-    listener.close()
-    for conn in accepted:
-        conn.close()
 
 
 def _held_job(address: str) -> str:

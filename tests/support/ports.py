@@ -1,4 +1,5 @@
-"""Ports of 127.0.0.1 for tests: a free one to bind, and an address that refuses connections.
+"""Ports of 127.0.0.1 for tests: a free one to bind, an address that refuses connections, and one
+that accepts them and never answers (:func:`silent_listener`).
 
 A port picked for a process to bind later (a control plane's fixed ports, so that a standby or a
 restart finds it at the same address) is taken below the kernel's ephemeral range. A port from that
@@ -13,9 +14,12 @@ so that two of them never hand out the same port.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 LOWEST = 20_000
@@ -66,3 +70,30 @@ def free_port() -> int:
 def dead_address() -> str:
     """A 127.0.0.1 address nothing listens on (its port was free a moment ago), so connecting is refused."""
     return f"127.0.0.1:{free_port()}"
+
+
+@contextlib.contextmanager
+def silent_listener() -> Iterator[str]:
+    """A 127.0.0.1 address that accepts connections and never says a word (no HTTP/2 handshake)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:  # the timeout, or the listener closed
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(5)
+    listener.close()
+    for conn in accepted:
+        conn.close()

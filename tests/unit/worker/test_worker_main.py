@@ -40,6 +40,18 @@ def test_a_bad_setting_exits_2_naming_the_variable():
     [
         ("tests.support.no_such_module", "No module named 'tests.support.no_such_module'"),
         ("tests.support.plugin_raising", "RuntimeError: this plug-in fails as it is imported"),
+        # A schema the control plane refuses: before, the worker started, and had its registration
+        # refused for ever (INVALID_ARGUMENT each time)
+        (
+            "tests.support.plugin_bad_pattern",
+            "ValueError: BadPattern.schema: not a valid JSON Schema: '(unclosed' is not a 'regex' "
+            "(at /properties/a/pattern)",
+        ),
+        (
+            "tests.support.plugin_bad_minimum",
+            "ValueError: BadMinimum.schema: not a valid JSON Schema: 'x' is not of type 'number' "
+            "(at /properties/n/minimum)",
+        ),
     ],
 )
 def test_a_plugin_that_does_not_import_exits_2_naming_it(module: str, said: str):
