@@ -21,6 +21,7 @@ from control.exec_limits import parse_exec_limits
 from control.shares import ShareRules
 from control.tls import ContainerTls, ServerTls, TlsError
 from corral.event_loop import LOOPS
+from corral.limits import MAX_MEMORY_MB
 from corral.transport import loopback
 
 T = TypeVar("T")
@@ -225,8 +226,14 @@ class ControlConfig:
     autoscale_tls_key: str = ""
     """CORRAL_AUTOSCALE_TLS_KEY: the unencrypted PEM private key of CORRAL_AUTOSCALE_TLS_CERT."""
     autoscale_group: str = "corral"
-    """CORRAL_AUTOSCALE_GROUP: [A-Za-z0-9_.-]{1,64}; the label value that marks this control plane's
+    """CORRAL_AUTOSCALE_GROUP: [A-Za-z0-9][A-Za-z0-9_.-]{0,63} (it starts the container names, and Docker
+    wants those to start with a letter or digit); the label value that marks this control plane's
     worker containers (it adopts and removes only those)."""
+    autoscale_worker_memory_mb: int | None = None
+    """CORRAL_AUTOSCALE_WORKER_MEMORY_MB: 1..2^30 MiB; the memory each worker container gives to jobs
+    (its CORRAL_WORKER_MEMORY_MB) and may use (its Docker memory limit). Unset: this machine's memory
+    (or its cgroup's limit when lower) divided by MAX_WORKERS, as ``corral up`` divides it among its
+    workers. Jobs asking more memory_mb than this are not backlog (no container could run them)."""
     worker_token: str = field(default="", repr=False)
     """CORRAL_WORKER_TOKEN: the worker token; passed to the worker containers the autoscaler starts. Set:
     WorkerService calls need it (>= 16 printable ASCII characters without spaces, ',' or ':'; not a client
@@ -532,10 +539,17 @@ class ControlConfig:
                 f" own loopback inside its network, got CORRAL_WORKER_NETWORK={self.worker_network!r}"
             )
         _rule(
-            re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.autoscale_group) is not None,
+            re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", self.autoscale_group) is not None,
             "CORRAL_AUTOSCALE_GROUP",
-            "must match [A-Za-z0-9_.-]{1,64}",
+            "must match [A-Za-z0-9][A-Za-z0-9_.-]{0,63} (1..64 characters, the first a letter or digit: it"
+            " starts the worker containers' names)",
             self.autoscale_group,
+        )
+        _rule(
+            self.autoscale_worker_memory_mb is None or 1 <= self.autoscale_worker_memory_mb <= MAX_MEMORY_MB,
+            "CORRAL_AUTOSCALE_WORKER_MEMORY_MB",
+            f"must be 1..{MAX_MEMORY_MB} (MiB), or unset for this machine's memory divided by MAX_WORKERS",
+            self.autoscale_worker_memory_mb,
         )
         self._check_container_tls()
 
@@ -687,6 +701,7 @@ _ENV: dict[str, str] = {
     "worker_network": "CORRAL_WORKER_NETWORK",
     "autoscale_control_address": "CORRAL_AUTOSCALE_CONTROL_ADDRESS",
     "autoscale_group": "CORRAL_AUTOSCALE_GROUP",
+    "autoscale_worker_memory_mb": "CORRAL_AUTOSCALE_WORKER_MEMORY_MB",
     "autoscale_tls_ca": "CORRAL_AUTOSCALE_TLS_CA",
     "autoscale_tls_cert": "CORRAL_AUTOSCALE_TLS_CERT",
     "autoscale_tls_key": "CORRAL_AUTOSCALE_TLS_KEY",
@@ -763,6 +778,7 @@ _PARSE: dict[str, Callable[[str, str], Any]] = {
     "worker_network": _text,
     "autoscale_control_address": _text,
     "autoscale_group": _text,
+    "autoscale_worker_memory_mb": _INT,
     "autoscale_tls_ca": _text,
     "autoscale_tls_cert": _text,
     "autoscale_tls_key": _text,

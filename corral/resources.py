@@ -18,6 +18,7 @@ __all__ = [
     "detect_gpus",
     "detect_memory_mb",
     "gpus_setting",
+    "memory_share_mb",
     "parse_gpus",
     "share_gpus",
 ]
@@ -128,6 +129,13 @@ def detect_memory_mb(
     if not limits:
         return MAX_MEMORY_MB
     return max(1, min(min(limits) >> 20, MAX_MEMORY_MB))
+
+
+def memory_share_mb(workers: int) -> int:
+    """What each of ``workers`` workers on this machine gives jobs, in MiB, when their memory is not set:
+    :func:`detect_memory_mb` shared out evenly, so that together they promise no more than there is
+    (``corral up``'s workers, and the autoscaler's containers up to MAX_WORKERS)."""
+    return max(1, detect_memory_mb() // max(1, workers))
 
 
 def _physical_bytes() -> int:

@@ -19,8 +19,13 @@ not carry (it has only ``container=<its own id>`` and ``autoscale_group=<CORRAL_
 such jobs wait for the workers that carry it, and counting them would keep the fleet at MAX_WORKERS
 for as long as they wait), jobs of a type the new worker would not run (as the workers it is like
 registered their types: this group's containers in docker mode, the connected workers in recommend
-mode; while none has, every type counts) and jobs parked in the gate of an execution rate limit (waiting
-for its next token; once the gate released them they wait for a worker, and are backlog again).
+mode; while none has, every type counts), jobs asking more memory (``memory_mb``) than a new container
+offers (:attr:`Autoscaler.container_memory_mb`), jobs parked in the gate of an execution rate limit
+(waiting for its next token; once the gate released them they wait for a worker, and are backlog again)
+and the jobs an owner's running cap (CORRAL_OWNER_MAX_RUNNING) holds back: of a capped owner's ready
+jobs at most ``cap - running`` are backlog (the rest wait for its own jobs to end, not for a worker;
+counting them would start containers that sit idle). None of them is in the ``ready_jobs`` that GET
+/v1/autoscaler and the decision logs show.
 
 Every look's decision is counted by action and reason; actions are logged at info, and a change of
 the reason for doing nothing at debug. When Docker is unreachable or WORKER_IMAGE is missing the look
@@ -32,7 +37,9 @@ Crashed containers, workers that never register and a running crash backoff are 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +54,10 @@ from control.scheduler import Scheduler
 from control.sessions import WorkerSessions
 from control.tls import ContainerTls
 from corral import logs
+from corral.resources import memory_share_mb
 from corral.transport import host_port, loopback
 
-__all__ = ["SCAN_LIMIT", "Autoscaler", "AutoscalerState"]
+__all__ = ["SCAN_LIMIT", "Autoscaler", "AutoscalerState", "container_memory_mb"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +121,8 @@ class Autoscaler:
             threads_per_worker=config.worker_threads,
         )
         self.policy = ScalePolicy(self.settings)
+        self.container_memory_mb = container_memory_mb(config)
+        """The memory a new worker container offers jobs (CORRAL_AUTOSCALE_WORKER_MEMORY_MB or its default)."""
         self.state = AutoscalerState(config.autoscale_mode, config.min_workers, config.max_workers)
         self.backend = backend
         self.fleet: ContainerFleet | None = None
@@ -136,6 +146,7 @@ class Autoscaler:
                     control_address=cfg.autoscale_control_address
                     or host_port(loopback(cfg.host), worker_port or grpc_port),
                     threads=cfg.worker_threads,
+                    memory_mb=self.container_memory_mb,
                     network=cfg.worker_network,
                     token=cfg.worker_token,
                     tls=(
@@ -155,6 +166,7 @@ class Autoscaler:
                 "interval_sec": cfg.autoscale_interval_sec,
                 "min_workers": cfg.min_workers,
                 "max_workers": cfg.max_workers,
+                "container_memory_mb": self.container_memory_mb,
                 **({"image": cfg.worker_image, "group": cfg.autoscale_group} if self.fleet else {}),
             },
         )
@@ -216,8 +228,19 @@ class Autoscaler:
             self._observe(len(fleet.live()), len(fleet.starting()), fleet.idle(), len(fleet.retiring), fleet.held())
         )
         if decision.action is Action.UP:
-            self._acted(decision, logs.SCALE_UP)
-            await fleet.start(decision.step)
+            started, refused = await fleet.start(decision.step)
+            # Only what started is an action: a start Docker refused is no scale-up, counts none and opens
+            # no cooldown (the crash backoff spaces the retries out instead).
+            if started:
+                step = len(started)
+                done = dataclasses.replace(decision, step=step, desired=decision.desired - decision.step + step)
+                self._acted(done, logs.SCALE_UP, workers=started)
+            if refused is not None:
+                raise BackendError(
+                    refused.kind,
+                    f"scale up +{decision.step} ({decision.reason}): {decision.step - len(started)} of "
+                    f"{decision.step} worker container starts failed: {refused.message}",
+                )
         elif decision.action is Action.DOWN:
             poll = min(0.1, self.config.autoscale_interval_sec)
             victims = fleet.retire(decision.step, self.config.heartbeat_timeout_sec, poll)
@@ -240,6 +263,13 @@ class Autoscaler:
         # container=<id>, names one existing container).
         group = (WORKER_LABEL_GROUP, self.config.autoscale_group)
         types = self._new_worker_types() if ready_jobs else None
+        memory = self.container_memory_mb
+        # An owner at its running cap (control.shares: OwnerQueues.pop skips it while its running jobs
+        # reach the cap) gets no more of its jobs started by more workers: at most cap - running of its
+        # ready jobs are backlog, the rest wait for its own jobs to end.
+        rules, running = s.shares, s.usage.running_jobs
+        room: Counter[str] = Counter()
+        capped = 0
         if ready_jobs:
             for job in s.active.values():
                 if job.state is JobState.PENDING:
@@ -250,16 +280,24 @@ class Autoscaler:
                     # types: one more would not run such a job.
                     elif (
                         job.gpu_count
+                        or job.memory_mb > memory
                         or any(pair != group for pair in job.worker_selector)
                         or (types is not None and job.type not in types)
                     ):
                         unfit += 1
+                    elif (cap := rules.cap(job.owner)) and (
+                        room.setdefault(job.owner, max(0, cap - running[job.owner])) <= 0
+                    ):
+                        capped += 1
                     else:
+                        if cap:
+                            room[job.owner] -= 1
                         threads += min(job.thread_demand, tpw)
                         oldest = job.ready_at if oldest is None else min(oldest, job.ready_at)
                     if seen >= SCAN_LIMIT:
                         break
             # Past the scan, the jobs not parked are taken to be like those seen.
+            unfit += capped
             waiting, waiting_seen = max(0, ready_jobs - parked), seen - seen_parked
             if 0 < waiting_seen < waiting:
                 threads = threads * waiting // waiting_seen
@@ -332,6 +370,16 @@ class Autoscaler:
             logger.error(logs.AUTOSCALER_ERROR, extra={"kind": kind, "error": message})
             self._error_logged = (message, now)
         self.state.last_error, self.state.last_error_at = message, now
+
+
+def container_memory_mb(config: ControlConfig) -> int:
+    """What one worker container offers jobs, in MiB: CORRAL_AUTOSCALE_WORKER_MEMORY_MB, else this machine's
+    memory (or its cgroup's limit) divided by MAX_WORKERS (:func:`corral.resources.memory_share_mb`, as
+    ``corral up`` shares it out among its workers), so that a full fleet does not promise more memory than
+    the host has."""
+    if config.autoscale_worker_memory_mb is not None:
+        return config.autoscale_worker_memory_mb
+    return memory_share_mb(config.max_workers)
 
 
 def _fields(decision: Decision, snap: Snapshot) -> dict[str, Any]:

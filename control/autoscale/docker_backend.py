@@ -3,8 +3,9 @@
 Every container it starts carries the labels ``io.corral.role=worker``,
 ``io.corral.group=<CORRAL_AUTOSCALE_GROUP>`` and ``io.corral.worker-id=<worker id>``, and is told
 through its environment whom to dial and who it is: ``CORRAL_CONTROL_ADDR``, ``CORRAL_WORKER_ID``,
-``CORRAL_WORKER_THREADS``, ``CORRAL_WORKER_TOKEN`` (when set) and ``CORRAL_WORKER_LABELS``
-(``container=<name>``). Against a TLS control plane each container also gets the CA to verify it with
+``CORRAL_WORKER_THREADS``, ``CORRAL_WORKER_TOKEN`` (when set), ``CORRAL_WORKER_LABELS``
+(``container=<name>``) and ``CORRAL_WORKER_MEMORY_MB`` (its share of the host's memory, also its Docker
+memory limit: what it advertises is what it may use, and containers do not each claim the whole host). Against a TLS control plane each container also gets the CA to verify it with
 and, for mutual TLS, a client certificate, copied into :data:`TLS_DIR` before it starts. The worker
 id is also the container's name, so a job record's worker id names the container that ran it. Only
 containers with this group's labels are listed, adopted or removed.
@@ -88,6 +89,9 @@ class ContainerSpec:
     """CORRAL_WORKER_TOKEN inside the container (omitted when empty)."""
     tls: ContainerTls | None = None
     """TLS material copied into each container before it starts (see :data:`TLS_DIR`); None: plaintext."""
+    memory_mb: int | None = None
+    """CORRAL_AUTOSCALE_WORKER_MEMORY_MB (or its default): the container's CORRAL_WORKER_MEMORY_MB and its
+    Docker memory limit (``mem_limit``); None: neither (the worker then advertises the whole host's)."""
     api_timeout_sec: float = 15.0
     """Timeout of one Docker API call."""
 
@@ -182,6 +186,10 @@ class DockerBackend:
         }
         if spec.token:
             env["CORRAL_WORKER_TOKEN"] = spec.token
+        limits: dict[str, int] = {}
+        if spec.memory_mb is not None:
+            env["CORRAL_WORKER_MEMORY_MB"] = str(spec.memory_mb)
+            limits["mem_limit"] = spec.memory_mb << 20
         if spec.tls is not None:
             env["CORRAL_TLS_CA"] = f"{TLS_DIR}/ca.pem"
             if spec.tls.cert:
@@ -203,6 +211,7 @@ class DockerBackend:
                 detach=True,
                 restart_policy={"Name": "no"},
                 **network,
+                **limits,
             )
             try:
                 if spec.tls is not None:

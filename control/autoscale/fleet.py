@@ -16,7 +16,8 @@
   ``on_error`` (``last_error`` in GET /v1/autoscaler). When containers die soon after they start, the
   replacements are spaced out (:class:`~control.autoscale.policy.CrashBackoff`: the wait doubles, up to
   a cap, until one stays up) and :meth:`~ContainerFleet.held` holds the policy's steps up as well.
-* :meth:`ContainerFleet.start` starts containers (in parallel). A start Docker refuses (a bad network,
+* :meth:`ContainerFleet.start` starts containers (in parallel) and says which started (the autoscaler
+  counts only those as a scale-up). A start Docker refuses (a bad network,
   the image gone) is one failure of the same backoff, and its error stays in ``last_error`` until a
   start succeeds (the looks that start nothing meanwhile do not clear it).
 * :meth:`ContainerFleet.retire` drains the chosen workers through the control plane (idle ones
@@ -318,17 +319,23 @@ class ContainerFleet:
         self.on_error(reason, self._crash_note)
 
     # ---- scale up -------------------------------------------------------------------------------
-    async def start(self, n: int) -> None:
-        """Start ``n`` containers at once; the first failure is raised after all have been tried.
+    async def start(self, n: int) -> tuple[list[str], BackendError | None]:
+        """Start ``n`` containers at once; returns the worker ids of those that started and the first
+        failure (None when all did), once all have been tried. Any other exception is raised.
 
         A start Docker refuses (not one it did not answer) counts as a failure of the crash backoff: the
         same spec is refused the same way next time, so the retries are spaced out like crashes are."""
         results = await asyncio.gather(*(self._start_one() for _ in range(n)), return_exceptions=True)
+        started = [r for r in results if isinstance(r, str)]
+        failure: BackendError | None = None
         for result in results:
-            if isinstance(result, BaseException):
-                if isinstance(result, BackendError):
-                    self._start_refused(result)
+            if isinstance(result, BackendError):
+                failure = failure or result
+            elif isinstance(result, BaseException):
                 raise result
+        if failure is not None:
+            self._start_refused(failure)  # starts refused together are one failure, as before
+        return started, failure
 
     def _start_refused(self, exc: BackendError) -> None:
         """Record a start that failed: Docker refused it (not unreachable) -> one crash-backoff failure."""

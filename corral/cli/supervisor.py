@@ -51,8 +51,8 @@ from corral.resources import (
     ResourceError,
     check_gpus,
     detect_gpus,
-    detect_memory_mb,
     gpus_setting,
+    memory_share_mb,
     parse_gpus,
     share_gpus,
 )
@@ -164,7 +164,7 @@ class ClusterConfig:
         elif raw := env.get("CORRAL_WORKER_MEMORY_MB", "").strip():
             memory = raw  # the worker checks it, and names it if it is wrong
         else:
-            memory = str(max(1, detect_memory_mb() // max(1, self.workers)))
+            memory = str(memory_share_mb(self.workers))
         return [
             {"CORRAL_WORKER_GPUS": gpus_setting(share), "CORRAL_WORKER_MEMORY_MB": memory}
             for share in share_gpus(devices, self.workers)
