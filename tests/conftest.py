@@ -71,6 +71,14 @@ def with_open_files(argv: list[str], limits: tuple[int, int] | None) -> list[str
     return [sys.executable, "-c", code, *argv]
 
 
+def interruptible(argv: list[str]) -> list[str]:
+    """``argv`` started with SIGINT's default action, as from a terminal: a test run started in the
+    background (a shell's ``&``) passes SIGINT on ignored, and a Python program started so ignores Ctrl-C
+    (it installs no KeyboardInterrupt handler). A short Python step restores it, then execs ``argv``."""
+    code = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", code, *argv]
+
+
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")

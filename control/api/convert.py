@@ -126,7 +126,7 @@ def set_time(target: Any, t: float | None) -> None:
     client that sent back the time it was shown had its idempotency key refused as another request."""
     if t is not None:
         seconds = math.floor(t)
-        micros = round((t - seconds) * 1e6)  # t - floor(t) is exact
+        micros = round((t - seconds) * 1e6)  # t - floor(t) is exact; t * 1e9 was not (32 µs off in 9999)
         if micros == 1_000_000:
             seconds, micros = seconds + 1, 0
         if seconds > _MAX_SECONDS:  # 9999-12-31T23:59:59.9999999 is 253402300800.0 as a float

@@ -273,7 +273,10 @@ def test_the_timeout_still_wins_over_an_outage(served: ControlProc, follower: An
     job = follower["submit"]("sleep", {"seconds": 30})
     wait_until(lambda: served.get(job.id).state == jobs_pb2.Job.RUNNING, what="the job to run")
     thread, out = in_thread(lambda: follower["wait"](job.id, 3.0))
-    assert served.stop() == 0  # whether or not the wait saw the job first, both limits outlast 3 s
+    # Once the wait follows the job (it reached the control plane: a wait that never did is Unavailable,
+    # see test_client_close_and_reach), the control plane goes away; both outage limits outlast 3 s
+    wait_until(lambda: watched_jobs(served) >= 1, what="the wait to follow the job")
+    assert served.stop() == 0
     thread.join(60)
     assert isinstance(out.get("error"), corral.DeadlineExceeded), out
     assert "not finished after 3 s" in str(out["error"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from tests.conftest import ROOT, ControlProc, base_env, wait_until
+from tests.conftest import ROOT, ControlProc, base_env, interruptible, wait_until
 from tests.support.cli import CORRAL
 from tests.support.cli import corral as run_corral
 from tests.support.ports import dead_address
@@ -43,7 +43,11 @@ def test_ctrl_c_during_submit_wait_names_the_job_that_goes_on(
     out, err = tmp_path / "out", tmp_path / "err"
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen(
-            [*CORRAL, *args, "--control", control_plane.address], cwd=ROOT, env=base_env(), stdout=stdout, stderr=stderr
+            interruptible([*CORRAL, *args, "--control", control_plane.address]),
+            cwd=ROOT,
+            env=base_env(),
+            stdout=stdout,
+            stderr=stderr,
         )
     try:
         job_id = wait_until(lambda: _accepted(control_plane, label), what="the job to be accepted")

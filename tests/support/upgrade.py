@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
+from google.protobuf import json_format, timestamp_pb2
 
 from corral.v1 import jobs_pb2
 from tests.conftest import FAST_ENV, ControlProc
@@ -100,3 +100,24 @@ class Fixture:
         sent = self.manifest["requests"][role]
         request = json_format.ParseDict(sent["request"], jobs_pb2.SubmitJobRequest())
         return request, self.metadata(sent["by"])
+
+
+def same_times(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """``after`` with each time (a ``*_at`` field) that is within a microsecond of ``before``'s replaced
+    by ``before``'s text. Releases before 6f74fb7 answered a time with the error of the float it is kept
+    as (``.586027520Z`` for the ``.586028Z`` it holds, rounded from a ``t * 1e9`` up to 128 ns off); this
+    one answers the microsecond, which can be one off the rounding of that text."""
+    out = dict(after)
+    for key, was in before.items():
+        now = after.get(key)
+        if not (key.endswith("_at") and isinstance(was, str) and isinstance(now, str)) or now == was:
+            continue
+        if abs(_nanoseconds(now) - _nanoseconds(was)) <= 1000:
+            out[key] = was
+    return out
+
+
+def _nanoseconds(text: str) -> int:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromJsonString(text)
+    return int(ts.ToNanoseconds())
