@@ -258,7 +258,7 @@ class RunnerPool:
         strays.adopt()  # before the first runner: what escapes a dead one then comes here, not to init
         self._strays = StrayReaper(self._loop)
         for _ in range(self.config.slots):
-            self._spawn()
+            self._spawn(replacement=False)  # start() itself waits start_timeout_sec for these
         deadline = self._loop.time() + self.config.start_timeout_sec
         while len(self._idle) < self.config.slots:
             if self._crashes:
@@ -491,7 +491,7 @@ class RunnerPool:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _spawn(self) -> None:
+    def _spawn(self, replacement: bool = True) -> None:
         assert self._loop is not None
         proc = RunnerProcess(self._loop, self._on_frame, self._on_exit)
         config = self.config
@@ -506,6 +506,21 @@ class RunnerPool:
             config.kill_grace_sec + BACKSTOP_SEC,
         )
         self._procs.add(proc)
+        if replacement:
+            self._loop.call_later(config.start_timeout_sec, self._ready_or_killed, proc)
+
+    def _ready_or_killed(self, proc: RunnerProcess) -> None:
+        """A replacement not ready ``start_timeout_sec`` after it was started (a plug-in whose import hangs)
+        is killed: it then counts as one that died as it started (attempts waiting for it end TIMEOUT,
+        see :meth:`_hand_back_unstarted`) and is started again after the crash backoff, where it would
+        otherwise hold its slot, and have the attempts given to it handed back, for ever."""
+        if proc.ready or proc.exited or self._stopping:
+            return
+        logger.warning(
+            RUNNER_RESTARTED,
+            extra={"old_pid": proc.pid, "reason": f"not ready {self.config.start_timeout_sec:g} s after it started"},
+        )
+        proc.signal(signal.SIGKILL)
 
     def _start(self, proc: RunnerProcess, spec: JobSpec) -> bool:
         """Hand ``spec`` to ``proc``; False (and a completion) if its deadline already passed (TIMEOUT)

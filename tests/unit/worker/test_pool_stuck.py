@@ -153,3 +153,27 @@ def test_a_queued_job_times_out_when_its_runner_s_replacements_die_as_they_start
         await until(lambda: b.pool.idle == 1, 15, "a replacement to be ready")
 
     scenario(body, max_jobs=1)
+
+
+@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
+def test_a_replacement_that_never_becomes_ready_is_killed_and_its_queued_job_times_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stall = tmp_path / "stall"
+    monkeypatch.setenv(STALL_FILE_ENV, str(stall))
+
+    async def body(b: Bundle) -> None:
+        # Given one slot whose runner retires after each job, and a replacement whose import hangs
+        stall.write_text("3600")
+        b.submit("first", "noop", {})
+        b.submit("queued", "noop", {}, timeout=3.0)
+        assert (await b.result("first", 10)).outcome is Outcome.SUCCEEDED
+        # Then the replacement is killed once start_timeout_sec has passed, counted as one that died as it
+        # started, and the queued job ends TIMEOUT saying so (handed back, it would go round for ever)
+        done = await b.result("queued", 10)
+        assert (done.outcome, done.error_code) == (Outcome.TIMEOUT, "TIMEOUT"), done.error_message
+        assert "runner processes die as they start" in done.error_message, done.error_message
+        stall.unlink()  # and once the plug-in imports again, the pool is whole
+        await until(lambda: b.pool.idle == 1, 20, "a replacement to be ready")
+
+    scenario(body, max_jobs=1, start_timeout_sec=1.0)
