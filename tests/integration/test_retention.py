@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from functools import partial
 from typing import Any
@@ -10,7 +11,7 @@ import grpc
 from google.protobuf import timestamp_pb2
 
 from corral.v1 import jobs_pb2
-from tests.conftest import ControlProc, wait_until
+from tests.conftest import ControlProc, registered_on, wait_until
 from tests.integration.test_health_metrics import scrape
 from tests.integration.test_rest import Rest
 from tests.support.calls import rpc_error, submit, wait_done
@@ -79,7 +80,7 @@ def test_jobs_cancelled_by_a_failed_dependency_stay_while_it_does_and_come_back_
     cp = make_control_plane(
         IDEMPOTENCY_TTL_SEC=RETENTION, CORRAL_JOB_RETENTION_SEC=RETENTION, CORRAL_FAILED_RETENTION_SEC=0
     )
-    spawn_worker(cp, threads=1)
+    worker = spawn_worker(cp, threads=1)
     soon = timestamp_pb2.Timestamp()
     soon.FromNanoseconds(time.time_ns() + 1_000_000_000)  # time to submit what waits for it
     root = submit(cp, "failing", {"message": "no"}, max_attempts=1, scheduled_at=soon)
@@ -96,7 +97,13 @@ def test_jobs_cancelled_by_a_failed_dependency_stay_while_it_does_and_come_back_
     wait_until(lambda: _gone(cp, plain.id), timeout=30, what="the plain cancelled job purged")
 
     # Then the job cancelled by the failure is still there (it went with the plain ones, so a retry of the
-    # failed job could no longer bring it back), and the retry brings it back
+    # failed job could no longer bring it back), and the retry brings it back. With no worker left: an idle
+    # one would run the retried job at once, and its second failure cancel the dependent again before the
+    # read below.
     assert cp.get(waiting.id).state == S.CANCELLED
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    wait_until(lambda: not registered_on(cp, worker), timeout=30, what="the drained worker gone")
     cp.jobs.RetryJob(jobs_pb2.RetryJobRequest(id=root.id), timeout=10)
     assert cp.get(waiting.id).state == S.SCHEDULED
+    assert cp.get(root.id).state == S.PENDING
