@@ -13,15 +13,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.support.pools import with_pool
+from tests.support.pools import OneSlotPool, with_pool
 from tests.support.processes import alive
 from tests.support.waiting import until
-from worker.attempt import Completion, JobSpec, Outcome
-from worker.pool import PoolConfig, RunnerPool
+from worker.attempt import Outcome
 
 ROOT = Path(__file__).resolve().parents[3]
 PLUGINS = ("tests.support.escaping_jobtypes",)
@@ -35,25 +33,13 @@ def _importable_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-class Bundle:
-    """A one-slot pool with a memory limit, and the completions it reported."""
-
-    def __init__(self) -> None:
-        self.done: dict[str, Completion] = {}
-        config = PoolConfig(slots=1, imports=PLUGINS, memory_limit_mb=LIMIT_MB)
-        self.pool = RunnerPool(config, self._on_result)
-
-    def _on_result(self, completion: Completion) -> None:
-        self.done[completion.job_id] = completion
-
-    async def run(self, job_id: str, type_: str, payload: dict[str, Any]) -> Completion:
-        assert self.pool.submit(JobSpec(job_id, 1, type_, json.dumps(payload), 1, None))
-        await until(lambda: job_id in self.done, 60, f"a completion of {job_id}")
-        return self.done[job_id]
+def one_slot() -> OneSlotPool:
+    """A one-slot pool whose jobs may allocate LIMIT_MB MiB."""
+    return OneSlotPool(PLUGINS, memory_limit_mb=LIMIT_MB)
 
 
 def test_a_job_that_raises_its_soft_limit_still_fails_memory_limit_and_the_next_job_runs() -> None:
-    async def body(b: Bundle) -> None:
+    async def body(b: OneSlotPool) -> None:
         # Given a runner whose jobs may allocate LIMIT_MB MiB, and a job that first raises its soft limit
         # as far as it can, then allocates PAST_MB MiB
         done = await b.run("greedy", "raise_memory_limit", {"mib": PAST_MB})
@@ -69,11 +55,11 @@ def test_a_job_that_raises_its_soft_limit_still_fails_memory_limit_and_the_next_
         assert json.loads(after.result_json)["printed"] == "42"
         assert b.pool.restarts == 1
 
-    with_pool(Bundle, body)
+    with_pool(one_slot, body)
 
 
 def test_a_job_that_lowers_the_hard_limit_leaves_the_next_job_the_limit_it_had() -> None:
-    async def body(b: Bundle) -> None:
+    async def body(b: OneSlotPool) -> None:
         before = json.loads((await b.run("before", "memory_limits", {})).result_json)
         assert before["soft"] == before["hard"] != -1, before
         # Given a job that lowers its runner's hard address-space limit (for good, unless privileged)
@@ -88,7 +74,7 @@ def test_a_job_that_lowers_the_hard_limit_leaves_the_next_job_the_limit_it_had()
             assert after["soft"] == after["hard"] != -1, after
             await until(lambda: not alive(before["pid"]), 10, "the runner to be replaced")
 
-    with_pool(Bundle, body)
+    with_pool(one_slot, body)
 
 
 def test_the_limit_binds_hard_and_soft_alike() -> None:

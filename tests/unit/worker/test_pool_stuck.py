@@ -132,48 +132,41 @@ def test_a_queued_job_is_handed_back_at_its_deadline_while_its_runner_is_replace
 
 
 @pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
-def test_a_queued_job_times_out_when_its_runner_s_replacements_die_as_they_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("stall_with", "timeout", "config", "within", "whole_within"),
+    [
+        # replacements that die as they start (the plug-in's import exits)
+        pytest.param("crash", 1.0, {}, 5, 15, id="replacements die as they start"),
+        # a replacement whose plug-in import hangs: killed once start_timeout_sec has passed, it counts as
+        # one that died as it started
+        pytest.param("3600", 3.0, {"start_timeout_sec": 1.0}, 10, 20, id="replacement import hangs"),
+    ],
+)
+def test_a_queued_job_times_out_when_its_runner_s_replacements_die_or_hang_as_they_start(
+    stall_with: str,
+    timeout: float,
+    config: dict[str, Any],
+    within: float,
+    whole_within: float,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stall = tmp_path / "stall"
     monkeypatch.setenv(STALL_FILE_ENV, str(stall))
 
     async def body(b: Bundle) -> None:
-        # Given one slot whose runner retires after each job, and replacements that die as they start
-        stall.write_text("crash")
+        # Given one slot whose runner retires after each job, and replacements that die as they start, or
+        # whose import hangs
+        stall.write_text(stall_with)
         b.submit("first", "noop", {})
-        b.submit("queued", "noop", {}, timeout=1.0)
+        b.submit("queued", "noop", {}, timeout=timeout)
         assert (await b.result("first", 10)).outcome is Outcome.SUCCEEDED
         # Then the queued job is not handed back (it would go round without end, unseen) but ends TIMEOUT,
         # spending an attempt, and says why
-        done = await b.result("queued", 5)
-        assert (done.outcome, done.error_code) == (Outcome.TIMEOUT, "TIMEOUT"), done.error_message
-        assert "runner processes die as they start" in done.error_message, done.error_message
-        stall.unlink()  # and once they start again, the pool is whole
-        await until(lambda: b.pool.idle == 1, 15, "a replacement to be ready")
-
-    scenario(body, max_jobs=1)
-
-
-@pytest.mark.serial  # times a bound in milliseconds: beside other tests it would time their load
-def test_a_replacement_that_never_becomes_ready_is_killed_and_its_queued_job_times_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    stall = tmp_path / "stall"
-    monkeypatch.setenv(STALL_FILE_ENV, str(stall))
-
-    async def body(b: Bundle) -> None:
-        # Given one slot whose runner retires after each job, and a replacement whose import hangs
-        stall.write_text("3600")
-        b.submit("first", "noop", {})
-        b.submit("queued", "noop", {}, timeout=3.0)
-        assert (await b.result("first", 10)).outcome is Outcome.SUCCEEDED
-        # Then the replacement is killed once start_timeout_sec has passed, counted as one that died as it
-        # started, and the queued job ends TIMEOUT saying so (handed back, it would go round for ever)
-        done = await b.result("queued", 10)
+        done = await b.result("queued", within)
         assert (done.outcome, done.error_code) == (Outcome.TIMEOUT, "TIMEOUT"), done.error_message
         assert "runner processes die as they start" in done.error_message, done.error_message
         stall.unlink()  # and once the plug-in imports again, the pool is whole
-        await until(lambda: b.pool.idle == 1, 20, "a replacement to be ready")
+        await until(lambda: b.pool.idle == 1, whole_within, "a replacement to be ready")
 
-    scenario(body, max_jobs=1, start_timeout_sec=1.0)
+    scenario(body, max_jobs=1, **config)
