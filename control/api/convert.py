@@ -54,9 +54,10 @@ def check_encoded_payload(payload: struct_pb2.Struct, max_json_bytes: int, field
 
 
 def plain(value: Any) -> Any:
-    """JSON values out of a Struct: integral floats within 2**53 become ints again."""
+    """JSON values out of a Struct: integral floats within 2**53 become ints again, but for a negative
+    zero, which an int cannot hold (gRPC carries its sign, and Go's protojson writes it ``-0``)."""
     if isinstance(value, float):
-        if value.is_integer() and abs(value) <= _EXACT:
+        if value.is_integer() and abs(value) <= _EXACT and (value or math.copysign(1.0, value) > 0):
             return int(value)
         return value
     if isinstance(value, dict):

@@ -169,9 +169,9 @@ class JobServicer:
         if request.offset < 0:
             raise InvalidArgument("offset", f"must be >= 0, got {request.offset}")
         states = []
-        for value in request.status:
+        for i, value in enumerate(request.status):
             if value not in JobState._value2member_map_:
-                raise InvalidArgument("status", f"unknown state {value}")
+                raise InvalidArgument(f"status[{i}]", f"unknown state {value}")
             states.append(JobState(value))
         check_text("type", request.type, MAX_TYPE)  # no job type is longer: say so rather than list none
         check_text("owner", request.owner, MAX_OWNER)
@@ -217,12 +217,14 @@ class JobServicer:
         their ids and how many more matched, each audited as ``job.cancel``. A ``status`` of an ended state is
         INVALID_ARGUMENT, and so is a request that narrows nothing without ``all``."""
         states = set()
-        for value in request.status:
+        for i, value in enumerate(request.status):
             if value not in JobState._value2member_map_:
-                raise InvalidArgument("status", f"unknown state {value}")
+                raise InvalidArgument(f"status[{i}]", f"unknown state {value}")
             state = JobState(value)
             if state.terminal:
-                raise InvalidArgument("status", f"{state.name} jobs have ended: only SCHEDULED, PENDING or RUNNING")
+                raise InvalidArgument(
+                    f"status[{i}]", f"{state.name} jobs have ended: only SCHEDULED, PENDING or RUNNING"
+                )
             states.add(state)
         matching = await self._matching(
             request, MAX_CANCELLED_PER_CALL, frozenset(states), "cancel every unfinished job"

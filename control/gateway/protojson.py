@@ -1,14 +1,16 @@
 """protojson for the REST bridge: JSON in, checked with the offending field named; JSON out.
 
-In: strict JSON (UTF-8, no ``NaN`` literals, no number a double cannot hold, no duplicate keys) whose
-fields may be spelled either way (``timeoutSec`` or ``timeout_sec``), as grpc-gateway v2 accepts them.
-Unknown fields, wrong types, out-of-range numbers and unknown enum names are refused with
-:class:`~corral.errors.InvalidArgument` naming the field by its proto path (``jobs[2].priority``),
-the same path the gRPC API uses. Query strings map onto the same rules (:func:`query_to_json`), once
-:func:`check_query_text` has found their percent-encoded bytes to be UTF-8.
+In: strict JSON (UTF-8, no ``NaN`` literals, no duplicate keys) whose fields may be spelled either
+way (``timeoutSec`` or ``timeout_sec``), as grpc-gateway v2 accepts them. Unknown fields, wrong types,
+out-of-range numbers (a number beyond a double, ``1E400``, too), unknown enum names and, in a query
+string, unknown enum numbers are refused with :class:`~corral.errors.InvalidArgument` naming the field
+by its proto path (``jobs[2].priority``, ``payload.x[1]``, ``status[1]``), the same path the gRPC API
+uses. Query strings map onto the same rules (:func:`query_to_json`), once :func:`check_query_text` has
+found their percent-encoded bytes to be UTF-8.
 
 Out: lowerCamelCase names, enums by name, 64-bit integers as strings, scalars at their defaults
-included, integral numbers without a fractional part (as Go's protojson prints them).
+included (unset message fields left out), integral numbers without a fractional part and negative
+zero as ``-0`` (as Go's protojson prints them).
 """
 
 from __future__ import annotations
@@ -60,6 +62,34 @@ def _finite(text: str) -> float:
     return value
 
 
+class Beyond:
+    """A JSON number beyond what a double can hold (``1E400``, ``-1e999``), as :func:`loads` hands it on:
+    refused by :func:`to_message`, which knows the field to name (``payload.x``), where the decoder
+    knew only the line and column."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        """The number as the body wrote it."""
+
+    def __repr__(self) -> str:
+        return f"Beyond({self.text!r})"
+
+    def refused(self, path: str) -> InvalidArgument:
+        """The error that names ``path``."""
+        text = self.text if len(self.text) <= 40 else f"{self.text[:20]}... ({len(self.text)} characters)"
+        return InvalidArgument(path, f"is out of range: {text} is beyond what a double can hold (about ±1.8e308)")
+
+
+def _number(text: str) -> float | Beyond:
+    """A JSON number with a fraction or an exponent: a double, or :class:`Beyond` when it overflows one
+    (JSON's grammar has no NaN, so only an overflow is not finite; one that underflows is 0, as Go's
+    ``strconv.ParseFloat`` takes it)."""
+    value = float(text)
+    return value if math.isfinite(value) else Beyond(text)
+
+
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -69,7 +99,7 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_number, object_pairs_hook=_unique)
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
@@ -81,7 +111,8 @@ def _text(body: bytes) -> str:
 
 
 def loads(body: bytes) -> Any:
-    """The JSON value of a request body; InvalidArgument naming the problem when it is not strict JSON."""
+    """The JSON value of a request body; InvalidArgument naming the problem when it is not strict JSON. A
+    number beyond a double is a :class:`Beyond`, which :func:`to_message` refuses naming its field."""
     text = _text(body)
     with _json_errors(""):
         return _DECODER.decode(text)
@@ -145,10 +176,12 @@ def _join(prefix: str, name: str) -> str:
 
 
 def _check_message(value: Any, desc: Descriptor | Any, path: str) -> None:
+    if type(value) is Beyond:
+        raise value.refused(path)
     full = desc.full_name
     if full in _STRUCT_JSON:
-        # Keys first: check_json_value names a value by the keys above it.
-        _check_keys(value, path)
+        # Keys and numbers beyond a double first: check_json_value names a value by the keys above it.
+        _check_tree(value, path)
         # Their numbers become doubles: an integer beyond 2**53 would reach the API already rounded
         # (2**53 + 1 as 2**53), where nothing could tell; only here is the exact number still known.
         check_json_value(value, path)
@@ -294,9 +327,10 @@ def _check_key(key: str, path: str) -> None:
         raise InvalidArgument(_join(path, escaped(key)), _NOT_UTF8)
 
 
-def _check_keys(value: Any, path: str) -> None:
+def _check_tree(value: Any, path: str) -> None:
     """:func:`_check_key` for every object key in a JSON value, however deep (iterative: a value the
-    decoder took may nest deeper than the recursion limit allows)."""
+    decoder took may nest deeper than the recursion limit allows), and the first number beyond a double
+    (:class:`Beyond`) refused, naming its path."""
     todo = deque([(value, path)])
     while todo:
         item, where = todo.popleft()
@@ -305,8 +339,14 @@ def _check_keys(value: Any, path: str) -> None:
                 _check_key(key, where)
                 if isinstance(sub, dict | list):
                     todo.append((sub, f"{where}.{key}"))
+                elif type(sub) is Beyond:
+                    raise sub.refused(f"{where}.{key}")
         elif isinstance(item, list) and not _SCALARS.issuperset(map(type, item)):  # a long array of numbers: fast
-            todo.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item) if isinstance(sub, dict | list))
+            for i, sub in enumerate(item):
+                if isinstance(sub, dict | list):
+                    todo.append((sub, f"{where}[{i}]"))
+                elif type(sub) is Beyond:
+                    raise sub.refused(f"{where}[{i}]")
 
 
 def _utf8(text: str) -> bool:
@@ -324,6 +364,8 @@ def escaped(text: str) -> str:
 
 
 def _check_scalar(value: Any, field: FieldDescriptor, path: str) -> None:
+    if type(value) is Beyond:
+        raise value.refused(path)
     cpp = field.cpp_type
     if cpp == FieldDescriptor.CPPTYPE_STRING:
         if field.type == FieldDescriptor.TYPE_BYTES:
@@ -346,6 +388,8 @@ def _check_scalar(value: Any, field: FieldDescriptor, path: str) -> None:
         if not low <= number <= high:
             raise InvalidArgument(path, f"must be between {low} and {high}, got {number}")
     elif cpp in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+        if isinstance(value, int) and not isinstance(value, bool) and not _fits_double(value):
+            raise Beyond(str(value)).refused(path)  # float() would raise OverflowError: a 500
         real = _float(value)
         if real is None:
             raise InvalidArgument(path, f"must be a number, got {_show(value)}")
@@ -365,6 +409,14 @@ def _check_scalar(value: Any, field: FieldDescriptor, path: str) -> None:
             low, high = PROTO_INT_RANGES[FieldDescriptor.CPPTYPE_INT32]
             if not low <= number <= high:  # else protobuf's own "Value out of range", naming no field
                 raise InvalidArgument(path, f"must be an enum name or a number between {low} and {high}, got {number}")
+
+
+def _fits_double(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 def _integer(value: Any) -> int | None:
@@ -434,7 +486,9 @@ def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor
     ``labels[team]=edge`` -> an entry of the map ``labels``, as grpc-gateway v2 reads one).
 
     ``fields`` are the top-level fields the query may set; a parameter naming anything else, or a
-    singular field or map key given twice, is InvalidArgument."""
+    singular field or map key given twice, is InvalidArgument, and so is an enum number the enum does not
+    list (grpc-gateway's query parser refuses one, where protojson takes it in a body), named as a body's
+    would be: ``status[1]`` for the second ``status``."""
     by_name = {f.name: f for f in fields} | {f.json_name: f for f in fields}
     out: dict[str, Any] = {}
     for key, raw in pairs:
@@ -447,7 +501,7 @@ def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor
         field = by_name.get(head)
         if field is None:
             raise InvalidArgument(key, f"is not a query parameter of {message}")
-        target, name = out, field.name
+        target, name, where = out, field.name, field.name
         while rest:  # a dotted path into a nested message: a.b.c=1
             if field.message_type is None or field.is_repeated:
                 raise InvalidArgument(key, f"{field.name} has no fields")
@@ -458,8 +512,11 @@ def query_to_json(pairs: Iterable[tuple[str, str]], fields: list[FieldDescriptor
             sub = field.message_type.fields_by_name.get(head) or _by_json_name(field.message_type, head)
             if sub is None:
                 raise InvalidArgument(key, f"is not a query parameter of {message}")
-            field, name = sub, sub.name
-        value = _query_value(raw, field, key)
+            field, name, where = sub, sub.name, f"{where}.{sub.name}"
+        if field.is_repeated:
+            given = target.get(name)
+            where = f"{where}[{len(given) if isinstance(given, list) else 0}]"
+        value = _query_value(raw, field, key, where)
         if field.is_repeated:
             target.setdefault(name, []).append(value)
         elif name in target:
@@ -485,10 +542,12 @@ def _map_entry(out: dict[str, Any], key: str, raw: str, by_name: dict[str, Field
     map_key = rest[:-1]
     if map_key in target:
         raise InvalidArgument(key, "given more than once")
-    target[map_key] = _query_value(raw, entry.fields_by_name["value"], key)
+    target[map_key] = _query_value(raw, entry.fields_by_name["value"], key, f"{field.name}.{map_key}")
 
 
-def _query_value(raw: str, field: FieldDescriptor, key: str) -> Any:
+def _query_value(raw: str, field: FieldDescriptor, key: str, where: str) -> Any:
+    """The JSON value of the parameter ``key`` (``raw``) for ``field``; ``where``: the value's proto path,
+    which an unknown enum number is named by."""
     if field.message_type is not None and field.message_type.full_name not in _WRAPPERS | {
         "google.protobuf.Timestamp",
         "google.protobuf.Duration",
@@ -501,18 +560,62 @@ def _query_value(raw: str, field: FieldDescriptor, key: str) -> Any:
             return False
         raise InvalidArgument(key, f"must be true or false, got {raw!r}")
     if field.cpp_type == FieldDescriptor.CPPTYPE_ENUM and _INTEGER.match(raw):
-        return int(raw)
+        number = int(raw)
+        enum = field.enum_type
+        assert enum is not None
+        if number not in enum.values_by_number:
+            names = ", ".join(f"{v.name} ({v.number})" for v in enum.values)
+            raise InvalidArgument(where, f"unknown value {number} (one of {names})")
+        return number
     return raw
 
 
 # ---- message -> JSON -------------------------------------------------------------------------------
 def to_json(message: Message) -> Any:
-    """The protojson value of ``message`` (grpc-gateway v2's marshaller: unpopulated scalars included)."""
+    """The protojson value of ``message`` (grpc-gateway v2's marshaller: unpopulated scalars included;
+    unset message fields are left out), its integral numbers as ints (:func:`plain`, which keeps a
+    negative zero the float ``-0.0``, which :func:`dumps` writes ``-0``)."""
     return plain(json_format.MessageToDict(message, always_print_fields_with_no_presence=True))
+
+
+_NEGATIVE_ZERO_TEXT = re.compile(r"-0\.0(?![0-9])")
+"""How ``json.dumps`` writes ``-0.0`` (a string or a number such as ``-0.05`` may hold it as well)."""
 
 
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON. A lone surrogate, which UTF-8 cannot hold, goes out as its JSON escape
-    (``\\ud800``) rather than failing the answer: only a string can hold one, and there the escape is JSON."""
+    (``\\ud800``) rather than failing the answer: only a string can hold one, and there the escape is JSON.
+    A negative zero goes out as ``-0``, as Go's protojson writes it (Python writes ``-0.0``)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if _NEGATIVE_ZERO_TEXT.search(text):  # rare: the walk is only for an answer that may hold one
+        text = _negative_zeros(value, text)
     return text.encode("utf-8", "backslashreplace")
+
+
+def _negative_zeros(value: Any, text: str) -> str:
+    """``text`` (the JSON of ``value``) with each ``-0.0`` number written ``-0``: encoded again with a
+    marker string in its place, one that ``text`` holds nowhere, so that each marker found is one."""
+    found = [0]
+
+    def marked(item: Any) -> Any:
+        if isinstance(item, float) and item == 0.0 and math.copysign(1.0, item) < 0:
+            found[0] += 1
+            return marker
+        if isinstance(item, dict):
+            return {k: marked(v) for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [marked(v) for v in item]
+        return item
+
+    n = 0
+    while True:  # a string value equal to the marker would be in text: take another
+        marker = f"\x00-0 {n}\x00"
+        quoted = json.dumps(marker, ensure_ascii=False)
+        if quoted not in text:
+            break
+        n += 1
+    again = marked(value)
+    if not found[0]:
+        return text
+    out = json.dumps(again, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return out.replace(quoted, "-0")

@@ -97,7 +97,7 @@ def test_a_bad_job_in_a_batch_rejects_the_whole_batch(control_plane: ControlProc
         ("ListJobs", jobs_pb2.ListJobsRequest(offset=-1), "offset"),
         # longer than any job type can be: it listed none, as if the filter were right
         ("ListJobs", jobs_pb2.ListJobsRequest(type="x" * 1000), "type"),
-        ("ListJobs", jobs_pb2.ListJobsRequest(status=[jobs_pb2.Job.State.ValueType(99)]), "status"),
+        ("ListJobs", jobs_pb2.ListJobsRequest(status=[jobs_pb2.Job.State.ValueType(99)]), "status[0]"),
         ("GetJob", jobs_pb2.GetJobRequest(id="x" * 10_000), "id"),
         # The not-found message quoted the whole id: 10 KB of status metadata, and the caller got
         # RESOURCE_EXHAUSTED "Stream removed" instead of the error

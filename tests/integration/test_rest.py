@@ -295,7 +295,7 @@ def test_stats_workers_autoscaler_and_drain(served: ControlProc, rest: Rest) -> 
         (b'{"type": "noop", "payload": [1]}', "payload", "JSON object"),
         (b'{"type": "noop", "scheduledAt": "tomorrow"}', "scheduled_at", "RFC 3339"),
         (b'{"type": "noop", "timeoutSec": NaN}', "", "not valid JSON"),
-        (b'{"type": "noop", "timeoutSec": 1e999}', "", "out of range"),
+        (b'{"type": "noop", "timeoutSec": 1e999}', "timeout_sec", "out of range"),
         (b'{"type": "noop", "type": "noop"}', "", "duplicate key"),
         (b'{"type": "no\xffop"}', "", "not valid UTF-8"),
         (b'{"type": "\\ud800"}', "type", "UTF-8"),

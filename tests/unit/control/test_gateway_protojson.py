@@ -93,7 +93,6 @@ def test_nested_paths_use_proto_names_and_indexes() -> None:
         (b"{", "not valid JSON"),
         (b'{"a": NaN}', "NaN is not JSON"),
         (b'{"a": -Infinity}', "is not JSON"),
-        (b'{"a": 1e400}', "out of range"),
         (b'{"a": 1, "a": 2}', "duplicate key 'a'"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     ],
