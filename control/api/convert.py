@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 from control.admission import Submission, check_labels
 from control.admission.validation import MAX_TYPE, check_text
 from control.autoscale import AutoscalerState
-from control.jobs import JobRecord
+from control.jobs import JobRecord, JobState
 from control.notify import NotifyTarget, end_state
 from control.queue_view import QueuedJob
 from control.registry import Assignment, WorkerEntry
@@ -237,6 +237,8 @@ def job(j: JobRecord, payload: struct_pb2.Struct | None = None) -> jobs_pb2.Job:
     else:
         _set_struct(out.payload, j.payload_json)
     _set_struct(out.result, j.result_json)
+    if j.state is JobState.SUCCEEDED:
+        out.result.SetInParent()  # an empty result ({}: noop's) is still a result, not one to come
     if j.error_code:
         out.error.code = j.error_code
         out.error.message = j.error_message

@@ -22,10 +22,12 @@ import grpc
 import numpy as np
 import pytest
 
+from corral import Client
 from corral.v1 import jobs_pb2, jobs_pb2_grpc
 from runner import JobContext, execute
 from runner.arrays import encode_npy
 from tests.conftest import ROOT, ControlProc, wait_until
+from tests.integration.test_rest import Rest, http_port
 from tests.support.calls import field_of, request, result, rpc_error, submit, wait_done
 from tests.support.ports import free_port
 from tests.support.processes import alive, children
@@ -323,3 +325,22 @@ def test_an_entry_point_job_type_is_advertised_and_runs(
     assert succeeded(control_plane, "demo_shout", {"text": "hi"}, thread_demand=1) == {"shout": "HI", "threads": 1}
     err = rpc_error(control_plane.jobs.SubmitJob, request("demo_shout", {"text": 5}))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+
+
+def test_an_empty_result_is_a_result_on_every_surface(control_plane: ControlProc, spawn_worker: Any) -> None:
+    # Given a noop job, whose result is {}, succeeded
+    spawn_worker(control_plane)
+    job = submit(control_plane, "noop")
+    done = wait_done(control_plane, job.id)
+    assert done.state == S.SUCCEEDED
+
+    # Then gRPC, REST and the Python client all give {} (the result was left out, None in Python),
+    # while an unfinished job still has none
+    assert done.HasField("result") and not done.result.fields
+    reply = Rest(http_port(control_plane)).get(f"/v1/jobs/{job.id}")
+    assert reply.status == 200 and reply.json()["result"] == {}, reply.body
+    with Client(control_plane.address) as client:
+        assert client.get(job.id).result == {}
+        pending = client.submit("sleep", {"seconds": 30})
+        assert client.get(pending.id).result is None
+        client.cancel(pending.id)
