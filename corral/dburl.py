@@ -11,11 +11,19 @@ def is_postgres_url(url: str) -> bool:
 
 
 def describe(url: str) -> str:
-    """``url`` as logs and messages may show it: a PostgreSQL URL without its password."""
+    """``url`` as logs, messages and ``corral config --check`` may show it: a PostgreSQL URL without its
+    password, whether in the user part or a ``password=`` parameter (libpq takes either)."""
     if not is_postgres_url(url):
         return url
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    if parts.query:
+        params = [
+            f"{name}=***" if name.strip().lower() == "password" else param
+            for param in parts.query.split("&")
+            for name in [param.split("=", 1)[0]]
+        ]
+        parts = parts._replace(query="&".join(params))
+    return urlunsplit(parts)

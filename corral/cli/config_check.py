@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from corral.cli.exitcode import discard_writes
+from corral.dburl import describe
 
 __all__ = [
     "CHECK_FLAG",
@@ -171,12 +172,14 @@ def _text(value: Any, secret: bool) -> str:
         return MASK if value else ""
     if value is None:
         return ""
+    if isinstance(value, str):
+        return describe(value)  # a PostgreSQL URL's password: people paste this table into tickets
     if isinstance(value, Mapping):
         return ",".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, tuple | list):
         return ",".join(str(v) for v in value)
     if isinstance(value, float):
-        return f"{value:g}"
+        return str(int(value)) if value.is_integer() else repr(value)  # 1209600, not 1.2096e+06
     return str(value)
 
 

@@ -74,6 +74,29 @@ def test_sources_are_default_env_and_flag_and_secrets_are_masked() -> None:
     assert TOKEN not in json.dumps(got) and WORKER_TOKEN not in json.dumps(got)
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:s3cret-pw@127.0.0.1/db", "postgresql://u:***@127.0.0.1/db"),
+        ("postgres://127.0.0.1/db?user=u&password=s3cret-pw&sslmode=disable",
+         "postgres://127.0.0.1/db?user=u&password=***&sslmode=disable"),
+    ],
+)  # fmt: skip
+def test_a_store_url_is_shown_without_its_password(url: str, shown: str) -> None:
+    # The password in CORRAL_DB was printed as given (logs and start-up errors hid it)
+    for args, env in (([], {"CORRAL_DB": url}), (["--db", url], {})):
+        got = check_json(*args, env=env)
+        assert got["db"]["value"] == shown
+        done = run([*CORRAL, "config", "--check", *args], env)
+        assert done.returncode == 0 and "s3cret-pw" not in done.stdout + done.stderr, done.stdout
+
+
+def test_whole_numbers_of_seconds_print_whole() -> None:
+    got = check_json(env={"IDEMPOTENCY_TTL_SEC": "1209600"})
+    assert got["idempotency_ttl_sec"]["value"] == "1209600"  # was 1.2096e+06
+    assert got["job_retention_sec"]["value"] == "1209600"
+
+
 def test_a_bad_value_prints_the_first_error_and_exits_2() -> None:
     done = run([*CORRAL, "config", "--check"], {"CORRAL_GRPC_PORT": "70000", "CORRAL_MAX_BATCH": "0"})
     assert done.returncode == 2 and done.stdout == ""
