@@ -6,6 +6,12 @@ raise the same :mod:`corral.errors` classes, and a list of addresses fails over 
 event loop that makes it (a ``grpc.aio`` channel belongs to one loop), so an ``AsyncClient`` may be
 built anywhere, and a standby that is never needed costs nothing.
 
+The channels belong to the loop that opened them. A call from another loop opens new ones there once
+that loop is closed (each ``asyncio.run`` closes its loop at the end) or nothing is open on it (after
+:meth:`AsyncClient.close`), so one client serves one ``asyncio.run`` after another; while the old loop is
+open and holds the client's channels, such a call is refused with :class:`OtherEventLoop` (two loops
+at once, e.g. in two threads, need a client each).
+
 Example::
 
     async with corral.AsyncClient("127.0.0.1:50051") as client:
@@ -42,7 +48,7 @@ from corral.client import (
     ssl_credentials,
 )
 from corral.cluster import AutoscalerStatus, Shares, Stats, WorkerInfo
-from corral.errors import ClientClosed, CorralError, DeadlineExceeded, Unavailable
+from corral.errors import ClientClosed, CorralError, DeadlineExceeded, FailedPrecondition, Unavailable
 from corral.failover import NOT_SENT_PREFIX, RECONNECT_OPTIONS, Failover, client_addresses, unreached
 from corral.follow import Follow, FollowMany
 from corral.job import Changed, Job, JobPage, JobState, Notify
@@ -54,7 +60,50 @@ from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, admin_pb2_grpc
 
 _T = TypeVar("_T")
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "OtherEventLoop"]
+
+
+class OtherEventLoop(FailedPrecondition, RuntimeError):
+    """Raised when an :class:`AsyncClient` is called from an event loop other than the one its channels belong
+    to while that one is still open (a RuntimeError too, as asyncio's own errors of the kind are)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this AsyncClient's channels belong to another event loop, which is still open: a client serves one "
+            "event loop at a time, and moves to a new one only once the old one is closed or the client was "
+            "closed (await close()) on it; use one AsyncClient per event loop (per thread)"
+        )
+
+
+class _Closing:
+    """What :meth:`AsyncClient.close` sets for the calls in flight: an ``asyncio.Event`` that belongs to no
+    event loop (an ``asyncio.Event`` belongs to the first loop that waits on it, and a follow made before a
+    client moved to a new loop waits on it there)."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        """Set it and wake every waiter (those of a loop that is closed are gone with it)."""
+        self._set = True
+        for waiter in list(self._waiters):
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Return once it is set."""
+        if self._set:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            await waiter
+        finally:
+            self._waiters.discard(waiter)
 
 
 @dataclass(frozen=True)
@@ -105,7 +154,10 @@ class _WritesOrSaysUnsent:
 
 
 class AsyncClient:
-    """A ``grpc.aio`` client of a control plane; use it from one event loop and ``await close()`` it.
+    """A ``grpc.aio`` client of a control plane; use it from one event loop at a time and ``await close()`` it.
+
+    It may be made outside any loop; its channels are opened on the loop that first calls, and opened
+    again on another loop once that one is closed (see the module docstring).
 
     Args:
         address: ``host:port`` of the control plane's gRPC server, or a comma-separated list of up
@@ -142,13 +194,57 @@ class AsyncClient:
         self._credentials = None if tls_ca is None else ssl_credentials(tls_ca)
         self._failover = Failover(self.addresses, self._connect)
         self._runs: RunStreams[AsyncRunStream] = RunStreams()
-        self._closing = asyncio.Event()
+        self._closing = _Closing()
         """As corral.Client's: set by :meth:`close`, then replaced."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the channels (and the kept RunJobs streams) belong to; None before the first call."""
+        self._loop_end: AsyncGenerator[None, None] | None = None
+        """:meth:`_at_loop_end` of :attr:`_loop`."""
 
     @property
     def current_address(self) -> str:
         """The address the next call goes to first: the one that took the last call (the first at the start)."""
         return self._failover.current
+
+    def _on_this_loop(self) -> None:
+        """Make the running loop the one the channels belong to: the first call's, or a new one once the
+        old one is closed, or nothing is open on it (the client was closed there, or never connected).
+
+        Raises:
+            OtherEventLoop: the old loop is open and holds the client's channels.
+        """
+        loop = asyncio.get_running_loop()
+        old = self._loop
+        if loop is old:
+            return
+        if old is not None and not old.is_closed():
+            if self._failover.connections():
+                raise OtherEventLoop()
+            self._runs.close()  # none, unless a run gave one back after close(): its call ends
+        # What a closed loop held can be neither used nor closed from this one: forget it (gRPC closes a
+        # channel that is garbage). It is closed at the loop's end, unless the loop was closed without
+        # shutdown_asyncgens() (not by asyncio.run or asyncio.Runner).
+        self._failover.take_connections()
+        self._runs = RunStreams()
+        self._loop = loop
+        self._loop_end = self._at_loop_end(loop)
+        with suppress(StopIteration):  # it runs to its yield at once (and the loop now knows of it)
+            self._loop_end.asend(None).send(None)
+
+    async def _at_loop_end(self, loop: asyncio.AbstractEventLoop) -> AsyncGenerator[None, None]:
+        """Wait at its ``yield`` for as long as ``loop`` runs. ``loop.shutdown_asyncgens()``, which
+        ``asyncio.run`` and ``asyncio.Runner`` call before they close the loop, closes it, and it closes the
+        channels and kept RunJobs streams with it while the loop can still end their calls: once the loop
+        is closed they can be neither used nor closed, and gRPC's events for a kept stream's call would
+        be raised in the next loop. The client is not closed: its next call opens new channels."""
+        try:
+            yield
+        finally:
+            if self._loop is loop:
+                self._loop = None
+                self._runs.close()
+                for conn in self._failover.take_connections():
+                    await conn.channel.close()
 
     def _connect(self, target: str) -> _Connection:
         if self._credentials is None:
@@ -164,6 +260,7 @@ class AsyncClient:
     async def _unary(self, rpc: Callable[[_Connection], Any], request: Any) -> Any:
         """The answer of ``rpc(connection)(request)``, sent to the current address and on round the
         list while the failure allows (corral.failover)."""
+        self._on_this_loop()
         closed = self._closing
         attempts = self._failover.attempts()
         for address, conn in attempts:
@@ -411,7 +508,7 @@ class AsyncClient:
     async def _follow(
         self,
         follow: Follow,
-        closed: asyncio.Event,
+        closed: _Closing,
         submit: Callable[[], AsyncGenerator[Job, None]] | None = None,
     ) -> AsyncGenerator[Job, None]:
         """Follow ``follow.job_id`` to its end; with ``submit``, first the stream that submits it (see
@@ -442,7 +539,7 @@ class AsyncClient:
             submit = None  # never sent twice: from here the job is watched
             await _pause(closed, pause)
 
-    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest, closed: asyncio.Event) -> AsyncGenerator[Job, None]:
+    def _run_on_stream(self, request: jobs_pb2.SubmitJobRequest, closed: _Closing) -> AsyncGenerator[Job, None]:
         """As corral.Client._run_on_stream; a kept stream found ended when written to (its end not read
         yet by this event loop) is replaced by a fresh one, since nothing was sent on it."""
 
@@ -466,7 +563,7 @@ class AsyncClient:
         return self._served(lambda address, conn: (run(address, conn), lambda: None), closed)
 
     def _stream(
-        self, rpc: Callable[[_Connection], Any], request: Any, time_limit: float | None, closed: asyncio.Event
+        self, rpc: Callable[[_Connection], Any], request: Any, time_limit: float | None, closed: _Closing
     ) -> AsyncGenerator[Job, None]:
         """As corral.Client._stream."""
 
@@ -479,10 +576,11 @@ class AsyncClient:
     async def _served(
         self,
         start: Callable[[str, _Connection], tuple[AsyncGenerator[_T, None], Callable[[], None]]],
-        closed: asyncio.Event,
+        closed: _Closing,
     ) -> AsyncGenerator[_T, None]:
         """As corral.Client._served (a call that close() cut ends ClientClosed, not the bare
         ``asyncio.CancelledError`` grpc.aio raises in a task that nobody cancelled)."""
+        self._on_this_loop()
         attempts = self._failover.attempts()
         for address, conn in attempts:
             if closed.is_set():
@@ -599,7 +697,8 @@ class AsyncClient:
         """Close the channels; calls in flight (other tasks' ``wait``, ``watch``, ``run``, unary calls) end
         at once with :class:`~corral.errors.ClientClosed`, and a follow never watches again on a new
         channel. Idempotent (a call made after it opens new channels)."""
-        closed, self._closing = self._closing, asyncio.Event()
+        self._on_this_loop()  # channels of a loop that was closed are forgotten, not closed from here
+        closed, self._closing = self._closing, _Closing()
         closed.set()  # first: a call that sees its channel cut then knows it was closed
         self._runs.close()
         for conn in self._failover.take_connections():
@@ -618,7 +717,7 @@ class AsyncClient:
 
 
 @contextmanager
-def _cut_by_close(closed: asyncio.Event) -> Iterator[None]:
+def _cut_by_close(closed: _Closing) -> Iterator[None]:
     """Run the body, raising :class:`ClientClosed` for the ``asyncio.CancelledError`` that grpc.aio raises
     in a call whose channel :meth:`AsyncClient.close` closed, when the task itself is not being cancelled."""
     try:
@@ -630,7 +729,7 @@ def _cut_by_close(closed: asyncio.Event) -> Iterator[None]:
         raise
 
 
-async def _pause(closed: asyncio.Event, seconds: float) -> None:
+async def _pause(closed: _Closing, seconds: float) -> None:
     """Wait ``seconds`` before following again, or raise at once when the client is closed meanwhile.
 
     Raises:

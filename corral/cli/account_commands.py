@@ -24,7 +24,8 @@ __all__ = ["delete_account", "end_logins", "list_accounts", "login", "logout", "
 
 
 class _BadInput(Exception):
-    """Passwords that cannot be sent (two that differ, stdin that ended early); the message is the error line."""
+    """Passwords that cannot be sent (two that differ, stdin that ended early): bad input (exit 2); the message
+    is the error line."""
 
 
 def login(args: argparse.Namespace) -> int:
@@ -33,7 +34,7 @@ def login(args: argparse.Namespace) -> int:
     try:
         password = _stdin_lines(1)[0] if args.password_stdin else _ask("Password: ")
     except _BadInput as exc:
-        return fail(str(exc))
+        return fail(str(exc), ExitCode.USAGE)
     # Sent without a token: Login needs none, and a stale one (an expired login, an old $CORRAL_TOKEN)
     # must not stand between the user and a new login.
     with Client(args.control, timeout=args.rpc_timeout, tls_ca=args.tls_ca) as client:
@@ -88,7 +89,7 @@ def register(args: argparse.Namespace) -> int:
     try:
         password = _stdin_lines(1)[0] if args.password_stdin else _new_password()
     except _BadInput as exc:
-        return fail(str(exc))
+        return fail(str(exc), ExitCode.USAGE)
     with client_for(args) as client:
         account = client.register(args.name, password)
     if args.json:
@@ -120,7 +121,8 @@ def passwd(args: argparse.Namespace) -> int:
         if name is None:
             return fail(
                 "you are not logged in to an account here (corral login NAME), so name the one whose password "
-                "to reset: corral accounts passwd NAME"
+                "to reset: corral accounts passwd NAME",
+                ExitCode.USAGE,
             )
         try:
             if name != own:
@@ -132,7 +134,7 @@ def passwd(args: argparse.Namespace) -> int:
                 current = _ask("Current password: ")
                 new = _new_password()
         except _BadInput as exc:
-            return fail(str(exc))
+            return fail(str(exc), ExitCode.USAGE)
         account = client.set_password(name, new, current_password=current)
     if args.json:
         render.print_json(account.to_dict())

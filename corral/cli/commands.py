@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from rich.markup import escape
 from corral.cli import job_file, login_file, render
 from corral.cli.exitcode import ExitCode, fail
 from corral.client import Client
-from corral.errors import Unavailable
+from corral.errors import InvalidArgument, Unavailable
 from corral.job import Changed, Job, JobState
 from corral.job_ids import MAX_WATCHED_JOBS
 from corral.limits import MAX_CANCELLED_PER_CALL, MAX_RETRIED_PER_CALL
@@ -70,7 +71,7 @@ def submit(args: argparse.Namespace) -> int:
         "notify": [dataclasses.replace(target, on=tuple(args.notify_on)) for target in args.notify],
         "start_when": args.start_when,
     }
-    with client_for(args) as client:
+    with _given_as(_SUBMIT_FLAGS), client_for(args) as client:
         if args.follow:
             job = client.submit(args.type, args.payload, **fields)
             if not args.json:
@@ -107,6 +108,42 @@ def submit(args: argparse.Namespace) -> int:
         out = render.console()
         out.print(f"Submitted job [bold]{job.id}[/] ({escape(job.type)}, ", render.state_text(job.state), ")", sep="")
     return ExitCode.OK
+
+
+_SUBMIT_FLAGS = {
+    "type": "TYPE",
+    "payload": "--payload",
+    "name": "--name",
+    "priority": "--priority",
+    "thread_demand": "--threads",
+    "timeout_sec": "--timeout",
+    "max_attempts": "--max-attempts",
+    "scheduled_at": "--at",
+    "idempotency_key": "--idempotency-key",
+    "labels": "--label",
+    "worker_selector": "--on",
+    "depends_on": "--after",
+    "start_when": "--start-when",
+    "gpu_count": "--gpus",
+    "memory_mb": "--memory-mb",
+    "notify": "--notify",
+}
+"""The field of a submission -> the ``corral submit`` argument that gives it."""
+
+
+@contextmanager
+def _given_as(flags: dict[str, str]) -> Iterator[None]:
+    """Inside the block, an :class:`InvalidArgument` on a field (whoever found it) says which argument of
+    ``flags`` gave it (``field 'thread_demand': ...; given as --threads``): the request's field names are
+    not always the command line's."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        top = re.split(r"[.\[]", exc.field, maxsplit=1)[0]
+        flag = "--notify-on" if top == "notify" and ".on" in exc.field else flags.get(top)
+        if flag is not None:
+            exc.add_note(f"given as {flag}")
+        raise
 
 
 @contextmanager

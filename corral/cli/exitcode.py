@@ -18,10 +18,15 @@ class ExitCode(enum.IntEnum):
     OK = 0
     """Done; for ``--wait`` and ``watch``, the job SUCCEEDED."""
     FAILED = 1
-    """The server refused or failed the request, a waited-for job ended FAILED or CANCELLED, or a process died."""
+    """The server refused (for another reason than bad input: NOT_FOUND, FAILED_PRECONDITION, PERMISSION_DENIED
+    ...) or failed the request, a waited-for job ended FAILED or CANCELLED, or a process died."""
     USAGE = 2
-    """Bad command line (argparse), e.g. a ``--payload`` that is not a JSON object, or a ``submit-many`` file
-    that cannot be read or is not a batch of job objects."""
+    """Bad input, whoever found it: a bad command line (argparse), e.g. a ``--payload`` that is not a JSON
+    object or a ``--payload @FILE`` that cannot be read; a ``submit-many`` file that cannot be read or is not a
+    batch of job objects; a value refused before anything is sent (``--payload '{"a": NaN}'``, a string
+    where a job file needs a number) or by the control plane (INVALID_ARGUMENT: ``--priority 101``,
+    ``--threads 0``, an unknown job type); a password typed twice differently. One error line names the
+    argument or field and the rule."""
     UNREACHABLE = 3
     """The control plane could not be reached."""
     INTERRUPTED = 130

@@ -8,10 +8,10 @@ the CLI: an object ``{"jobs": [...]}``, or just the array. Each job is an object
 seconds as a number.
 
 Every problem is a :class:`BadJobFile` (an :class:`~corral.errors.InvalidArgument`) naming where it is
-(``jobs[1].colour``), raised before anything is sent; ``corral`` exits 2 for it, a usage error, as for a
-``--payload`` that is not a JSON object. This module checks what only a file can get wrong (its JSON, its shape, its keys,
-a list where an object belongs); the values themselves are checked by :meth:`JobSpec.to_proto
-<corral.spec.JobSpec.to_proto>` as the batch is built, and by the control plane.
+(``jobs[1].colour``), raised before anything is sent. This module checks what only a file can get wrong
+(its JSON, its shape, its keys, a list where an object belongs); the values themselves are checked by
+:meth:`JobSpec.to_proto <corral.spec.JobSpec.to_proto>` as the batch is built, and by the control plane.
+``corral`` exits 2 (bad input) for all of them alike, as for a ``--payload`` that is not a JSON object.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def parse(text: str, source: str = "the job file") -> list[JobSpec]:
     """
     try:
         document = values.loads_strict(text)
-    except values.DuplicateKey as exc:
+    except (values.DuplicateKey, values.TooManyDigits) as exc:
         raise BadJobFile("", f"invalid JSON in {source}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise BadJobFile(

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from corral.cli import config_check
 from corral.cli.exitcode import ExitCode, fail
-from corral.cli.job_file import BadJobFile
 from corral.cli.parser import PASSTHROUGH, build_parser
 from corral.errors import CorralError, InvalidArgument, Unavailable
 from corral.failover import UNREACHED_PREFIX
@@ -43,10 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"UNAVAILABLE: cannot reach the control plane at {address}: {exc.message}{_notes(exc)}",
             ExitCode.UNREACHABLE,
         )
-    except BadJobFile as exc:  # the file given on the command line, as a bad --payload is
+    except InvalidArgument as exc:  # bad input, whoever found it (a job file, the client, the control plane)
         return fail(_invalid(exc), ExitCode.USAGE)
-    except InvalidArgument as exc:
-        return fail(_invalid(exc))
     except CorralError as exc:
         return fail(f"{exc.code}: {exc.message}{_notes(exc)}")
     except KeyboardInterrupt as exc:
@@ -63,4 +60,4 @@ def _notes(exc: BaseException) -> str:
 
 def _invalid(exc: InvalidArgument) -> str:
     where = f"field {exc.field!r}: " if exc.field else ""
-    return f"INVALID_ARGUMENT: {where}{exc.rule}"
+    return f"INVALID_ARGUMENT: {where}{exc.rule}{_notes(exc)}"

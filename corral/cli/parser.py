@@ -39,7 +39,8 @@ PASSTHROUGH_HELP = {
 
 _EPILOG = """\
 exit status: 0 ok; 1 the server refused or failed the request (or a waited-for job did not succeed);
-2 bad command line; 3 the control plane cannot be reached.
+2 bad input (a bad command line or job file, or a value the client or the control plane refused as
+INVALID_ARGUMENT); 3 the control plane cannot be reached.
 """
 
 
@@ -262,7 +263,14 @@ def _add_client_commands(
 ) -> None:
     p = sub.add_parser("submit", parents=[parent], help="submit a job", description="Submit one job.")
     p.add_argument("type", help="job type, e.g. add_numbers")
-    p.add_argument("--payload", type=values.payload, default={}, help="JSON object, or @FILE holding one")
+    p.add_argument(
+        "--payload",
+        type=values.payload,
+        default={},
+        metavar="JSON|@FILE|@-",
+        help="the job's input, a JSON object: given inline, as @FILE to read it from a file, or as @- to read "
+        "it from stdin (default {})",
+    )
     p.add_argument("--name", default="", help="a name to find the job by")
     p.add_argument("--priority", type=values.int32, default=0, help="0..100, higher runs first (default 0)")
     p.add_argument("--threads", type=values.int32, help="threads the job wants (default 1)")

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import re
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = [
     "port",
     "positive_int",
     "positive_int32",
+    "read_text",
     "readable_file",
     "token",
     "when",
@@ -76,28 +78,65 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class TooManyDigits(ValueError):
+    """A JSON integer longer than Python reads (``sys.get_int_max_str_digits()``, 4,300 digits by default):
+    no request field can carry one, and ``json.loads`` raised a bare ValueError for it (a traceback)."""
+
+    def __init__(self, digits: int) -> None:
+        super().__init__(f"an integer of {digits:,} digits; at most {sys.get_int_max_str_digits():,} are read")
+        self.digits = digits
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # the digit limit: the decoder hands over only well-formed integers
+        raise TooManyDigits(len(text.lstrip("-"))) from None
+
+
 def loads_strict(text: str) -> Any:
     """``json.loads`` that refuses an object with a key given twice, as the REST bridge does (plain
-    ``json.loads`` keeps the last value and drops the first without a word).
+    ``json.loads`` keeps the last value and drops the first without a word), and an integer too long
+    to read with an error of its own.
 
     Raises:
         json.JSONDecodeError: the text is not JSON.
         DuplicateKey: an object gives a key twice.
+        TooManyDigits: an integer has more digits than Python reads.
         RecursionError: the text nests deeper than the decoder can follow.
     """
-    return json.loads(text, object_pairs_hook=_unique_keys)
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_integer)
+
+
+STDIN = "-"
+"""``@-``: the ``--payload`` is read from standard input."""
+
+
+def read_text(path: str, source: str) -> str:
+    """The UTF-8 text of the file ``path`` (:data:`STDIN`: standard input), for an argument; ``source``
+    names it in errors.
+
+    Raises:
+        argparse.ArgumentTypeError: it cannot be read, or is not UTF-8 text.
+    """
+    try:
+        data = sys.stdin.buffer.read() if path == STDIN else Path(path).read_bytes()
+        return data.decode("utf-8")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {source}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {source}: not UTF-8 text (byte {exc.start})") from None
 
 
 def payload(text: str) -> dict[str, Any]:
-    """A JSON object, given inline or as ``@path`` to a file holding one."""
+    """A JSON object, given inline, as ``@path`` to a file holding one, or as ``@-``: read from stdin."""
     source = "--payload"
     if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror or exc}") from None
-        source = str(path)
+        path = text[1:]
+        if not path:
+            raise argparse.ArgumentTypeError("give a file after @ (@FILE), or @- for stdin")
+        source = "stdin" if path == STDIN else path
+        text = read_text(path, source)
     try:
         value = loads_strict(text)
     except json.JSONDecodeError as exc:
@@ -105,7 +144,7 @@ def payload(text: str) -> dict[str, Any]:
             f"invalid JSON in {source} at line {exc.lineno} column {exc.colno} (char {exc.pos}): {exc.msg}; "
             f"near {excerpt(exc.doc, exc.pos)}"
         ) from None
-    except DuplicateKey as exc:
+    except (DuplicateKey, TooManyDigits) as exc:
         raise argparse.ArgumentTypeError(f"invalid JSON in {source}: {exc}") from None
     except RecursionError:  # json's decoder recurses once per level: a traceback, not a usage error
         raise argparse.ArgumentTypeError(f"invalid JSON in {source}: nested too deeply") from None

@@ -144,8 +144,8 @@ def test_bad_requests_are_refused_naming_the_field_and_change_nothing(control_pl
     queued = submit(control_plane, "noop", labels={"batch": "1"})
     refusals: list[tuple[dict[str, Any], str]] = [
         ({}, "all: must be true to cancel every unfinished job"),
-        ({"status": [S.SUCCEEDED]}, "status: SUCCEEDED jobs have ended"),
-        ({"status": [42]}, "status: unknown state 42"),
+        ({"status": [S.SUCCEEDED]}, "status[0]: SUCCEEDED jobs have ended"),
+        ({"status": [42]}, "status[0]: unknown state 42"),
         ({"all": True, "limit": -1}, "limit: must be between 1 and 10,000, got -1"),
         ({"all": True, "limit": 10_001}, "limit: must be between 1 and 10,000, got 10001"),
         ({"ids": [queued.id, queued.id]}, "ids[1]: repeats ids[0]"),

@@ -270,8 +270,9 @@ def test_get_of_an_unknown_job_exits_1_with_one_line(control_plane: ControlProc)
 
 def test_a_payload_the_server_refuses_names_the_field(control_plane: ControlProc) -> None:
     done = corral("submit", "add_numbers", "--payload", '{"a":"x","b":2}', "--control", control_plane.address)
-    assert done.returncode == 1
+    assert done.returncode == 2  # bad input, though the control plane found it (it was 1)
     assert done.stderr.startswith("corral: error: INVALID_ARGUMENT: field 'payload.a'")
+    assert done.stderr.endswith("; given as --payload\n") and done.stderr.count("\n") == 1
 
 
 def test_bad_payload_json_is_a_usage_error(control_plane: ControlProc) -> None:
@@ -294,7 +295,7 @@ def test_job_type_names_print_as_they_are_never_as_markup(control_plane: Control
     assert re.search(r"type\s+markup\[/v2\]", waited.stdout) and "Traceback" not in waited.stderr
     # and an unknown one is refused in one line
     unknown = corral("submit", "resize[v2]", "--wait", "--control", address)
-    assert unknown.returncode == 1
+    assert unknown.returncode == 2
     assert unknown.stderr.startswith("corral: error: INVALID_ARGUMENT: field 'type': unknown job type 'resize[v2]'")
 
 
@@ -302,7 +303,7 @@ def test_times_at_the_ends_of_the_years_are_refused_or_shown_not_a_traceback(con
     address = control_plane.address
     # A time before 0001-01-01 in UTC is refused naming the field, before anything is sent
     refused = corral("submit", "noop", "--at", "0001-01-01T00:00:00+05:00", "--control", address)
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert refused.stderr.startswith("corral: error: INVALID_ARGUMENT: field 'scheduled_at': must be between")
     assert refused.stderr.count("\n") == 1
     # A job scheduled at the first second there is, shown west of Greenwich (in the year 0 locally),

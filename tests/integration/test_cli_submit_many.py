@@ -130,9 +130,9 @@ def test_wait_exits_1_when_a_job_fails_and_its_dependent_is_cancelled(served: Co
     assert done.stderr.count("\n") == 1
 
 
-# What is wrong with the file itself (its JSON, its shape, its keys) is a usage error, exit status 2, as a
-# --payload that is not a JSON object is; a value refused (a type or a range, a link) is 1, as a refusal by
-# the control plane is. Before, every bad file was 1.
+# Whatever is wrong with the file is bad input, exit status 2, as a --payload that is not a JSON object is:
+# its JSON, its shape, its keys, and a value refused (a type or a range, a link), whether the client or the
+# control plane refuses it. Before, every bad file was 1; then a refused value was still 1.
 BAD_FILES: list[tuple[str, str, str, int]] = [
     (
         "malformed JSON",
@@ -153,12 +153,12 @@ BAD_FILES: list[tuple[str, str, str, int]] = [
         "field 'jobs[1].colour': unknown field; known fields: type, ",
         2,
     ),
-    ("a wrong type", '[{"type": "noop", "priority": "high"}]', "field 'jobs[0].priority': must be an integer", 1),
+    ("a wrong type", '[{"type": "noop", "priority": "high"}]', "field 'jobs[0].priority': must be an integer", 2),
     (
         "a link to a later job",
         '[{"type": "noop"}, {"type": "noop", "depends_on_index": [2]}, {"type": "noop"}]',
         "field 'jobs[1].depends_on_index[0]'",
-        1,
+        2,
     ),
 ]
 

@@ -487,7 +487,7 @@ def test_empty_stdin_is_an_error_before_anything_is_sent(
     accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stdin(monkeypatch, "")
-    assert main(["login", "alice", "--password-stdin"]) == ExitCode.FAILED
+    assert main(["login", "alice", "--password-stdin"]) == ExitCode.USAGE  # bad input (it was FAILED)
     assert capsys.readouterr().err == "corral: error: --password-stdin: stdin ended before line 1 of 1\n"
     assert accounts.calls == []
 
@@ -530,7 +530,7 @@ def test_register_refuses_passwords_that_differ_with_one_line_and_sends_nothing(
     accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     typed(monkeypatch, "new-pw-1", "new-pw-2")
-    assert main(["register", "bob"]) == ExitCode.FAILED
+    assert main(["register", "bob"]) == ExitCode.USAGE  # bad input (it was FAILED)
     assert capsys.readouterr().err == "corral: error: the two passwords typed differ\n"
     assert accounts.calls == []
 
@@ -585,7 +585,7 @@ def test_passwd_without_a_name_needs_an_account_login(
     accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     accounts.identity = Identity("ci-token", True, None, None)
-    assert main(["accounts", "passwd"]) == ExitCode.FAILED
+    assert main(["accounts", "passwd"]) == ExitCode.USAGE  # bad input (it was FAILED)
     err = capsys.readouterr().err
     assert err.startswith("corral: error: you are not logged in to an account") and err.count("\n") == 1
     assert accounts.calls == [("whoami", (), {})]
@@ -595,7 +595,7 @@ def test_passwd_with_own_stdin_short_of_the_second_line_sends_nothing(
     accounts: type[FakeAccounts], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stdin(monkeypatch, "old-pw\n")
-    assert main(["accounts", "passwd", "--password-stdin"]) == ExitCode.FAILED
+    assert main(["accounts", "passwd", "--password-stdin"]) == ExitCode.USAGE  # bad input (it was FAILED)
     assert capsys.readouterr().err == "corral: error: --password-stdin: stdin ended before line 2 of 2\n"
     assert [method for method, _, _ in accounts.calls] == ["whoami"]
 
