@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what the type checker sees; "X as X" marks each as exported
     from corral.audit import AuditPage as AuditPage
     from corral.client import Client as Client
     from corral.cluster import AutoscalerStatus as AutoscalerStatus
+    from corral.cluster import ExecRateLimit as ExecRateLimit
     from corral.cluster import ShareInfo as ShareInfo
     from corral.cluster import Shares as Shares
     from corral.cluster import Stats as Stats
@@ -82,7 +83,8 @@ _HOMES = {
     "OutputChunk": "corral.printed",
     # Cluster
     **dict.fromkeys(
-        ("AutoscalerStatus", "ShareInfo", "Shares", "Stats", "WorkerInfo", "WorkerState"), "corral.cluster"
+        ("AutoscalerStatus", "ExecRateLimit", "ShareInfo", "Shares", "Stats", "WorkerInfo", "WorkerState"),
+        "corral.cluster",
     ),
     # Accounts
     **dict.fromkeys(("Account", "Identity", "Login"), "corral.account"),

@@ -13,7 +13,7 @@ from typing import Any
 from corral.job import timestamp_to_datetime
 from corral.v1 import admin_pb2, jobs_pb2
 
-__all__ = ["AutoscalerStatus", "ShareInfo", "Shares", "Stats", "WorkerInfo", "WorkerState"]
+__all__ = ["AutoscalerStatus", "ExecRateLimit", "ShareInfo", "Shares", "Stats", "WorkerInfo", "WorkerState"]
 
 
 class WorkerState(enum.IntEnum):
@@ -39,6 +39,20 @@ class WorkerState(enum.IntEnum):
 
 
 @dataclass(frozen=True)
+class ExecRateLimit:
+    """One execution rate limit (CORRAL_EXEC_RATE_LIMITS) and the jobs it holds back now."""
+
+    limit: str
+    """What it limits: ``type:NAME`` (a job type) or ``key:NAME`` (jobs labelled ``rate_key=NAME``)."""
+    per_second: float
+    """Starts allowed per second."""
+    burst: int
+    """Starts allowed at once after a quiet spell."""
+    waiting: int
+    """Jobs waiting in the queue for this limit now (PENDING, no attempt spent)."""
+
+
+@dataclass(frozen=True)
 class Stats:
     """A snapshot of the control plane (``GetStats``)."""
 
@@ -56,6 +70,8 @@ class Stats:
     uptime_seconds: float = 0.0
     dead_letter: int = 0
     """FAILED jobs."""
+    exec_rate_limits: list[ExecRateLimit] = field(default_factory=list)
+    """The execution rate limits and the jobs each holds back now (empty when none is set)."""
 
     @classmethod
     def from_proto(cls, pb: jobs_pb2.Stats) -> Stats:
@@ -70,6 +86,10 @@ class Stats:
             success_rate=pb.success_rate,
             uptime_seconds=pb.uptime_seconds,
             dead_letter=pb.dead_letter,
+            exec_rate_limits=[
+                ExecRateLimit(limit=r.limit, per_second=r.per_second, burst=r.burst, waiting=r.waiting)
+                for r in pb.exec_rate_limits
+            ],
         )
 
     def to_dict(self) -> dict[str, Any]:

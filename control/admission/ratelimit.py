@@ -163,7 +163,9 @@ class SubmitRateLimiter:
         if wait > 0:
             raise RateLimited(
                 f"submission rate limit: {n} job{'s' if n != 1 else ''} would go over the {over}; "
-                f"retry after {wait:.3g}s",
+                # In the whole seconds that Retry-After, the retry-after trailer and RetryInfo carry (rounded
+                # up): the client's RateLimited.retry_after said 1.0 where this said 0.119s.
+                f"retry after {math.ceil(wait)}s",
                 retry_after=wait,
             )
         for bucket, _ in levels:

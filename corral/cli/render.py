@@ -348,6 +348,8 @@ def stats_table(stats: Stats) -> Table:
     # A rate over no finished job is no rate: "-", as the dashboard shows, not a 0% that reads as all failing.
     add_row(table, "success rate", f"{stats.success_rate:.1%}" if finished else "-")
     add_row(table, "uptime", f"{stats.uptime_seconds:,.0f} s")
+    for r in stats.exec_rate_limits:
+        add_row(table, f"rate limit {r.limit}", f"{r.per_second:g}/s, burst {r.burst}: {r.waiting} waiting")
     return table
 
 

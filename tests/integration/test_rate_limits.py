@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
@@ -20,12 +21,13 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral import Client
+from corral import Client, ExecRateLimit
 from corral.errors import RateLimited
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, wait_until
 from tests.integration.test_rest import Rest
 from tests.support.calls import request, submit, wait_all_done
+from tests.support.cli import corral
 
 RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
@@ -112,6 +114,7 @@ def test_a_burst_past_the_limit_is_refused_with_a_retry_after_that_works(make_co
     with Client(cp.address) as client, pytest.raises(RateLimited) as info:
         client.submit("noop")
     assert 1 <= info.value.retry_after <= 2
+    assert f"retry after {info.value.retry_after:g}s" in info.value.message  # the same figure as the trailer's
     assert total(cp) == 6
     assert metric(cp, "corral_rate_limited_requests_total") == 3
 
@@ -224,3 +227,22 @@ def test_one_key_is_paced_across_workers_while_other_keys_flow(make_control_plan
     delayed = metric(cp, "corral_exec_rate_delayed_jobs_total", {"limit": f"key:{LIMITED}"})
     assert 100 < delayed <= 200
     assert metric(cp, "corral_exec_rate_waiting_jobs", {"limit": f"key:{LIMITED}"}) == 0
+
+
+def test_the_clients_and_corral_stats_show_the_execution_rate_limits(make_control_plane: Any) -> None:
+    # Given execution rate limits (GetStats carried them; Client.stats() and `corral stats` left them out)
+    cp = make_control_plane(CORRAL_EXEC_RATE_LIMITS=f"type:sleep=1/m,key:{LIMITED}=10/s")
+    grpc_view = cp.jobs.GetStats(jobs_pb2.GetStatsRequest(), timeout=10).exec_rate_limits
+    want = [ExecRateLimit(r.limit, r.per_second, r.burst, r.waiting) for r in grpc_view]
+    assert [r.limit for r in want] == ["type:sleep", f"key:{LIMITED}"]
+
+    # Then the Python client, the CLI's JSON and its table show each
+    with Client(cp.address) as client:
+        assert client.stats().exec_rate_limits == want
+    as_json = corral("stats", "--json", "--control", cp.address)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["exec_rate_limits"] == [dataclasses.asdict(r) for r in want]
+    table = corral("stats", "--control", cp.address)
+    assert table.returncode == 0, table.stderr
+    assert "rate limit type:sleep" in table.stdout and f"rate limit key:{LIMITED}" in table.stdout, table.stdout
+    assert "10/s, burst" in table.stdout, table.stdout

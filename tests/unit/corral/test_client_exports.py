@@ -24,6 +24,7 @@ EXPECTED = {
     "Notify",
     # Cluster
     "AutoscalerStatus",
+    "ExecRateLimit",
     "ShareInfo",
     "Shares",
     "Stats",
