@@ -133,6 +133,9 @@ class Job:
     attempts: int = 0
     """Attempts started so far."""
     max_attempts: int = 0
+    charged_attempts: int = 0
+    """Attempts charged against ``max_attempts``: each that ended, counted afresh after a retry
+    (:attr:`uncharged_attempts` are the others)."""
     timeout_sec: float = 0.0
     scheduled_at: datetime | None = None
     created_at: datetime | None = None
@@ -181,6 +184,13 @@ class Job:
         """True once the job SUCCEEDED, FAILED or was CANCELLED."""
         return self.state.is_terminal
 
+    @property
+    def uncharged_attempts(self) -> int:
+        """Attempts that ended without being charged against ``max_attempts``: handed back unfinished by
+        their worker (its drain deadline), or made before a retry. Why ``attempts`` may pass it."""
+        running = 1 if self.state is JobState.RUNNING else 0
+        return max(0, self.attempts - self.charged_attempts - running)
+
     @classmethod
     def from_proto(cls, pb: jobs_pb2.Job) -> Job:
         """Build a :class:`Job` from a ``corral.v1.Job`` message."""
@@ -195,6 +205,7 @@ class Job:
             state=JobState.of(pb.state),
             attempts=pb.attempts,
             max_attempts=pb.max_attempts,
+            charged_attempts=pb.charged_attempts,
             timeout_sec=pb.timeout_sec,
             scheduled_at=timestamp_to_datetime(pb.scheduled_at) if pb.HasField("scheduled_at") else None,
             created_at=timestamp_to_datetime(pb.created_at) if pb.HasField("created_at") else None,

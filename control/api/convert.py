@@ -206,6 +206,7 @@ def job(j: JobRecord, payload: struct_pb2.Struct | None = None) -> jobs_pb2.Job:
         state=int(j.state),  # type: ignore[arg-type]
         attempts=j.attempts,
         max_attempts=j.max_attempts,
+        charged_attempts=j.charged_attempts,
         timeout_sec=j.timeout_sec,
         queue_seconds=j.queue_seconds,
         exec_seconds=j.exec_seconds,

@@ -151,7 +151,7 @@ def job_table(job: Job) -> Table:
         ("name", job.name or "-"),
         ("type", job.type),
         ("state", state_text(job.state)),
-        ("attempts", f"{job.attempts}/{job.max_attempts}"),
+        ("attempts", attempts_text(job)),
         ("priority", str(job.priority)),
         ("threads", f"{job.thread_demand} asked, {job.threads_granted} granted"),
         *([("needs", needs(job))] if job.gpu_count or job.memory_mb else []),
@@ -317,6 +317,15 @@ def duration(seconds: float) -> str:
         return f"{hours}h{minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{days}d{hours:02d}h"
+
+
+def attempts_text(job: Job) -> str:
+    """``2/3``, and how many of them were not charged when some were not (``3/1, 2 not charged``): a
+    count past max_attempts otherwise reads as a broken limit."""
+    text = f"{job.attempts}/{job.max_attempts}"
+    if uncharged := job.uncharged_attempts:
+        text += f", {uncharged} not charged (handed back unfinished, or before a retry)"
+    return text
 
 
 def job_line(job: Job) -> Text:

@@ -170,6 +170,7 @@ class Job(_message.Message):
     ESTIMATED_START_TIME_FIELD_NUMBER: _builtins.int
     NOTIFY_FIELD_NUMBER: _builtins.int
     START_WHEN_FIELD_NUMBER: _builtins.int
+    CHARGED_ATTEMPTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -211,6 +212,12 @@ class Job(_message.Message):
     """
     start_when: Global___StartWhen.ValueType
     """What the jobs of depends_on must do before it starts."""
+    charged_attempts: _builtins.int
+    """Output only. The attempts charged against max_attempts: each that ended (succeeded, failed, timed
+    out or was lost), counted afresh after RetryJob. An attempt a worker handed back unfinished (its
+    drain deadline, a runner not started in time) costs nothing: attempts, which counts every lease,
+    may then pass max_attempts.
+    """
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct: ...
     @_builtins.property
@@ -291,10 +298,11 @@ class Job(_message.Message):
         estimated_start_time: _timestamp_pb2.Timestamp | None = ...,
         notify: _abc.Iterable[Global___Notify] | None = ...,
         start_when: Global___StartWhen.ValueType = ...,
+        charged_attempts: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "estimated_start_time", b"estimated_start_time", "finished_at", b"finished_at", "payload", b"payload", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "estimated_start_time", b"estimated_start_time", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_position", b"queue_position", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "start_when", b"start_when", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "charged_attempts", b"charged_attempts", "created_at", b"created_at", "depends_on", b"depends_on", "error", b"error", "estimated_start_time", b"estimated_start_time", "exec_seconds", b"exec_seconds", "finished_at", b"finished_at", "gpu_count", b"gpu_count", "id", b"id", "idempotency_key", b"idempotency_key", "labels", b"labels", "max_attempts", b"max_attempts", "memory_mb", b"memory_mb", "name", b"name", "notify", b"notify", "output", b"output", "owner", b"owner", "payload", b"payload", "priority", b"priority", "queue_position", b"queue_position", "queue_seconds", b"queue_seconds", "ready_at", b"ready_at", "result", b"result", "scheduled_at", b"scheduled_at", "start_when", b"start_when", "started_at", b"started_at", "state", b"state", "thread_demand", b"thread_demand", "threads_granted", b"threads_granted", "timeout_sec", b"timeout_sec", "total_seconds", b"total_seconds", "type", b"type", "waiting_on", b"waiting_on", "worker_id", b"worker_id", "worker_selector", b"worker_selector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -42,6 +42,7 @@ def test_exhausted_attempts_fail_and_retry_job_redrives(control_plane: ControlPr
     job = submit(control_plane, "failing", {"fail_attempts": 3, "message": "boom"}, max_attempts=3)
     failed = wait_done(control_plane, job.id)
     assert (failed.state, failed.attempts, failed.error.code) == (S.FAILED, 3, "ERROR")
+    assert failed.charged_attempts == 3
     stats = control_plane.jobs.GetStats(jobs_pb2.GetStatsRequest())
     assert stats.dead_letter >= 1
     # RetryJob re-drives it with a fresh budget; attempt 4 succeeds
@@ -49,6 +50,8 @@ def test_exhausted_attempts_fail_and_retry_job_redrives(control_plane: ControlPr
     assert again.state in (S.PENDING, S.RUNNING, S.SUCCEEDED)
     done = wait_done(control_plane, job.id)
     assert (done.state, done.attempts) == (S.SUCCEEDED, 4)
+    # 4 attempts of at most 3: the budget was fresh, so only the one since the retry is charged
+    assert (done.charged_attempts, done.max_attempts) == (1, 3)
 
 
 def test_retry_of_a_job_that_did_not_fail_is_refused(control_plane: ControlProc, spawn_worker: Any) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from corral import Client
 from corral.v1 import jobs_pb2
 from tests.conftest import ControlProc, WorkerProc
 from tests.support.calls import submit, wait_done
+from tests.support.cli import corral
 
 S = jobs_pb2.Job
 IMPORT_SEC = 3.0
@@ -41,6 +43,12 @@ def test_a_job_that_waits_past_its_deadline_for_a_replacement_runner_is_handed_b
     assert done.state == S.SUCCEEDED, (done.error.code, done.error.message)
     requeued = [e for e in cp.events("job_requeued") if e.get("job_id") == innocent.id]
     assert requeued and all(e["reason"] == "HANDED_BACK" for e in requeued), requeued
+    # And its record says so: more attempts than max_attempts, of which only the one that ran is charged
+    assert (done.attempts, done.charged_attempts, done.max_attempts) == (1 + len(requeued), 1, 1)
+    with Client(cp.address) as client:
+        assert client.get(innocent.id).uncharged_attempts == len(requeued)
+    shown = corral("get", innocent.id, "--control", cp.address)
+    assert f"{len(requeued)} not charged" in shown.stdout, shown.stdout
 
 
 def test_a_job_that_started_is_still_stopped_at_its_deadline(

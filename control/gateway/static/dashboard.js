@@ -444,7 +444,7 @@
       ["Type", job.type || ""],
       ["State", stateTag(job.state)],
       ["Priority", String(job.priority ?? 0)],
-      ["Attempts", `${job.attempts ?? 0} of ${job.maxAttempts ?? 0}`],
+      ["Attempts", attemptsText(job)],
       ["Threads", `${job.threadDemand ?? 0} asked, ${job.threadsGranted ?? 0} granted`],
       ["Holds", [job.gpuCount ? `${job.gpuCount} GPU${job.gpuCount === 1 ? "" : "s"}` : "",
                  job.memoryMb ? `${job.memoryMb} MiB` : ""].filter(Boolean).join(", ") || "—"],
@@ -809,3 +809,14 @@
 
   start();
 })();
+
+// "2 of 3"; and, when some ended without being charged against the limit (handed back unfinished by a
+// draining worker, or made before a retry), how many: a count past the limit otherwise reads as broken.
+function attemptsText(job) {
+  const attempts = job.attempts ?? 0;
+  const running = job.state === "RUNNING" ? 1 : 0;
+  const uncharged = Math.max(0, attempts - (job.chargedAttempts ?? 0) - running);
+  const text = `${attempts} of ${job.maxAttempts ?? 0}`;
+  return uncharged ? `${text} (${uncharged} not charged: handed back unfinished, or before a retry)` : text;
+}
+
