@@ -25,7 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from corral.v1 import accounts_pb2, accounts_pb2_grpc, admin_pb2, jobs_pb2
 from tests.conftest import wait_until
-from tests.support.upgrade import DERIVED, SUBMITTED, Fixture, as_dict, names, same_times
+from tests.support.upgrade import ANSWERED_SINCE, DERIVED, SUBMITTED, Fixture, as_dict, names, same_times
 
 S = jobs_pb2.Job
 TERMINAL = {S.SUCCEEDED, S.FAILED, S.CANCELLED}
@@ -85,6 +85,8 @@ def test_every_job_reads_back_as_the_old_release_left_it(fixture: Fixture, tmp_p
             else:
                 kept = set(before) | set(after)
             kept -= DERIVED
+            kept -= ANSWERED_SINCE - set(before)
+            assert 0 <= int(after.get("charged_attempts", 0)) <= int(after.get("attempts", 0)), role
             after = same_times(after, before)
             assert {k: after.get(k) for k in kept} == {k: before.get(k) for k in kept}, role
         # and the jobs of a burst cut short by the kill are all there, each where the crash left it

@@ -26,6 +26,10 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "upgrade"
 DERIVED = frozenset({"queue_position", "estimated_start_time", "waiting_on"})
 """Job fields computed from the queue as it is now, not stored: they change as jobs around them run."""
 
+ANSWERED_SINCE = frozenset({"charged_attempts"})
+"""Job fields answered since the kept releases were made: their answers lack them, so each is checked by
+its own rule instead (``charged_attempts``: the count kept in the store, at most ``attempts``)."""
+
 SUBMITTED = frozenset(
     {"id", "name", "type", "payload", "priority", "thread_demand", "max_attempts", "timeout_sec", "scheduled_at"}
     | {"created_at", "idempotency_key", "labels", "owner", "worker_selector", "depends_on", "gpu_count"}
