@@ -18,6 +18,7 @@ from tests.conftest import ControlProc
 from tests.integration.test_rest import Rest, http_port
 from tests.support.calls import submit, wait_done
 from tests.support.old_peers import OldWorker
+from tests.support.signs import signs
 
 BIG = "1" + "0" * 400
 """An integer literal beyond a double's range (about 1.8e308)."""
@@ -138,7 +139,7 @@ def test_a_negative_zero_in_a_result_keeps_its_sign(control_plane: ControlProc) 
     assert got.status == listed.status == watched.status == 200
 
     # Then each number keeps the sign gRPC gives it, -0 written as Go's protojson writes it
-    want = _signs(json_format.MessageToDict(done.result))
+    want = signs(json_format.MessageToDict(done.result))
     assert want == {"z": -1.0, "zs": [-1.0, 1.0, {"deep": want["zs"][2]["deep"]}], "text": "-0.0,", "one": -1.0}
     assert re.search(rb'"z":-0[,}]', got.body), got.body
     for answer in (
@@ -146,19 +147,8 @@ def test_a_negative_zero_in_a_result_keeps_its_sign(control_plane: ControlProc) 
         _numbers(listed.body)["jobs"][0]["result"],
         _numbers(watched.body.splitlines()[-1])["result"]["job"]["result"],
     ):
-        assert _signs(answer) == want, answer
+        assert signs(answer) == want, answer
     assert json.loads(got.body)["result"]["one"] == -1  # integral: no fraction, as before
-
-
-def _signs(value: Any) -> Any:
-    """``value`` with each number replaced by its sign (``copysign(1, x)``: -1.0 for -0.0)."""
-    if isinstance(value, dict):
-        return {k: _signs(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_signs(v) for v in value]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return math.copysign(1.0, value)
-    return value
 
 
 def test_a_negative_zero_in_a_payload_keeps_its_sign(control_plane: ControlProc) -> None:
@@ -179,7 +169,7 @@ def test_a_negative_zero_in_a_payload_keeps_its_sign(control_plane: ControlProc)
         # Then the sign is kept (the store took it as the integer 0 before)
         assert math.copysign(1, stored.fields["z"].number_value) == -1, stored
         assert math.copysign(1, stored.fields["zs"].list_value.values[0].number_value) == -1, stored
-        assert _signs(_numbers(read.body)["payload"]) == {"z": -1.0, "zs": [-1.0, 1.0]}, read.body
+        assert signs(_numbers(read.body)["payload"]) == {"z": -1.0, "zs": [-1.0, 1.0]}, read.body
 
 
 @pytest.mark.parametrize("call", ["ListJobs", "CancelJobs"])

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
 
 import pytest
 
 from control.gateway import protojson
 from corral.errors import InvalidArgument
 from corral.v1 import admin_pb2, jobs_pb2
+from tests.support.signs import signs
 
 BIG = "9" * 400
 """An integer literal beyond a double's range."""
@@ -105,14 +105,6 @@ def test_known_enum_numbers_and_names_in_a_query_pass() -> None:
 
 
 # ---- negative zero ---------------------------------------------------------------------------------
-def _signs(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _signs(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_signs(v) for v in value]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return math.copysign(1.0, value)
-    return value
 
 
 def test_a_negative_zero_keeps_its_sign_and_is_written_as_go_writes_it() -> None:
@@ -120,11 +112,11 @@ def test_a_negative_zero_keeps_its_sign_and_is_written_as_go_writes_it() -> None
     job = jobs_pb2.Job(id="j")
     job.result.update({"z": -0.0, "zs": [-0.0, 0.0, {"deep": -0.0}], "one": -1.0, "small": -0.05})
     out = protojson.to_json(job)
-    assert _signs(out["result"]) == {"z": -1.0, "zs": [-1.0, 1.0, {"deep": -1.0}], "one": -1.0, "small": -1.0}
+    assert signs(out["result"]) == {"z": -1.0, "zs": [-1.0, 1.0, {"deep": -1.0}], "one": -1.0, "small": -1.0}
     assert out["result"]["one"] == -1 and isinstance(out["result"]["one"], int)  # as before
     body = protojson.dumps(out)
     assert re.search(rb'"z":-0[,}]', body) and b'"zs":[-0,0,{"deep":-0}]' in body and b'"small":-0.05' in body
-    assert _signs(json.loads(body, parse_int=float)["result"]) == _signs(out["result"])
+    assert signs(json.loads(body, parse_int=float)["result"]) == signs(out["result"])
 
 
 def test_negative_zero_text_in_strings_is_left_alone() -> None:
