@@ -13,23 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, ControlProc, base_env
+from tests.conftest import ControlProc
 from tests.support.calls import stored
-from tests.support.cli import CORRAL, corral
+from tests.support.cli import corral
 
 
 def _submit_with_stdin(address: str, data: bytes, *args: str) -> subprocess.CompletedProcess[str]:
     """`corral submit noop --payload @- ARGS` with ``data`` (bytes, as they are) on its stdin."""
-    done = subprocess.run(
-        [*CORRAL, "submit", "noop", "--payload", "@-", "--json", *args, "--control", address],
-        cwd=ROOT,
-        env=base_env(),
-        input=data,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+    return corral("submit", "noop", "--payload", "@-", "--json", *args, "--control", address, input=data)
 
 
 def test_the_payload_is_read_from_stdin(control_plane: ControlProc) -> None:

@@ -11,20 +11,25 @@ CORRAL = [sys.executable, "-m", "corral.cli"]
 
 
 def corral(
-    *args: str, timeout: float = 60, env: dict[str, str] | None = None, input: str | None = None
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None, input: str | bytes | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the `corral` command to completion and capture its output; ``env`` adds to the environment,
-    ``input`` is its standard input."""
-    return subprocess.run(
+    ``input`` is its standard input (bytes: sent as they are, for input that is not UTF-8)."""
+    done = subprocess.run(
         [*CORRAL, *args],
         cwd=ROOT,
         env=base_env(env),
         capture_output=True,
-        text=True,
         timeout=timeout,
         check=False,
-        input=input,
+        input=input.encode() if isinstance(input, str) else input,
     )
+    return subprocess.CompletedProcess(done.args, done.returncode, _text(done.stdout), _text(done.stderr))
+
+
+def _text(data: bytes) -> str:
+    """Output as text mode reads it: UTF-8, with universal newlines (a progress bar's \r becomes \n)."""
+    return data.decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
 def into_a_closed_pipe(*args: str) -> tuple[int, str]:
