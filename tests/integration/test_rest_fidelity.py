@@ -13,7 +13,6 @@ import pytest
 from google.protobuf import json_format
 
 from corral.v1 import jobs_pb2
-from corral.v1 import workers_pb2 as pb
 from tests.conftest import ControlProc
 from tests.integration.test_rest import Rest, http_port
 from tests.support.calls import submit, wait_done
@@ -117,14 +116,7 @@ def test_a_negative_zero_in_a_result_keeps_its_sign(control_plane: ControlProc) 
     raw.next("registered")
     job = submit(cp, "noop", max_attempts=1)
     assert [(a.job_id, a.attempt) for a in raw.next("assign").assign.assignments] == [(job.id, 1)]
-    result = pb.JobResult(
-        attempt=pb.AttemptRef(job_id=job.id, attempt=1),
-        outcome=pb.JobResult.SUCCEEDED,
-        result_json='{"z": -0.0, "zs": [-0.0, 0.0, {"deep": -0}], "text": "-0.0,", "one": -1.0}',
-        started_at=1.0,
-        finished_at=2.0,
-    )
-    raw._q.put(pb.WorkerMessage(results=pb.Results(results=[result])))
+    raw.result(job.id, 1, result_json='{"z": -0.0, "zs": [-0.0, 0.0, {"deep": -0}], "text": "-0.0,", "one": -1.0}')
     done = wait_done(cp, job.id)
     raw.close()
     assert done.state == jobs_pb2.Job.SUCCEEDED, done.error

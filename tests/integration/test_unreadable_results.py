@@ -13,7 +13,6 @@ from collections.abc import Callable
 import pytest
 
 from corral.v1 import jobs_pb2
-from corral.v1 import workers_pb2 as pb
 from tests.conftest import ControlProc, WorkerProc
 from tests.support.calls import result, submit, wait_all_done, wait_done
 from tests.support.old_peers import OldWorker
@@ -78,14 +77,7 @@ def test_a_worker_that_sends_a_result_a_struct_cannot_carry_fails_the_attempt_an
     job = submit(cp, "noop", max_attempts=1)
     assert [(a.job_id, a.attempt) for a in raw.next("assign").assign.assignments] == [(job.id, 1)]
     # When it reports the job SUCCEEDED with a result a Struct cannot carry
-    bad = pb.JobResult(
-        attempt=pb.AttemptRef(job_id=job.id, attempt=1),
-        outcome=pb.JobResult.SUCCEEDED,
-        result_json=result_json,
-        started_at=1.0,
-        finished_at=2.0,
-    )
-    raw._q.put(pb.WorkerMessage(results=pb.Results(results=[bad])))
+    raw.result(job.id, 1, result_json=result_json)
     done = wait_done(cp, job.id)
     raw.close()
     # Then the attempt failed, saying why, and nothing of the result was stored

@@ -54,12 +54,14 @@ class OldWorker:
                 return found
         raise AssertionError(f"the stream ended before a {kind} message")
 
-    def result(self, job_id: str, attempt: int, outcome: int = pb.JobResult.SUCCEEDED) -> None:
-        """Report an attempt's end as an old worker does: no ``output``."""
+    def result(
+        self, job_id: str, attempt: int, outcome: int = pb.JobResult.SUCCEEDED, result_json: str = '{"old": true}'
+    ) -> None:
+        """Report an attempt's end as an old worker does: no ``output``; ``result_json`` as it is given."""
         result = pb.JobResult(
             attempt=pb.AttemptRef(job_id=job_id, attempt=attempt),
             outcome=outcome,  # type: ignore[arg-type]
-            result_json='{"old": true}',
+            result_json=result_json,
             started_at=1.0,
             finished_at=2.0,
         )
