@@ -34,6 +34,9 @@ from corral.v1 import jobs_pb2
 MAX_LIST = 1000
 MAX_OWNER = 64
 """No client token's name is longer (control.auth)."""
+RECHECK_SEC = 1.0
+"""How often a stream checks again, before an event, that its credentials still pass (see
+:meth:`JobServicer._passing`)."""
 OFF_LOOP_BYTES = 64 << 10
 """A submission whose payloads take more than this encoded is converted and checked on a worker thread,
 off the event loop that every other call and every worker's heartbeats share: converting a payload costs
@@ -308,8 +311,10 @@ class JobServicer:
         self, request: jobs_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         """Stream the job now and after each committed change, until it ends (UNAVAILABLE when the control plane stops:
-        the job goes on)."""
+        the job goes on; UNAUTHENTICATED once the stream's credentials no longer pass)."""
+        passing = self._passing(context)
         async for job in self.s.feeds.watch(await self._visible(request.id)):
+            passing()
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors
@@ -318,7 +323,8 @@ class JobServicer:
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         """Stream many jobs (``ids``: 1 to 10,000, each once): each now, then after every change, until all have ended;
         with ``ends_only``, each one's terminal state only. An id that names no job, or one the caller may not see, is
-        NOT_FOUND before any event."""
+        NOT_FOUND before any event; UNAUTHENTICATED once the stream's credentials no longer pass."""
+        passing = self._passing(context)
         ids = watched_ids(request.ids)
         check = None
         if self.s.access.isolated:
@@ -328,6 +334,7 @@ class JobServicer:
                 return self.s.access.check_visible(job, principal)
 
         async for job in self.s.feeds.watch_many(ids, request.ends_only, check):
+            passing()
             yield jobs_pb2.JobEvent(job=convert.job(job))
 
     @grpc_errors
@@ -335,8 +342,11 @@ class JobServicer:
         self, request: jobs_pb2.WatchOutputRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.OutputChunk]:
         """Stream what the job prints, through its retries, until it ends: the end of what it printed so far (an empty
-        chunk when nothing yet), then each new piece; an ended job gets its stored output."""
+        chunk when nothing yet), then each new piece; an ended job gets its stored output. UNAUTHENTICATED once the
+        stream's credentials no longer pass."""
+        passing = self._passing(context)
         async for chunk in self.s.feeds.watch_output(await self._visible(request.id)):
+            passing()
             yield jobs_pb2.OutputChunk(attempt=chunk.attempt, offset=chunk.offset, text=chunk.text)
 
     @grpc_errors
@@ -344,12 +354,15 @@ class JobServicer:
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[jobs_pb2.JobEvent]:
         """Submit one job as :meth:`SubmitJob` does and stream it as :meth:`WatchJob` does, from the job as committed
-        (for a replayed key, the job the key made); ending the stream early leaves the job to run."""
+        (for a replayed key, the job the key made); ending the stream early leaves the job to run. UNAUTHENTICATED once
+        the stream's credentials no longer pass (the job goes on)."""
+        passing = self._passing(context)
         sub = await self._submission(request, _metadata(context, "idempotency-key"))
         (accepted,) = await self.s.intake.submit([sub], client=self._client(context), owner=PRINCIPAL.get() or "")
         payload = await self._payload(accepted)  # made once for all the events: the payload does not change
         # JobFeeds.watch subscribes before it reads the job: no change after the commit goes unheard.
         async for job in self.s.feeds.watch(accepted.id, budgeted=False):
+            passing()
             yield jobs_pb2.JobEvent(job=convert.job(job, payload))
 
     @grpc_errors
@@ -375,6 +388,29 @@ class JobServicer:
 
         async for event in RunJobsStream(self.s, submit).events(requests):
             yield event
+
+    def _passing(self, context: grpc.aio.ServicerContext) -> Callable[[], None]:
+        """A check that a long stream calls before each event: it raises Unauthenticated once the credentials
+        the stream opened with no longer name its caller (a token removed, a login ended or expired, an
+        account deleted), so that a leaked login whose logins were all ended reads nothing more. Checked
+        at most every RECHECK_SEC: a WatchJobs of 10,000 jobs would otherwise check each event."""
+        auth = self.auth if self.auth is not None and self.auth.client_auth else None
+        if auth is None:
+            return _always
+        authorization = _metadata(context, "authorization") or None
+        owner = PRINCIPAL.get() or ""
+        checked = time.monotonic()
+
+        def passing() -> None:
+            nonlocal checked
+            now = time.monotonic()
+            if now - checked < RECHECK_SEC:
+                return
+            checked = now
+            if (auth.authenticate(Role.CLIENT, authorization) or "") != owner:
+                raise Unauthenticated("the stream's credentials now name another caller: open a new stream")
+
+        return passing
 
     @grpc_errors
     async def GetStats(self, request: jobs_pb2.GetStatsRequest, context: grpc.aio.ServicerContext) -> jobs_pb2.Stats:
@@ -425,3 +461,7 @@ def _selection_text(request: jobs_pb2.CancelJobsRequest | jobs_pb2.RetryJobsRequ
     if isinstance(request, jobs_pb2.RetryJobsRequest) and request.error_code:
         parts.append(f"error_code={request.error_code}")
     return "jobs: " + (", ".join(parts) if parts else "all")
+
+
+def _always() -> None:
+    """The check of a stream when no caller needs credentials."""
