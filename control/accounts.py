@@ -27,10 +27,16 @@ share go by it.
   :data:`MAX_FAILURES` failures for one name within :data:`FAILURE_WINDOW_SEC`, that name is refused
   (RESOURCE_EXHAUSTED, with the time to wait) until the oldest failure leaves the window. An attempt
   counts as a failure from its start until it succeeds, so a burst of guesses sent at once is held to
-  the same number. A name that breaks the name rule (:func:`check_name`) cannot be an account's: it is
-  refused at once and kept nowhere, so that names of megabytes cannot fill memory. A login whose
-  password was checked while the account's password changed is refused: it was checked against a
-  password that is no longer the account's.
+  the same number; but one whose password was never checked (refused because the hashing queue is
+  full, or given up by its caller before its hash ran) counts for nothing once it ends, so that
+  attempts costing no hash cannot lock a name, nor fill the table. The table holds
+  :data:`MAX_TRACKED` names at most: when full, it drops the names whose failures have all left the
+  window, then names not locked, never a locked one; when every name in it is locked, a new name goes
+  untracked (not locked) until a lock lapses. A name that breaks the name rule (:func:`check_name`)
+  cannot be an account's: it is refused at once (INVALID_ARGUMENT, the rule being public) and kept
+  nowhere, so that names of megabytes cannot fill memory. A login whose password was checked while
+  the account's password changed is refused: it was checked against a password that is no longer the
+  account's.
 * A change (a registration, a new password, a deletion, new keys) counts from the moment it is
   durable: memory follows the store only once the store has committed it, so that what a caller saw
   (a new password accepted, old logins refused) is never undone by a crash before that commit. The
@@ -38,14 +44,20 @@ share go by it.
   or two registrations of one name, cannot cross between their check and their commit.
 
 A login's signature is checked at the first call that sends it (about 40 µs); the decoded login is
-then kept (4,096 at most, until it expires), so later calls cost a dict probe.
+then kept (4,096 at most, until it expires), so later calls cost a dict probe. A login is accepted in
+the one spelling it was issued in: three base64url parts without padding, each the canonical encoding
+of its bytes (the JWT library would also take padding, or other values of the spare bits of a part's
+last character).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import os
+import re
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection
@@ -65,6 +77,7 @@ from corral.errors import AlreadyExists, InvalidArgument, NotFound, RateLimited,
 __all__ = [
     "FAILURE_WINDOW_SEC",
     "MAX_FAILURES",
+    "MAX_TRACKED",
     "MAX_WAITING",
     "Accounts",
     "LoginGrant",
@@ -82,6 +95,9 @@ MAX_FAILURES = 5
 FAILURE_WINDOW_SEC = 60.0
 MAX_WAITING = 64
 """Hashings that may wait for the hashing threads at once."""
+MAX_TRACKED = 100_000
+"""Names whose failures are tracked at once (see :meth:`Accounts._fail`)."""
+_TOKEN_FORM = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 _ISSUER = "corral"
 _ALGORITHM = "HS256"
 _KEY_BYTES = 32
@@ -158,6 +174,10 @@ class Accounts:
         self._accounts = {a.name: a for a in store.load_accounts()}
         self._verified: OrderedDict[str, _Verified] = OrderedDict()
         self._failures: dict[str, deque[float]] = {}
+        self.max_tracked = MAX_TRACKED
+        """Names the failure table holds at most (tests make it small)."""
+        self._no_room_until = float("-inf")
+        """Until when (monotonic) every name in a full table is locked: new names go untracked without a sweep."""
         self._hasher = ThreadPoolExecutor(
             max_workers=max(1, (os.cpu_count() or 2) // 2), thread_name_prefix="password-hash"
         )
@@ -272,20 +292,28 @@ class Accounts:
         """The account when ``password`` is its password.
 
         Raises:
+            InvalidArgument: ``name`` breaks the name rule (no account has such a name, and the rule is
+                public, so saying so tells nothing; it costs no hash, and counting its failures would keep
+                the name: megabytes each, for any caller without credentials).
             Unauthenticated: no such account, or another password (the same words for both).
-            RateLimited: too many failures for ``name`` lately.
+            RateLimited: too many failures for ``name`` lately, or the hashing queue is full.
         """
-        if not PRINCIPAL_NAME.fullmatch(name):
-            # No account has such a name (the rule is public, so refusing at once tells nothing), and
-            # counting its failures would keep the name: megabytes each, for any caller without credentials.
-            raise Unauthenticated("wrong name or password")
+        check_name(name)
         self._check_throttle(name)
-        self._fail(name)  # until it succeeds: guesses sent together count before any of them is checked
+        self._check_room()  # refused before it counts: an attempt that checks nothing is no failure
+        # Until it succeeds: guesses sent together count before any of them is checked.
+        stamp = self._fail(name)
         raw = password.encode("utf-8", "surrogatepass")
         entry = self._accounts.get(name)
-        hashed = entry.password_hash.encode() if entry is not None else await asyncio.wrap_future(self._decoy)
-        # bcrypt reads 72 bytes at most; a longer attempt cannot be any stored password.
-        matches = await self._run(bcrypt.checkpw, raw[:MAX_PASSWORD_BYTES], hashed)
+        try:
+            hashed = entry.password_hash.encode() if entry is not None else await asyncio.wrap_future(self._decoy)
+            # bcrypt reads 72 bytes at most; a longer attempt cannot be any stored password.
+            matches = await self._run(bcrypt.checkpw, raw[:MAX_PASSWORD_BYTES], hashed)
+        except BaseException:
+            # Refused by a full queue, or its caller went away (a hash not yet started is then dropped):
+            # either way the caller learns nothing of the password, so the attempt counts for nothing.
+            self._unfail(name, stamp)
+            raise
         matches = matches and len(raw) <= MAX_PASSWORD_BYTES
         # Deleted, or given a new password, while we checked: the password checked is not the account's
         # now, and a login signed for the account as it is now would outlive the change it raced.
@@ -300,6 +328,9 @@ class Accounts:
         """A signed login for ``name`` when ``password`` is its password (see :meth:`check_password`)."""
         try:
             entry = await self.check_password(name, password)
+        except InvalidArgument:
+            self._count("refused")  # not logged: it cost nothing, so a flood of them would cost the log only
+            raise
         except RateLimited:
             self._count("throttled")
             raise
@@ -341,6 +372,8 @@ class Accounts:
         return seen.name
 
     def _decode(self, token: str) -> _Verified:
+        if not _canonical(token):
+            raise Unauthenticated("invalid token")
         try:
             claims = jwt.decode(
                 token,
@@ -408,10 +441,53 @@ class Accounts:
                 wait,
             )
 
-    def _fail(self, name: str) -> None:
-        if len(self._failures) >= 100_000:  # a spray of made-up names cannot grow this without bound
-            self._failures.clear()
-        self._failures.setdefault(name, deque(maxlen=MAX_FAILURES)).append(self._clock.monotonic())
+    def _fail(self, name: str) -> float | None:
+        """Count a failure of ``name`` now; returns its time, or None when the table had no room for a new
+        name (every name in it is locked: see the module docstring)."""
+        now = self._clock.monotonic()
+        failures = self._failures.get(name)
+        if failures is None:
+            if len(self._failures) >= self.max_tracked and not self._make_room(now):
+                return None
+            failures = self._failures[name] = deque(maxlen=MAX_FAILURES)
+        failures.append(now)
+        return now
+
+    def _make_room(self, now: float) -> bool:
+        """Drop names from the full table, the ones whose failures have all left the window first, then the
+        ones not locked (oldest first), down to nine tenths, so that the sweep is paid once for many new
+        names; never a locked one. Whether there is room for a new name now."""
+        if now < self._no_room_until:
+            return False
+        horizon = now - FAILURE_WINDOW_SEC
+        for name, failures in list(self._failures.items()):
+            while failures and failures[0] <= horizon:
+                failures.popleft()
+            if not failures:
+                del self._failures[name]
+        target = min(self.max_tracked - 1, self.max_tracked * 9 // 10)
+        if len(self._failures) > target:
+            unlocked = [name for name, failures in self._failures.items() if len(failures) < MAX_FAILURES]
+            for name in unlocked[: len(self._failures) - target]:
+                del self._failures[name]
+        if len(self._failures) < self.max_tracked:
+            return True
+        # Every name is locked: none may go, and none is droppable before the first of them lapses.
+        self._no_room_until = min(failures[0] for failures in self._failures.values()) + FAILURE_WINDOW_SEC
+        return False
+
+    def _unfail(self, name: str, stamp: float | None) -> None:
+        """Take back the failure :meth:`_fail` counted at ``stamp`` (an attempt that checked nothing)."""
+        failures = self._failures.get(name)
+        if stamp is None or failures is None:
+            return
+        try:
+            failures.remove(stamp)
+        except ValueError:  # it left the window meanwhile, or a success cleared the name
+            return
+        if not failures:
+            del self._failures[name]
+        self._no_room_until = float("-inf")  # a name may have come unlocked: the next sweep may find room
 
     def _count(self, outcome: str) -> None:
         if self.on_login is not None:
@@ -420,9 +496,12 @@ class Accounts:
     async def _hash(self, raw: bytes) -> str:
         return (await self._run(bcrypt.hashpw, raw, bcrypt.gensalt(self.rounds))).decode()
 
-    async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
+    def _check_room(self) -> None:
         if self._hashing >= self.max_waiting:
             raise RateLimited("too many logins and password changes at once: try again in 1 s", 1.0)
+
+    async def _run(self, fn: Callable[..., _T], *args: object) -> _T:
+        self._check_room()
         self._hashing += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self._hasher, fn, *args)
@@ -432,3 +511,17 @@ class Accounts:
     def close(self) -> None:
         """Stop the hashing threads without waiting: hashings not yet started are cancelled."""
         self._hasher.shutdown(wait=False, cancel_futures=True)
+
+
+def _canonical(token: str) -> bool:
+    """Whether ``token`` is three base64url parts without padding, each the one encoding of its bytes."""
+    if not _TOKEN_FORM.fullmatch(token):
+        return False
+    for part in token.split("."):
+        try:
+            raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        except (binascii.Error, ValueError):
+            return False
+        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != part:
+            return False
+    return True

@@ -1,7 +1,7 @@
 """AccountServicer: registering, logging in, and managing accounts (control.accounts).
 
 Who manages accounts (registers them where registration is closed, and the accounts of the names in
-CORRAL_AUTH_ADMINS where it is open, lists them, resets another's password, deletes another's
+CORRAL_AUTH_ADMINS or CORRAL_GROUPS where it is open, lists them, resets another's password, deletes another's
 account): the principals in CORRAL_AUTH_ADMINS, and, with
 CORRAL_JOB_VISIBILITY=all (no admins there), the holders of configured client tokens, who run the
 control plane. A logged-in account manages only itself.
@@ -74,6 +74,21 @@ class AccountServicer:
         """Whether ``name`` is an account's or a configured client token's already."""
         return accounts.get(name) is not None or name in accounts.reserved()
 
+    def _check_not_privileged(self, name: str) -> None:
+        """PERMISSION_DENIED for a name that open registration may not take: an admin's or a group member's."""
+        how = "an admin's client token or login"
+        if name in self.access.admins:
+            raise PermissionDenied(
+                f"{name!r} is named in CORRAL_AUTH_ADMINS: an admin's account is created by one who manages "
+                f"accounts ({how}), not by registering"
+            )
+        group = self.access.group_of.get(name)
+        if group is not None:
+            raise PermissionDenied(
+                f"{name!r} is a member of the group {group!r} in CORRAL_GROUPS: a group member's account is "
+                f"created by one who manages accounts ({how}), not by registering"
+            )
+
     def _account(self, entry: AccountEntry) -> accounts_pb2.Account:
         name = entry.name
         return convert.account(entry, self.access.group_of.get(name, ""), name in self.access.admins)
@@ -85,24 +100,18 @@ class AccountServicer:
     ) -> accounts_pb2.Account:
         """Create an account; answers it once stored. With CORRAL_ACCOUNTS=open anyone may, else only those who manage
         accounts; ALREADY_EXISTS for a name an account or a client token has, and, unless the caller manages accounts,
-        for one that still owns jobs. A name in CORRAL_AUTH_ADMINS is an admin's, which only those who manage accounts
-        may create, even with open registration."""
+        for one that still owns jobs. A name in CORRAL_AUTH_ADMINS is an admin's, and one CORRAL_GROUPS lists is its
+        group's member's: only those who manage accounts may create them, even with open registration."""
         accounts = self._on()
         caller = PRINCIPAL.get()
         if not accounts.open:
             self._check_manages(caller, "register accounts (CORRAL_ACCOUNTS=admin)")
-        elif (
-            request.name in self.access.admins
-            and not self._is_taken(accounts, request.name)
-            and not self._manages(caller)
-        ):
-            # Whoever came first would be an admin: see every job, reset everyone's password. That includes
-            # an admin's name whose account was deleted, and one that the operator has not registered yet.
-            # (A name taken already, by a token or an account, gets the ALREADY_EXISTS of any taken name.)
-            raise PermissionDenied(
-                f"{request.name!r} is named in CORRAL_AUTH_ADMINS: an admin's account is created by one who manages "
-                "accounts (an admin's client token or login), not by registering"
-            )
+        elif not self._is_taken(accounts, request.name) and not self._manages(caller):
+            # Whoever came first would be an admin (see every job, reset everyone's password), or a member of the
+            # group (see and cancel its jobs, share its fair share). That includes such a name whose account was
+            # deleted, and one that the operator has not registered yet. (A name taken already, by a token or an
+            # account, gets the ALREADY_EXISTS of any taken name.)
+            self._check_not_privileged(request.name)
         # One who manages accounts may take a name that still owns jobs (a hand-over); open registration may not.
         by_admin = not accounts.open or self._manages(caller)
         return self._account(await accounts.register(request.name, request.password, by_admin=by_admin))
@@ -113,7 +122,9 @@ class AccountServicer:
         self, request: accounts_pb2.LoginRequest, context: grpc.aio.ServicerContext
     ) -> accounts_pb2.LoginResponse:
         """A signed login token for a name and password, with when it expires and the account. A wrong name and a wrong
-        password get the same UNAUTHENTICATED; repeated failures for one name, RESOURCE_EXHAUSTED."""
+        password get the same UNAUTHENTICATED; repeated failures for one name, RESOURCE_EXHAUSTED. A name that breaks
+        the name rule gets INVALID_ARGUMENT naming the field: no account can have it, and its refusal costs no hash,
+        so for a caller without credentials it is not recorded (only the outcomes that took a hash are)."""
         grant = await self._on().login(request.name, request.password)
         out = accounts_pb2.LoginResponse(token=grant.token, account=self._account(grant.account))
         convert.set_time(out.expire_time, grant.expires_at)

@@ -85,7 +85,7 @@ def test_a_rest_watch_stream_ends_once_its_login_ends(site: tuple[ControlProc, s
     conn.request("GET", f"/v1/jobs/{job.id}:watch", headers={"Authorization": f"Bearer {token}"})
     reply = conn.getresponse()
     assert reply.status == 200
-    states = []
+    states: list[str] = []
     while "RUNNING" not in states:
         line = reply.readline()
         assert line, states

@@ -127,11 +127,21 @@ def test_a_new_password_or_a_deleted_account_ends_earlier_logins(accounts: Accou
 def test_a_wrong_name_and_a_wrong_password_get_the_same_answer(accounts: Accounts) -> None:
     run(accounts.register("alice", PASSWORD))
     messages = set()
-    for name, password in (("alice", "not it at all"), ("mallory", PASSWORD), ("", ""), ("alice", PASSWORD + "x")):
+    for name, password in (
+        ("alice", "not it at all"),
+        ("mallory", PASSWORD),
+        ("mallory", ""),
+        ("alice", PASSWORD + "x"),
+    ):
         with pytest.raises(Unauthenticated) as caught:
             login(accounts, name, password)
         messages.add(caught.value.message)
     assert messages == {"wrong name or password"}
+    # A name no account can have (the rule is public) is refused as such: it tells nothing, and costs no hash.
+    for name in ("", "al ice", "a" * 65):
+        with pytest.raises(InvalidArgument) as refused:
+            login(accounts, name, PASSWORD)
+        assert refused.value.field == "name"
 
 
 def test_a_password_past_72_bytes_is_refused_and_never_matches_its_first_72(accounts: Accounts) -> None:
