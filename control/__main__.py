@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -20,6 +22,8 @@ from control.app import ControlPlane, StartFailed
 from control.config import ConfigError, ControlConfig
 from corral import event_loop, gc_tuning, logs, open_files
 from corral.cli.config_check import add_check_flag, add_setting_flags, check, flag_environ, flagged_fields
+
+logger = logging.getLogger(__name__)
 
 EXIT_STORE_FAILED = 3
 """Exit status when the store could not be written (see ControlPlane._refresh_readiness)."""
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(config.log_level, config.log_format)
     open_files.raise_soft_limit()
+    config = _fit_http_connections(config)
     gc_tuning.apply()
     try:
         code: int = event_loop.run(
@@ -134,6 +139,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral control: cannot start: {exc}", file=sys.stderr)
         return 1
     return code
+
+
+def _fit_http_connections(config: ControlConfig) -> ControlConfig:
+    """``config`` with its HTTP connection cap lowered to what the open-file limit holds, said at warning
+    level: REST watch streams filled the descriptors otherwise, and workers, gRPC clients and even the
+    probes got nothing (the cap exists to keep those for them)."""
+    fitted = open_files.fitted_http_connections(config.http_max_connections)
+    if fitted == config.http_max_connections:
+        return config
+    logger.warning(
+        logs.HTTP_CONNECTIONS_LOWERED,
+        extra={
+            "configured": config.http_max_connections or "no cap",
+            "lowered_to": fitted,
+            "open_files": open_files.soft_limit(),
+            "kept_for_the_rest": open_files.CONTROL_RESERVE,
+            "fix": "raise the open-file limit (ulimit -Hn, LimitNOFILE=) or lower CORRAL_HTTP_MAX_CONNECTIONS",
+        },
+    )
+    return dataclasses.replace(config, http_max_connections=fitted)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ import resource
 
 __all__ = [
     "CONNECT_RESERVE",
+    "CONTROL_RESERVE",
     "PER_RUNNER",
     "WORKER_BASE",
+    "fitted_http_connections",
     "hard_limit",
     "in_use",
     "inherited",
@@ -45,6 +47,13 @@ CONNECT_RESERVE = 32
 """Descriptors a worker keeps free to open a channel to the control plane: gRPC aborts the process
 when it cannot get one there. Also what a runner replacement takes for a moment (two pipes, a pidfd,
 and the pipe through which a failed exec reports)."""
+
+CONTROL_RESERVE = 320
+"""Descriptors a control plane keeps apart from its HTTP connections: the interpreter's, the store's
+files and the event loop's, gRPC's listeners, and a socket for each worker and gRPC client (about 256
+of them), which REST connections must not be able to take."""
+HTTP_PROBE_RESERVE = 16
+"""The connections past the HTTP cap that serve probes and /metrics only (control.gateway)."""
 
 _unlimited = resource.RLIM_INFINITY
 _inherited: int | None = None
@@ -105,6 +114,17 @@ def spare() -> int:
         if exc.errno in (errno.EMFILE, errno.ENFILE):  # listing /proc/self/fd takes a descriptor too
             return 0
         return CONNECT_RESERVE * 1024  # no /proc to count with: let the connection tell
+
+
+def fitted_http_connections(configured: int) -> int:
+    """The HTTP connection cap the control plane can hold within its soft limit (raised as it started):
+    ``configured`` (0: no cap), lowered so that the connections it admits, and the probes' reserve past
+    them, leave :data:`CONTROL_RESERVE` descriptors to workers, gRPC clients and the store. At least 1."""
+    soft = soft_limit()
+    if soft == _unlimited:
+        return configured
+    room = max(1, soft - CONTROL_RESERVE - HTTP_PROBE_RESERVE)
+    return room if configured == 0 or configured > room else configured
 
 
 def needed_by_worker(slots: int) -> int:

@@ -118,7 +118,7 @@ def test_a_control_plane_answers_more_clients_at_once_than_its_soft_limit_holds(
         # When 600 REST clients connect and each asks for /healthz, keeping its connection
         sockets += [socket.create_connection(("127.0.0.1", cp.http_port)) for _ in range(600)]
         for sock in sockets:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: corral\r\n\r\n")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         # Then every one of them is answered (before: about 230 were, the others waited in the listen
         # queue until earlier connections closed, "socket.accept() out of system resource")
         answered = _answers(sockets, within=30.0)
@@ -147,3 +147,39 @@ def _answers(socks: list[socket.socket], within: float) -> int:
                 sel.unregister(sock)
                 got += sock.recv(64).startswith(b"HTTP/1.1 200")
     return got
+
+
+def test_the_http_cap_is_lowered_to_fit_the_open_file_limit_and_grpc_keeps_its_descriptors(
+    tmp_path: Path, sockets: list[socket.socket]
+) -> None:
+    # Given a control plane whose hard open-file limit (1,024) cannot hold the default HTTP cap (1,000)
+    # and its workers and gRPC clients besides
+    own = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(own[0], 4096), own[1]))  # this test's 1,000 sockets
+    env = {**FAST_ENV, "CORRAL_HTTP_HEADER_TIMEOUT_SEC": "120"}
+    cp = ControlProc(tmp_path, env, open_files=(1024, 1024))
+    cp.start()
+    try:
+        # Then it says at start that it lowered the cap, and to what
+        (lowered,) = cp.events("http_connections_lowered")
+        cap = lowered["lowered_to"]
+        assert (lowered["configured"], cap) == (1000, 1024 - 320 - 16)
+        # When 1,000 REST clients connect and each asks for the stats, keeping its connection
+        sockets += [socket.create_connection(("127.0.0.1", cp.http_port)) for _ in range(1000)]
+        for sock in sockets:
+            sock.sendall(b"GET /v1/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        # Then the cap's worth are answered, the others refused (503), and gRPC clients and the probes
+        # still get through (before: the REST connections took every descriptor, and gRPC calls and
+        # /healthz got no answer until they closed)
+        assert _answers(sockets, within=30.0) == cap
+        with grpc.insecure_channel(cp.address) as channel:
+            stats = jobs_pb2_grpc.JobServiceStub(channel).GetStats(jobs_pb2.GetStatsRequest(), timeout=10)
+        assert stats.queue_depth == 0
+        probe = socket.create_connection(("127.0.0.1", cp.http_port))
+        sockets.append(probe)
+        probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert _answers([probe], within=10.0) == 1
+    finally:
+        cp.stop(signal.SIGKILL)
+        cp.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, own)
