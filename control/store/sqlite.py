@@ -113,6 +113,16 @@ _T = TypeVar("_T")
 CHECKPOINT_SEC = 1.0
 """How often the write-ahead log is copied back into the database file."""
 
+WAL_LIMIT_BYTES = 64 << 20
+"""The write-ahead log is cut back to this size once a checkpoint has copied all of it (SQLite's
+``journal_size_limit``): it stays at its largest otherwise, after a spell in which it grew."""
+
+WAL_WARN_BYTES = 256 << 20
+"""A write-ahead log this large that checkpoints cannot copy back (a reader holds an old snapshot) is
+logged as ``store_checkpoint_blocked``, at most every WAL_WARN_EVERY_SEC."""
+
+WAL_WARN_EVERY_SEC = 60.0
+
 FILES_CHECK_SEC = 0.25
 """How often the store looks whether its files are still the ones it opened (see :meth:`SQLiteStore._lost`)."""
 
@@ -261,7 +271,38 @@ def _connect(path: str, sync: str) -> sqlite3.Connection:
     conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
     # Checkpoints (which sync) run on the reader's thread, never inside a commit on the event loop.
     conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
     return conn
+
+
+def checkpoint(conn: sqlite3.Connection, path: str, warned_at: float) -> float:
+    """Copy what it can of the write-ahead log back into the database (PASSIVE: it waits for nobody).
+    When a reader holds a snapshot older than the log's end, the log cannot be copied past it, nor
+    restarted, and grows with every commit until the disk is full, which then stops the control plane
+    with a message about the disk only: so a blocked log past WAL_WARN_BYTES is logged, naming the likely
+    cause. Returns when it last warned (``warned_at``, or now)."""
+    _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    if frames <= copied:
+        return warned_at
+    try:
+        size = os.path.getsize(path + "-wal")
+    except OSError:
+        return warned_at
+    now = time.monotonic()
+    if size < WAL_WARN_BYTES or now - warned_at < WAL_WARN_EVERY_SEC:
+        return warned_at
+    logger.warning(
+        "store_checkpoint_blocked",
+        extra={
+            "db": path,
+            "wal_mb": round(size / (1 << 20), 1),
+            "frames_behind": frames - copied,
+            "cause": "a reader holds an old snapshot open: a long query or transaction in another process "
+            "(a sqlite3 shell, a backup tool, a monitoring script)",
+            "consequence": "the write-ahead log grows with every commit until that reader ends",
+        },
+    )
+    return now
 
 
 def _account_row(entry: AccountEntry) -> tuple[str, str, str, float, float]:
@@ -322,6 +363,7 @@ class SQLiteStore:
         conn = _connect(self.path, self.sync)
         try:
             last = time.monotonic()
+            warned_at = float("-inf")
             while not self._stop.wait(FILES_CHECK_SEC):
                 if self._error is None and (lost := self._lost()):
                     self._files_lost(conn, lost)
@@ -330,7 +372,7 @@ class SQLiteStore:
                     continue
                 last = time.monotonic()
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    warned_at = checkpoint(conn, self.path, warned_at)
                 except sqlite3.Error:
                     logger.exception("store_checkpoint_failed")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
