@@ -24,6 +24,10 @@ such clients hold a thousand (slowloris). So, on each connection:
   healthy control plane. Once the reserve is taken too, a connection is answered that 503 at once and
   closed, before it is read.
 
+A request the HTTP parser cannot read (a header over 8 KiB, too many headers, a Content-Length that is
+not a number) is answered 400 as the bridge answers errors, and logged as one warning a minute at most
+(:class:`Throttled`), with no traceback: any client can send one at will.
+
 A connection past a deadline is aborted (closed with a reset), so its descriptor is free at once, where
 a graceful close would first wait for the client to read what is left to send. Nothing is lost by it
 but such a leftover: the client owed a request, or the rest of one.
@@ -46,12 +50,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError
 from aiohttp.streams import StreamReader
 from aiohttp.typedefs import Handler
 
 from control.api.interceptors import request_id
 from control.gateway import protojson
 from control.gateway.status import RpcFailure
+from corral.open_files import HTTP_PROBE_RESERVE
 
 if TYPE_CHECKING:
     import ssl
@@ -64,8 +70,9 @@ HANDLER_ARGS: dict[str, Any] = {"access_log": None}
 """What aiohttp's request handlers are made with, by the runner and by :class:`GuardedSite` alike: no
 access log (the gateway counts requests in its metrics)."""
 
-PROBE_RESERVE = 16
-"""Connections past the cap that may be opened for :data:`PROBE_PATHS` only."""
+PROBE_RESERVE = HTTP_PROBE_RESERVE
+"""Connections past the cap that may be opened for :data:`PROBE_PATHS` only (the control plane fits the
+cap and these to its open-file limit: :func:`corral.open_files.fitted_http_connections`)."""
 PROBE_HEADER_SEC = 1.0
 """How long a connection of the reserve may take to send its request's headers (a probe sends them at
 once), when CORRAL_HTTP_HEADER_TIMEOUT_SEC is longer: the reserve is small, and the client told to retry."""
@@ -74,6 +81,8 @@ PROBE_PATHS = frozenset({"/healthz", "/readyz", "/health", "/ready", "/metrics"}
 
 FULL_WARNING_EVERY_SEC = 60.0
 """A flood of refused connections is logged once a minute at most, with how many were refused."""
+NO_STORE = {"Cache-Control": "no-store"}
+"""On every answer of the bridge, its errors too: a response may hold a token, a payload or a result."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +111,9 @@ class HttpLimits:
         )
 
 
+UNREADABLE_EVENT = "http_request_unreadable"
+"""The log event of a request the HTTP parser refused (a header over 8 KiB, too many headers, ...)."""
+
 REQUEST_ID_HEADER = "X-Request-ID"
 """The header that carries a request's id, given (``control.api.interceptors.request_id``) or made."""
 
@@ -126,9 +138,34 @@ def _full_answer() -> bytes:
     body = protojson.dumps(failure.to_json())
     head = (
         f"HTTP/1.1 {failure.http_status} Service Unavailable\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+class Throttled:
+    """An event that any client can cause at will (a request refused before it is served): logged as a
+    warning once every ``every_sec`` at most, with how many times it happened since the last warning
+    (``times``, this one included); the times in between at debug level. So a flood of such requests
+    is one line a minute, and no traceback, rather than an error-level entry for each."""
+
+    def __init__(self, event: str, log: logging.Logger, every_sec: float = FULL_WARNING_EVERY_SEC) -> None:
+        self.event = event
+        self.log = log
+        self.every_sec = every_sec
+        self._times = 0
+        self._warn_after = 0.0
+
+    def __call__(self, **extra: Any) -> None:
+        """One more time, with what to say of it (``extra``: the log line's fields)."""
+        self._times += 1
+        now = time.monotonic()
+        if now < self._warn_after:
+            self.log.debug(self.event, extra=extra)
+            return
+        self._warn_after = now + self.every_sec
+        self.log.warning(self.event, extra={**extra, "times": self._times})
+        self._times = 0
 
 
 class Admission:
@@ -186,6 +223,7 @@ class GuardedHandler(web.RequestHandler):
         "_last_byte_at",
         "_limits",
         "_owed_body",
+        "_unreadable_log",
         "probes_only",
     )
 
@@ -199,11 +237,14 @@ class GuardedHandler(web.RequestHandler):
         loop: asyncio.AbstractEventLoop,
         limits: HttpLimits,
         admission: Admission,
+        unreadable_log: Throttled | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, loop=loop, **kwargs)
         self._limits = limits
         self._admission = admission
+        self._unreadable_log = unreadable_log or Throttled(UNREADABLE_EVENT, logger)
+        """Logs the requests that could not be read (shared by the site's connections)."""
         self._admitted = False
         self.probes_only = False
         """Admitted in the probes' reserve: :data:`PROBE_PATHS` only, one request (see :func:`headers_in`)."""
@@ -230,15 +271,30 @@ class GuardedHandler(web.RequestHandler):
         that is not a number, a Content-Encoding it cannot undo, bytes that are not HTTP), made as the bridge
         answers every failed call: a ``google.rpc.Status`` JSON with an ``X-Request-ID``. aiohttp's text
         echoed the client's bytes back and, for an encoding whose library is missing, told the client what
-        to install on the server."""
-        super().handle_error(request, status, exc, message)  # logs it; raises when an answer is under way
+        to install on the server.
+
+        Logging: a request the parser refused (a 4xx: any client can send one at will) is the
+        ``http_request_unreadable`` warning, once a minute at most (:class:`Throttled`), without a
+        traceback or the client's bytes; bytes that are not HTTP at all are at debug level, as aiohttp
+        has them. aiohttp logged each of them at error level with the parser's traceback. A server
+        error (5xx: a handler that failed) is logged by aiohttp as before, with its traceback."""
+        said = _unreadable(status, exc, message)
+        if status >= 500 or not isinstance(exc, HttpProcessingError | None):
+            super().handle_error(request, status, exc, message)  # logs it; raises when an answer is under way
+        else:
+            if isinstance(exc, BadHttpMethod):  # TLS or a scanner's bytes on the HTTP port
+                logger.debug(UNREADABLE_EVENT, extra={"peer": request.remote, "status": status, "reason": said})
+            else:
+                self._unreadable_log(peer=request.remote, status=status, reason=said)
+            if request.writer.output_size > 0:  # as aiohttp's: the connection is broken
+                raise ConnectionError("Response is sent already, cannot send another response with the error message")
         code = grpc.StatusCode.INTERNAL if status >= 500 else grpc.StatusCode.INVALID_ARGUMENT
-        failure = RpcFailure(code, _unreadable(status, exc, message))
+        failure = RpcFailure(code, said)
         response = web.Response(
             status=status,
             body=protojson.dumps(failure.to_json()),
             content_type="application/json",
-            headers={REQUEST_ID_HEADER: request_id(None)},
+            headers={REQUEST_ID_HEADER: request_id(None), **NO_STORE},
         )
         response.force_close()
         return response
@@ -378,7 +434,7 @@ async def headers_in(request: web.Request, handler: Handler) -> web.StreamRespon
                     status=FULL_FAILURE.http_status,
                     body=protojson.dumps(FULL_FAILURE.to_json()),
                     content_type="application/json",
-                    headers={"Retry-After": "1"},
+                    headers={"Retry-After": "1", **NO_STORE},
                 )
             response.force_close()  # one request: the reserve is for probes, which come and go
             return response
@@ -392,7 +448,7 @@ class GuardedSite(web.BaseSite):
     would count as never in, and its connection would be closed ``header_timeout_sec`` after it opened.
     """
 
-    __slots__ = ("_admission", "_host", "_limits", "_port")
+    __slots__ = ("_admission", "_host", "_limits", "_port", "_unreadable_log")
 
     def __init__(
         self,
@@ -409,6 +465,7 @@ class GuardedSite(web.BaseSite):
         self._port = port
         self._limits = limits
         self._admission = Admission(limits.max_connections)
+        self._unreadable_log = Throttled(UNREADABLE_EVENT, logger)
 
     @property
     def name(self) -> str:
@@ -427,7 +484,14 @@ class GuardedSite(web.BaseSite):
         assert server is not None  # BaseSite refuses a runner that is not set up
 
         def guarded() -> GuardedHandler:
-            return GuardedHandler(server, loop=loop, limits=self._limits, admission=self._admission, **HANDLER_ARGS)
+            return GuardedHandler(
+                server,
+                loop=loop,
+                limits=self._limits,
+                admission=self._admission,
+                unreadable_log=self._unreadable_log,
+                **HANDLER_ARGS,
+            )
 
         tls: dict[str, Any] = {}
         if self._ssl_context is not None:

@@ -27,21 +27,46 @@ services to see. With an ``ssl_context`` the port speaks HTTPS only.
 Connections: a request's headers, and each piece of its body, must come in time, and the open
 connections are capped (:mod:`control.gateway.connections`, the :class:`HttpLimits`); what the
 gateway sends back, a WatchJob stream for one, may take as long as it takes.
+
+Web pages: a page on any site the user opens can have their browser send requests to this port
+(a ``<form>``, ``fetch`` with ``mode: "no-cors"``), with no credentials needed when auth is off. So,
+before anything else (auth included) and on every path:
+
+* **Origin.** A request whose method is not GET, HEAD or OPTIONS and that carries an ``Origin`` header
+  (browsers send one) is refused, 403 ``PERMISSION_DENIED``, unless that origin is this server: the
+  scheme this port speaks, and the host and port of the request's ``Host`` (a default port left out of
+  either). ``Origin: null`` is refused. A request without ``Origin`` (curl, scripts, client libraries)
+  is not affected, and no Content-Type is required.
+* **Host.** Bound to a loopback address (``CORRAL_HOST`` in 127.0.0.0/8, ``::1`` or ``localhost``: see
+  :func:`loopback_bind`), a request whose ``Host`` is not a loopback IP, ``localhost`` or a
+  ``*.localhost`` name is refused, 421 Misdirected Request (the request names a server that this one
+  is not): a page on a name made to resolve to 127.0.0.1 (DNS rebinding) is same-origin to the
+  browser, and could otherwise read what the port answers. Bound to a wildcard or a real interface,
+  any Host is taken: the names a server is reached by there are the deployment's to choose, and auth
+  is what protects it.
+
+Both are ``google.rpc.Status`` JSON with an ``X-Request-ID``, and logged as the
+``http_cross_site_refused`` warning once a minute at most. Every answer of the bridge, errors included,
+is ``Cache-Control: no-store`` (a login's token, a job's payload or result); the dashboard's files keep
+their own ``no-cache``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 from aiohttp import compression_utils, web
 from aiohttp.http import HttpVersion11
 from aiohttp.http_exceptions import ContentEncodingError
+from aiohttp.typedefs import Handler
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -51,10 +76,12 @@ from control.auth import Authenticator, Role, role_of
 from control.gateway import protojson
 from control.gateway.connections import (
     HANDLER_ARGS,
+    NO_STORE,
     PROBE_PATHS,
     REQUEST_ID_HEADER,
     GuardedSite,
     HttpLimits,
+    Throttled,
     headers_in,
 )
 from control.gateway.invoke import Invoker, Metadata
@@ -90,6 +117,13 @@ body of numbers held that loop 23 s. 64 KiB of numbers takes about 20 ms to pars
 ROUTE = web.RequestKey("route", str)
 """The route's name (``JobService.SubmitJob``, ``healthz``), the label of the request metrics."""
 RID = web.RequestKey("request_id", str)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods a request of which is served whatever its ``Origin``: they change nothing, and without CORS
+headers in the answer the browser keeps it from a page of another origin."""
+MISDIRECTED = 421
+"""The answer to a ``Host`` that is not a loopback name on a loopback bind (RFC 9110 15.5.20: the
+request was directed at a server that cannot answer for that authority)."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class Gateway:
@@ -125,8 +159,11 @@ class Gateway:
         """HTTPS when set."""
         self.limits = limits or HttpLimits()
         """Deadlines on what clients send, and the cap on connections."""
+        self.loopback_only = loopback_bind(host)
+        """Bound to a loopback address: a request must name a loopback host (see the module docstring)."""
         self._runner: web.AppRunner | None = None
         self._request_types: dict[str, type[Message]] = {}
+        self._refused_log = Throttled("http_cross_site_refused", logger)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -135,7 +172,7 @@ class Gateway:
         Raises:
             OSError: the address cannot be bound; the message names it.
         """
-        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[headers_in])
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[headers_in, self._same_site])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/health", self._healthz)  # the names some probes and older setups use
@@ -192,7 +229,34 @@ class Gateway:
 
     async def _stamp(self, request: web.Request, response: web.StreamResponse) -> None:
         response.headers[REQUEST_ID_HEADER] = _request_id(request)
+        if "Cache-Control" not in response.headers:  # the dashboard's files say no-cache themselves
+            response.headers.update(NO_STORE)
         self.metrics.http_requests.labels(request.get(ROUTE, "unmatched"), str(response.status)).inc()
+
+    # ---- requests made by web pages -------------------------------------------------------------
+    @web.middleware
+    async def _same_site(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Refuse what a web page elsewhere makes the browser send (the module docstring says what)."""
+        refusal = self._refusal(request)
+        return refusal if refusal is not None else await handler(request)
+
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """The answer to a request that a page of another site (or a rebound name) sent, else None."""
+        hosts = request.headers.getall("Host", ())
+        status, why = 0, None
+        if self.loopback_only:
+            why = _not_loopback(hosts)
+            status = MISDIRECTED
+        if why is None and request.method not in SAFE_METHODS:
+            scheme = "https" if self.ssl_context else "http"
+            why = _foreign_origin(request.method, request.headers.getall("Origin", ()), hosts, scheme)
+            status = 403
+        if why is None:
+            return None
+        self._refused_log(
+            route=f"{request.method} {request.path[:200]}", peer=_peer(request), status=status, reason=why
+        )
+        return _json(status, RpcFailure(grpc.StatusCode.PERMISSION_DENIED, why).to_json())
 
     # ---- the REST bridge ------------------------------------------------------------------------
     async def _bridge(self, request: web.Request) -> web.StreamResponse:
@@ -254,7 +318,11 @@ class Gateway:
     async def _expect(self, request: web.Request) -> web.StreamResponse | None:
         """``Expect: 100-continue``: a body that its Content-Length says is over the limit is refused before the
         client is told to send it (aiohttp's own handler said ``100 Continue`` first, and curl then sent
-        megabytes only to be refused); else as aiohttp's does."""
+        megabytes only to be refused); else as aiohttp's does. aiohttp calls it before any middleware: a
+        request from another site is refused here first."""
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return refusal
         announced = request.content_length
         coding = _ascii_header(request, CONTENT_ENCODING).lower()
         if coding in ("", "identity") and announced is not None and announced > self.max_body_bytes:
@@ -423,6 +491,106 @@ def _nest(params: dict[str, str]) -> dict[str, Any]:
             target = target.setdefault(head, {})
         target[last] = value
     return out
+
+
+def loopback_bind(host: str) -> bool:
+    """Whether a server bound to ``host`` (CORRAL_HOST) is reached from this machine only: an address in
+    127.0.0.0/8, ``::1`` (bracketed or not) or ``localhost``. A wildcard (``""``, ``0.0.0.0``, ``::``),
+    another address or another name is not."""
+    name = host.strip().removeprefix("[").removesuffix("]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _authority(value: str) -> tuple[str, int | None] | None:
+    """The host (lower case, IPv6 without brackets) and the port (None: not given) of a ``Host`` header's
+    value; None when it is not a host and port."""
+    try:
+        parts = urlsplit(f"//{value}")
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number, a bracket not closed
+        return None
+    if not host or parts.path or parts.query or parts.fragment or "@" in parts.netloc:
+        return None
+    return host, port
+
+
+def _loopback_name(host: str) -> bool:
+    """A loopback IP literal, ``localhost`` or a ``*.localhost`` name (RFC 6761: they never leave the
+    machine, so no one else's DNS can make them point here); a final dot is taken."""
+    name = host.removesuffix(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def _not_loopback(hosts: Iterable[str]) -> str | None:
+    """Why a request with these ``Host`` headers is refused on a loopback bind; None when it is not. A
+    request with none (HTTP/1.0) is taken: browsers always send one."""
+    values = list(hosts)
+    if not values:
+        return None
+    if len(values) > 1:
+        return f"the request has {len(values)} Host headers: which server it is meant for cannot be told"
+    authority = _authority(values[0])
+    if authority is not None and _loopback_name(authority[0]):
+        return None
+    return (
+        f"Host {values[0][:100]!r} is not a loopback name: this control plane listens on a loopback address "
+        "(CORRAL_HOST) and answers only requests for 127.0.0.0/8, ::1, localhost or *.localhost, so that a web "
+        "page on a name made to resolve here (DNS rebinding) cannot read it"
+    )
+
+
+def _foreign_origin(method: str, origins: Iterable[str], hosts: Iterable[str], scheme: str) -> str | None:
+    """Why a ``method`` request whose ``Origin`` headers are ``origins`` is refused as cross-site; None when
+    it has no Origin or its origin is this server: ``scheme`` and the host and port of its one ``Host``."""
+    values, host_values = list(origins), list(hosts)
+    if not values:
+        return None
+    refused = "cross-site request refused: "
+    unaffected = "; requests without an Origin header (curl, scripts, client libraries) are not affected"
+    if len(values) > 1:
+        return f"{refused}the request has {len(values)} Origin headers{unaffected}"
+    origin = values[0].strip()
+    if origin == "null":
+        return (
+            f"{refused}its Origin is null (a sandboxed page, a local file or a redirect from another site), "
+            f"which cannot be told to be this server{unaffected}"
+        )
+    server = _authority(host_values[0]) if len(host_values) == 1 else None
+    if server is not None:
+        host, port = server
+        if _origin_of(origin) == (scheme, host, port or _DEFAULT_PORTS[scheme]):
+            return None
+        named = f"this server ({scheme}://{host_values[0][:100]})"
+    else:
+        named = "this server, whose Host header is missing or unreadable"
+    return (
+        f"{refused}its Origin {origin[:100]!r} is not {named}, and a web page of another site may not have "
+        f"the browser send a {method} here{unaffected}"
+    )
+
+
+def _origin_of(origin: str) -> tuple[str, str, int] | None:
+    """``(scheme, host, port)`` of an ``Origin`` value (``scheme://host[:port]``, as browsers send it)."""
+    try:
+        parts = urlsplit(origin)
+        scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
+    except ValueError:
+        return None
+    if scheme not in _DEFAULT_PORTS or not host or parts.path or parts.query or parts.fragment or "@" in parts.netloc:
+        return None
+    return scheme, host, port or _DEFAULT_PORTS[scheme]
 
 
 def _peer(request: web.Request) -> str:

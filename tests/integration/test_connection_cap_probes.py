@@ -48,7 +48,7 @@ def watched_full(make_control_plane: Callable[..., ControlProc]) -> Iterator[Con
         for _ in range(CAP):
             sock = socket.create_connection(("127.0.0.1", cp.http_port))
             sock.settimeout(PATIENCE)
-            sock.sendall(f"GET /v1/jobs/{job_id}:watch HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            sock.sendall(f"GET /v1/jobs/{job_id}:watch HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             assert sock.recv(4096).startswith(b"HTTP/1.1 200"), "the watch stream should open"
             streams.append(sock)
         yield cp

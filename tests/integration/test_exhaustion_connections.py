@@ -113,7 +113,7 @@ def connect(strict: ControlProc) -> Iterator[Callable[[], socket.socket]]:
 
 
 def _head(method: str, path: str, *headers: str) -> bytes:
-    return "".join(f"{line}\r\n" for line in (f"{method} {path} HTTP/1.1", "Host: corral", *headers, "")).encode()
+    return "".join(f"{line}\r\n" for line in (f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *headers, "")).encode()
 
 
 def _get(port: int, path: str) -> tuple[int, Any]:

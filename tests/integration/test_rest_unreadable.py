@@ -32,17 +32,17 @@ def _raw(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
     [
         (
             "a header over 8 KiB",
-            f"GET /v1/stats HTTP/1.1\r\nHost: x\r\nX-Foo: {SECRET}{'a' * 9000}\r\n\r\n".encode(),
+            f"GET /v1/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Foo: {SECRET}{'a' * 9000}\r\n\r\n".encode(),
             "could not be read as HTTP",
         ),
         (
             "a URL over 8 KiB",
-            f"GET /v1/jobs/{SECRET}{'a' * 9000} HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+            f"GET /v1/jobs/{SECRET}{'a' * 9000} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode(),
             "could not be read as HTTP",
         ),
         (
             "a Content-Length that is not a number",
-            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+            b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
             "could not be read as HTTP",
         ),
         (
@@ -52,7 +52,7 @@ def _raw(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
         ),
         (
             "an encoding its library is missing for",
-            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Encoding: zstd\r\n"
+            b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Encoding: zstd\r\n"
             b'Content-Length: 16\r\n\r\n{"type": "noop"}',
             "Content-Encoding: cannot be decoded here",
         ),
@@ -74,7 +74,7 @@ def test_expect_continue_is_refused_before_a_body_over_the_limit_is_sent(control
     # Given a client that asks before sending a body whose Content-Length is over the limit (64 MiB)
     with socket.create_connection(("127.0.0.1", control_plane.http_port), timeout=10) as sock:
         sock.sendall(
-            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+            b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
             b"Content-Length: 100000000\r\n\r\n"
         )
         first = sock.recv(65536)
@@ -87,7 +87,7 @@ def test_expect_continue_within_the_limit_goes_on_as_usual(control_plane: Contro
     body = b'{"type": "noop"}'
     with socket.create_connection(("127.0.0.1", control_plane.http_port), timeout=10) as sock:
         sock.sendall(
-            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+            b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
             b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
         )
         assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
