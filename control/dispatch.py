@@ -252,7 +252,23 @@ class Dispatcher:
             s.drain.started(now, len(leased))
             registry, unsent = s.registry, self.unsent
 
+            logged = (
+                [
+                    {
+                        "job_id": job.id,
+                        "attempt": job.attempts,
+                        "worker_id": job.worker_id,
+                        "request_id": job.request_id,
+                    }
+                    for job in leased
+                ]
+                if logger.isEnabledFor(logging.INFO)
+                else []
+            )
+
             def send() -> None:
+                for extra in logged:  # once committed: a lease a failed commit undid was never made
+                    logger.info(logs.JOB_DISPATCHED, extra=extra)
                 for wid, batch in batches.items():
                     unsent.difference_update((a.job_id, a.attempt) for a in batch)
                     w = registry.get(wid)
@@ -263,17 +279,6 @@ class Dispatcher:
                         if held:
                             w.link.assign(held)
 
-            if logger.isEnabledFor(logging.INFO):
-                for job in leased:
-                    logger.info(
-                        logs.JOB_DISPATCHED,
-                        extra={
-                            "job_id": job.id,
-                            "attempt": job.attempts,
-                            "worker_id": job.worker_id,
-                            "request_id": job.request_id,
-                        },
-                    )
             s.later(leased, send, first=True)
 
     def _most_threads(self, kind: JobKind) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -389,22 +390,18 @@ class Scheduler:
         retry = jobs.fail_attempt(job, attempt, code, message, self.clock.now(), delay, exec_seconds, output)
         self.metrics.attempt_failed(job.type, code, retry)
         self.moved(job, before)
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        extra = {"job_id": job.id, "attempt": attempt, "reason": code}
         if retry:
-            logger.info(
-                logs.JOB_RETRY_SCHEDULED,
-                extra={
-                    "job_id": job.id,
-                    "attempt": attempt,
-                    "reason": code,
-                    "delay_sec": round(delay, 3),
-                    "request_id": job.request_id,
-                },
-            )
-        else:
-            logger.info(
-                logs.JOB_FAILED,
-                extra={"job_id": job.id, "attempt": attempt, "reason": code, "request_id": job.request_id},
-            )
+            extra["delay_sec"] = round(delay, 3)
+        extra["request_id"] = job.request_id
+        self.log_committed(logs.JOB_RETRY_SCHEDULED if retry else logs.JOB_FAILED, extra)
+
+    def log_committed(self, event: str, extra: dict[str, object]) -> None:
+        """Log ``event`` (at info level) once the writes queued so far are committed: a line for a change a
+        failed commit undid would say it happened (a job completed twice in the log, after a disk full)."""
+        self.on_commit(functools.partial(logger.info, event, extra=extra))
 
     def enqueue(self, job: JobRecord) -> None:
         """Put a PENDING job in the ready queue, and have a dispatch pass run."""

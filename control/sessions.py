@@ -198,6 +198,7 @@ class WorkerSessions:
         now = s.clock.now()
         changed: list[jobs.JobRecord] = []
         acks: list[AttemptKey] = []
+        logging_info = logger.isEnabledFor(logging.INFO)
         for r in reports:
             key = (r.job_id, r.attempt)
             acks.append(key)
@@ -222,22 +223,24 @@ class WorkerSessions:
                     s.moved(job, before)
                     if worker is not None:
                         worker.jobs_completed += 1
-                    logger.info(
-                        logs.JOB_COMPLETED,
-                        extra={
-                            "job_id": job.id,
-                            "attempt": r.attempt,
-                            "worker_id": worker_id,
-                            "exec_sec": round(exec_seconds, 6),
-                            "request_id": job.request_id,
-                        },
-                    )
+                    if logging_info:
+                        s.log_committed(
+                            logs.JOB_COMPLETED,
+                            {
+                                "job_id": job.id,
+                                "attempt": r.attempt,
+                                "worker_id": worker_id,
+                                "exec_sec": round(exec_seconds, 6),
+                                "request_id": job.request_id,
+                            },
+                        )
                 elif outcome is Outcome.HANDED_BACK:
                     jobs.hand_back(job, r.attempt, now)
                     s.moved(job, before)
-                    logger.info(
-                        logs.JOB_REQUEUED, extra={"job_id": job.id, "attempt": r.attempt, "reason": "HANDED_BACK"}
-                    )
+                    if logging_info:
+                        s.log_committed(
+                            logs.JOB_REQUEUED, {"job_id": job.id, "attempt": r.attempt, "reason": "HANDED_BACK"}
+                        )
                 else:
                     jobs.check_attempt(job, r.attempt)
                     if fault is not None:
