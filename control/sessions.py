@@ -167,7 +167,7 @@ class WorkerSessions:
                     before = job.state
                     jobs.hand_back(job, key[1], now)
                     s.moved(job, before)
-                    logger.info(logs.JOB_REQUEUED, extra={"job_id": job.id, "attempt": key[1], "reason": NOT_RECEIVED})
+                    s.log_committed(logs.JOB_REQUEUED, {"job_id": job.id, "attempt": key[1], "reason": NOT_RECEIVED})
                 else:
                     s.fail(job, key[1], jobs.WORKER_LOST, f"worker {worker.id} restarted without this attempt")
                 changed.append(job)
