@@ -399,8 +399,17 @@ class Accounts:
     def _check_free(self, name: str) -> None:
         if name in self._accounts:
             raise AlreadyExists(f"account {name!r} already exists")
-        if name in self.reserved():
+        reserved = self.reserved()
+        if name in reserved:
             raise AlreadyExists(f"{name!r} is the name of a configured client token: choose another name")
+        # A name that differs from another only in case (OPS beside the admin ops) would pass for it where
+        # people read names: the audit log, the dashboard, an owner column.
+        folded = name.lower()
+        for other in (*self._accounts, *reserved):
+            if other.lower() == folded:
+                raise AlreadyExists(
+                    f"{name!r} differs from the name {other!r} only in case, and would pass for it: choose another name"
+                )
 
     async def _former_jobs(self, name: str, by_admin: bool) -> bool:
         """Whether the store holds a job of ``name`` (committed: a read sees no other).

@@ -16,7 +16,7 @@ import pytest
 from control.accounts import FAILURE_WINDOW_SEC, MAX_FAILURES, Accounts
 from control.clock import FakeClock
 from control.store import SQLiteStore
-from corral.errors import RateLimited, Unauthenticated
+from corral.errors import AlreadyExists, RateLimited, Unauthenticated
 from tests.unit.control.test_accounts import PASSWORD, TTL, login, run
 
 
@@ -164,3 +164,18 @@ def test_a_login_is_accepted_in_its_one_spelling_only(accounts: Accounts) -> Non
         with pytest.raises(Unauthenticated, match="invalid token"):
             accounts.verify(spelling)
     assert accounts.verify(token) == "victim"
+
+
+def test_a_name_that_differs_from_another_only_in_case_is_taken(tmp_path: Path, clock: FakeClock) -> None:
+    # OPS beside the admin token ops, or Victim beside victim, read alike in the audit log
+    store = SQLiteStore(str(tmp_path / "c.db"))
+    a = Accounts(store, "open", TTL, rounds=4, clock=clock, reserved=lambda: frozenset({"ops"}))
+    try:
+        run(a.register("victim", PASSWORD))
+        for name, other in (("OPS", "ops"), ("Victim", "victim"), ("VICTIM", "victim")):
+            with pytest.raises(AlreadyExists, match=f"the name {other!r} only in case"):
+                run(a.register(name, PASSWORD))
+        assert run(a.register("victim2", PASSWORD)).name == "victim2"  # another name entirely is fine
+    finally:
+        a.close()
+        store.close()
