@@ -28,6 +28,7 @@ import corral
 from corral.errors import CorralError, Unavailable
 from corral.failover import moves_on
 from tests.conftest import ControlProc, wait_until
+from tests.support.processes import stopped
 from tests.support.waiting import in_thread
 
 CALLS = 16
@@ -81,8 +82,15 @@ def test_submissions_cut_by_the_leaders_stop_are_unavailable_and_their_keys_make
     leader = active.proc
     addresses = f"{active.address},{standby.address}"
     keys = [f"cut-{n}" for n in range(CALLS)]
+
     # When keyed submissions reach the leader while it is frozen, and it is stopped before it takes them up
-    thread, out = in_thread(lambda: _submit_all(flavour, addresses, keys, lambda: leader.send_signal(signal.SIGSTOP)))
+    def freeze() -> None:
+        # Stopped before the first submission is sent: a leader still running on the other core for the
+        # moment the signal takes read some of them off its socket, and the wait below never ended.
+        leader.send_signal(signal.SIGSTOP)
+        wait_until(lambda: stopped(leader.pid), 10, what="the leader to stop")
+
+    thread, out = in_thread(lambda: _submit_all(flavour, addresses, keys, freeze))
     wait_until(lambda: received_bytes(active.port) >= CALLS * REQUEST_BYTES, 20, what="the submissions to arrive")
     leader.send_signal(signal.SIGTERM)
     leader.send_signal(signal.SIGCONT)
